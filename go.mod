@@ -1,0 +1,10 @@
+module github.com/sonde-profiler/sonde
+
+go 1.26.8
+
+require (
+	github.com/cilium/ebpf v0.22.0
+	golang.org/x/sys v0.47.0
+)
+
+tool github.com/cilium/ebpf/cmd/bpf2go
