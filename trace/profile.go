@@ -1,0 +1,156 @@
+package trace
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+)
+
+// FrameKind says what kind of code a frame runs; the names are OpenTelemetry's
+// profile.frame.type values.
+type FrameKind uint8
+
+const (
+	FrameNative FrameKind = iota + 1
+	FrameKernel
+	FrameGo
+)
+
+func (k FrameKind) String() string {
+	switch k {
+	case FrameNative:
+		return "native"
+	case FrameKernel:
+		return "kernel"
+	case FrameGo:
+		return "go"
+	default:
+		return "unknown"
+	}
+}
+
+// FileKey identifies a file on the host independently of the process mapping it.
+type FileKey struct {
+	Dev, Inode uint64
+}
+
+// File is an object file mapped by one or more processes.
+type File struct {
+	Key  FileKey
+	Path string // as the mapping process sees it
+	// GNUBuildID and GoBuildID come from the ELF notes, hex and as stored respectively.
+	GNUBuildID string
+	GoBuildID  string
+	// HTLHash identifies files without a build ID: a hash of their head, tail and length.
+	HTLHash string
+	IsGo    bool
+	// openPaths are host paths that reach the file: through the root of processes seen
+	// mapping it (containers, deleted files) and, last, the path itself.
+	openPaths []string
+}
+
+// maxOpenPaths bounds how many processes' roots a file remembers as ways to reach it.
+const maxOpenPaths = 4
+
+// NewFile describes a file reachable at the given host paths, tried in order.
+func NewFile(key FileKey, path string, openPaths ...string) *File {
+	return &File{Key: key, Path: path, openPaths: openPaths}
+}
+
+func (f *File) addOpenPath(p string) {
+	for _, have := range f.openPaths {
+		if have == p {
+			return
+		}
+	}
+	if len(f.openPaths) < maxOpenPaths {
+		// Keep the plain path last: a process root is the likelier match inside containers.
+		f.openPaths = append([]string{p}, f.openPaths...)
+	}
+}
+
+// Open opens the file through the first path that still reaches it.
+func (f *File) Open() (*os.File, error) {
+	var errs []error
+	for _, p := range f.openPaths {
+		file, err := os.Open(p)
+		if err == nil {
+			return file, nil
+		}
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		return nil, fmt.Errorf("open %s: no path reaches it", f.Path)
+	}
+	return nil, fmt.Errorf("open %s: %w", f.Path, errors.Join(errs...))
+}
+
+// Mapping is an executable region of an address space.
+type Mapping struct {
+	Start, Limit uint64 // [Start, Limit)
+	Offset       uint64 // file offset of Start
+	Path         string // as /proc/PID/maps names it, e.g. "/usr/lib/libc.so.6", "[vdso]"
+	File         *File  // nil for anonymous and pseudo mappings
+}
+
+// Process describes a sampled thread group.
+type Process struct {
+	PID         uint32
+	Name        string // the main thread's comm
+	ExePath     string
+	ContainerID string // from the cgroup path; empty outside containers
+}
+
+// Line is one source-level frame at an address; inlined code yields several, innermost first.
+type Line struct {
+	Function   string // readable name
+	SystemName string // name as the object file stores it (mangled)
+	File       string
+	Line       int64
+}
+
+// Location is a distinct code address in a profile, shared by every sample that passes it.
+type Location struct {
+	Kind    FrameKind
+	Address uint64   // runtime address in its address space
+	Mapping *Mapping // nil when no mapping covers Address
+	Lines   []Line   // filled by symbolization
+}
+
+// FileOffset is the location's offset in its mapped file, the address symbolization needs.
+func (l *Location) FileOffset() (uint64, bool) {
+	if l.Mapping == nil || l.Mapping.File == nil {
+		return 0, false
+	}
+	return l.Address - l.Mapping.Start + l.Mapping.Offset, true
+}
+
+// Sample is a count of identical stacks from one thread.
+type Sample struct {
+	Process    *Process
+	TID        uint32
+	ThreadName string
+	Locations  []*Location // leaf first: kernel frames, then user frames
+	Count      int64
+	// Timestamps of each sample, when the collector keeps them.
+	Timestamps []time.Time
+}
+
+// Profile is what was sampled in [Start, End).
+type Profile struct {
+	Start, End time.Time
+	// Period is the CPU time one sample stands for (1/frequency).
+	Period    time.Duration
+	Samples   []*Sample
+	Locations []*Location // every location the samples use, once each
+}
+
+// TotalCount is the number of samples in the profile.
+func (p *Profile) TotalCount() int64 {
+	var n int64
+	for _, s := range p.Samples {
+		n += s.Count
+	}
+	return n
+}
