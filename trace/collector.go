@@ -1,0 +1,410 @@
+package trace
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"hash/maphash"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// RawSample is one sample as the kernel recorded it. The collector copies what it keeps,
+// so the slices may alias a reused buffer.
+type RawSample struct {
+	PID, TID uint32
+	Comm     string
+	Time     time.Time
+	User     []uint64 // leaf first
+	Kernel   []uint64 // leaf first
+}
+
+// Config tunes a Collector.
+type Config struct {
+	// ProcFS is where proc is mounted; "/proc" when empty.
+	ProcFS string
+	// Period is the CPU time one sample stands for.
+	Period time.Duration
+	// Kernel is the mapping kernel frames belong to; nil leaves them unmapped.
+	Kernel *Mapping
+	// KeepTimestamps records each sample's time, not only counts.
+	KeepTimestamps bool
+	// OnFileError is told, once per file, why a mapped file could not be identified.
+	OnFileError func(path string, err error)
+}
+
+// Stats counts what the collector saw since it started.
+type Stats struct {
+	Samples          uint64
+	UnresolvedFrames uint64 // user addresses outside every known mapping
+	MapsReads        uint64
+	MapsErrors       uint64 // /proc reads that failed, mostly processes that already exited
+	FileErrors       uint64
+	Processes        int // processes currently tracked
+	Files            int // files currently tracked
+}
+
+// mapsRereadInterval rate-limits re-reading a process's maps when addresses miss every
+// mapping: a bogus frame from a frame-pointer walk must not cost a /proc read per sample.
+const mapsRereadInterval = time.Second
+
+// Collector aggregates samples per (process, thread, stack) until Flush. It is safe for
+// one goroutine adding samples while another flushes.
+type Collector struct {
+	cfg    Config
+	mu     sync.Mutex
+	procs  map[uint32]*procState
+	files  map[FileKey]*File
+	failed map[FileKey]bool
+	agg    map[uint64][]*entry
+	start  time.Time
+	stats  Stats
+	seed   maphash.Seed
+}
+
+type procState struct {
+	proc     *Process
+	maps     *snapshot
+	readAt   time.Time
+	lastSeen time.Time
+	// exited processes stay until the next flush: samples taken just before the exit may
+	// still be in the ring buffer behind the exit event.
+	exited bool
+}
+
+// snapshot is one reading of a process's executable mappings, sorted by address. Samples
+// keep the snapshot they were taken under, so an exec or a re-read never changes them.
+type snapshot struct {
+	mappings []*Mapping
+}
+
+func (s *snapshot) find(addr uint64) *Mapping {
+	i := sort.Search(len(s.mappings), func(i int) bool { return s.mappings[i].Limit > addr })
+	if i < len(s.mappings) && s.mappings[i].Start <= addr {
+		return s.mappings[i]
+	}
+	return nil
+}
+
+type entry struct {
+	proc         *Process
+	maps         *snapshot
+	tid          uint32
+	comm         string
+	user, kernel []uint64
+	count        int64
+	times        []time.Time
+}
+
+// NewCollector starts an empty aggregation whose first interval begins at start.
+func NewCollector(cfg Config, start time.Time) *Collector {
+	if cfg.ProcFS == "" {
+		cfg.ProcFS = "/proc"
+	}
+	return &Collector{
+		cfg:    cfg,
+		procs:  map[uint32]*procState{},
+		files:  map[FileKey]*File{},
+		failed: map[FileKey]bool{},
+		agg:    map[uint64][]*entry{},
+		start:  start,
+		seed:   maphash.MakeSeed(),
+	}
+}
+
+// Add counts one sample.
+func (c *Collector) Add(s RawSample) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stats.Samples++
+	ps := c.process(s.PID, s.Comm)
+	ps.lastSeen = s.Time
+	if c.hasUnknownAddress(ps.maps, s.User) && time.Since(ps.readAt) >= mapsRereadInterval {
+		c.readMaps(ps)
+	}
+
+	h := c.hash(ps, s)
+	for _, e := range c.agg[h] {
+		if e.maps == ps.maps && e.tid == s.TID && e.comm == s.Comm &&
+			slices.Equal(e.user, s.User) && slices.Equal(e.kernel, s.Kernel) {
+			e.count++
+			if c.cfg.KeepTimestamps {
+				e.times = append(e.times, s.Time)
+			}
+			return
+		}
+	}
+	e := &entry{
+		proc:   ps.proc,
+		maps:   ps.maps,
+		tid:    s.TID,
+		comm:   s.Comm,
+		user:   slices.Clone(s.User),
+		kernel: slices.Clone(s.Kernel),
+		count:  1,
+	}
+	if c.cfg.KeepTimestamps {
+		e.times = []time.Time{s.Time}
+	}
+	c.agg[h] = append(c.agg[h], e)
+}
+
+func (c *Collector) hash(ps *procState, s RawSample) uint64 {
+	var h maphash.Hash
+	h.SetSeed(c.seed)
+	var buf [8]byte
+	put := func(v uint64) {
+		for i := range buf {
+			buf[i] = byte(v >> (8 * i))
+		}
+		h.Write(buf[:])
+	}
+	put(uint64(s.PID)<<32 | uint64(s.TID))
+	h.WriteString(s.Comm)
+	put(uint64(len(s.User)))
+	for _, a := range s.User {
+		put(a)
+	}
+	for _, a := range s.Kernel {
+		put(a)
+	}
+	return h.Sum64()
+}
+
+func (c *Collector) hasUnknownAddress(s *snapshot, addrs []uint64) bool {
+	for _, a := range addrs {
+		if s.find(a) == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// process returns the state of pid, reading /proc the first time it is seen.
+func (c *Collector) process(pid uint32, comm string) *procState {
+	if ps, ok := c.procs[pid]; ok {
+		return ps
+	}
+	dir := filepath.Join(c.cfg.ProcFS, strconv.FormatUint(uint64(pid), 10))
+	proc := &Process{PID: pid, Name: comm}
+	if b, err := os.ReadFile(filepath.Join(dir, "comm")); err == nil {
+		proc.Name = strings.TrimSuffix(string(b), "\n")
+	}
+	if exe, err := os.Readlink(filepath.Join(dir, "exe")); err == nil {
+		proc.ExePath = strings.TrimSuffix(exe, " (deleted)")
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "cgroup")); err == nil {
+		proc.ContainerID = containerID(b)
+	}
+	ps := &procState{proc: proc, maps: &snapshot{}}
+	c.readMaps(ps)
+	c.procs[pid] = ps
+	return ps
+}
+
+// readMaps replaces the process's snapshot with a fresh reading of /proc/PID/maps.
+func (c *Collector) readMaps(ps *procState) {
+	ps.readAt = time.Now()
+	c.stats.MapsReads++
+	pid := strconv.FormatUint(uint64(ps.proc.PID), 10)
+	f, err := os.Open(filepath.Join(c.cfg.ProcFS, pid, "maps"))
+	if err != nil {
+		c.stats.MapsErrors++
+		return
+	}
+	defer f.Close()
+	lines, err := parseMaps(bufio.NewReader(f))
+	if err != nil {
+		c.stats.MapsErrors++
+		return
+	}
+	snap := &snapshot{mappings: make([]*Mapping, 0, len(lines))}
+	for _, l := range lines {
+		m := &Mapping{Start: l.Start, Limit: l.Limit, Offset: l.Offset, Path: l.Path}
+		if l.Inode != 0 && strings.HasPrefix(l.Path, "/") {
+			m.File = c.file(pid, l)
+		}
+		snap.mappings = append(snap.mappings, m)
+	}
+	ps.maps = snap
+}
+
+// file returns the shared description of a mapped file, identifying it on first sight.
+func (c *Collector) file(pid string, l mapsLine) *File {
+	key := FileKey{Dev: l.Dev, Inode: l.Inode}
+	path := strings.TrimSuffix(l.Path, " (deleted)")
+	viaRoot := filepath.Join(c.cfg.ProcFS, pid, "root", path)
+	if f, ok := c.files[key]; ok {
+		f.addOpenPath(viaRoot)
+		return f
+	}
+	f := NewFile(key, path, viaRoot, path)
+	// map_files reaches the very inode mapped, also when it was deleted or replaced.
+	byRange := filepath.Join(c.cfg.ProcFS, pid, "map_files", fmt.Sprintf("%x-%x", l.Start, l.Limit))
+	if err := identify(f, byRange); err != nil && !c.failed[key] {
+		c.failed[key] = true
+		c.stats.FileErrors++
+		if c.cfg.OnFileError != nil {
+			c.cfg.OnFileError(path, err)
+		}
+	}
+	c.files[key] = f
+	return f
+}
+
+func identify(f *File, firstTry string) error {
+	file, err := os.Open(firstTry)
+	if err != nil {
+		if file, err = f.Open(); err != nil {
+			return err
+		}
+	}
+	defer file.Close()
+	st, err := file.Stat()
+	if err != nil {
+		return fmt.Errorf("stat %s: %w", f.Path, err)
+	}
+	id, err := readIdentity(file, st.Size())
+	if err != nil {
+		return fmt.Errorf("identify %s: %w", f.Path, err)
+	}
+	f.GNUBuildID, f.GoBuildID, f.HTLHash, f.IsGo = id.GNUBuildID, id.GoBuildID, id.HTLHash, id.IsGo
+	return nil
+}
+
+// containerIDPattern matches the 64-hex-digit IDs that docker, containerd and cri-o put in
+// cgroup paths (…/docker-<id>.scope, …/cri-containerd-<id>.scope, …/<id>).
+var containerIDPattern = regexp.MustCompile(`[0-9a-f]{64}`)
+
+// containerID extracts a container ID from /proc/PID/cgroup, or "" outside containers.
+func containerID(cgroup []byte) string {
+	for _, line := range bytes.Split(cgroup, []byte("\n")) {
+		parts := bytes.SplitN(line, []byte(":"), 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if ids := containerIDPattern.FindAll(parts[2], -1); len(ids) > 0 {
+			return string(ids[len(ids)-1])
+		}
+	}
+	return ""
+}
+
+// ProcessExec forgets what was known of pid: its mappings and name changed. Samples
+// already counted keep the snapshot they were taken under.
+func (c *Collector) ProcessExec(pid uint32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.procs, pid)
+}
+
+// ProcessExit marks pid for removal at the next flush.
+func (c *Collector) ProcessExit(pid uint32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ps, ok := c.procs[pid]; ok {
+		ps.exited = true
+	}
+}
+
+// Flush returns what was aggregated since the last flush, resolved to mappings, and starts
+// a new interval at end.
+func (c *Collector) Flush(end time.Time) *Profile {
+	c.mu.Lock()
+	agg, start := c.agg, c.start
+	c.agg, c.start = map[uint64][]*entry{}, end
+	c.forgetIdle(start)
+	c.mu.Unlock()
+
+	p := &Profile{Start: start, End: end, Period: c.cfg.Period}
+	locs := map[locationKey]*Location{}
+	location := func(kind FrameKind, addr uint64, m *Mapping) *Location {
+		k := locationKey{addr: addr, mapping: m, kind: kind}
+		if l, ok := locs[k]; ok {
+			return l
+		}
+		if kind == FrameNative && m != nil && m.File != nil && m.File.IsGo {
+			kind = FrameGo
+		}
+		l := &Location{Kind: kind, Address: addr, Mapping: m}
+		locs[k] = l
+		p.Locations = append(p.Locations, l)
+		return l
+	}
+	var unresolved uint64
+	for _, chain := range agg {
+		for _, e := range chain {
+			s := &Sample{
+				Process:    e.proc,
+				TID:        e.tid,
+				ThreadName: e.comm,
+				Count:      e.count,
+				Timestamps: e.times,
+				Locations:  make([]*Location, 0, len(e.kernel)+len(e.user)),
+			}
+			for _, a := range e.kernel {
+				s.Locations = append(s.Locations, location(FrameKernel, a, c.cfg.Kernel))
+			}
+			for _, a := range e.user {
+				m := e.maps.find(a)
+				if m == nil {
+					unresolved++
+				}
+				s.Locations = append(s.Locations, location(FrameNative, a, m))
+			}
+			p.Samples = append(p.Samples, s)
+		}
+	}
+	c.mu.Lock()
+	c.stats.UnresolvedFrames += unresolved
+	c.mu.Unlock()
+	return p
+}
+
+type locationKey struct {
+	addr    uint64
+	mapping *Mapping
+	kind    FrameKind
+}
+
+// forgetIdle drops processes not sampled since the interval began, and files no remaining
+// process maps, so memory follows what is running now rather than everything ever seen.
+func (c *Collector) forgetIdle(intervalStart time.Time) {
+	for pid, ps := range c.procs {
+		if ps.exited || ps.lastSeen.Before(intervalStart) {
+			delete(c.procs, pid)
+		}
+	}
+	live := make(map[FileKey]*File, len(c.files))
+	for _, ps := range c.procs {
+		for _, m := range ps.maps.mappings {
+			if m.File != nil {
+				live[m.File.Key] = m.File
+			}
+		}
+	}
+	c.files = live
+	// Failures are remembered longer than files so a broken file is reported once, not
+	// once per interval; the bound keeps a host full of broken files from growing it forever.
+	if len(c.failed) > maxRememberedFailures {
+		clear(c.failed)
+	}
+}
+
+const maxRememberedFailures = 4096
+
+// Stats returns the counters so far.
+func (c *Collector) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.stats
+	st.Processes, st.Files = len(c.procs), len(c.files)
+	return st
+}

@@ -1,0 +1,169 @@
+package trace
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// fakeProc lays out the /proc files the collector reads for one process.
+func fakeProc(t *testing.T, root string, pid int, comm, exe, maps string) {
+	t.Helper()
+	dir := filepath.Join(root, fmt.Sprint(pid))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "comm"), []byte(comm+"\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "maps"), []byte(maps), 0o644)
+	os.WriteFile(filepath.Join(dir, "cgroup"), []byte("0::/user.slice\n"), 0o644)
+	os.Remove(filepath.Join(dir, "exe"))
+	if err := os.Symlink(exe, filepath.Join(dir, "exe")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCollectorAggregatesAndResolves(t *testing.T) {
+	dir := t.TempDir()
+	bin := buildC(t, dir, "hello", helloC, "-Wl,--build-id=sha1")
+	var st syscall.Stat_t
+	if err := syscall.Stat(bin, &st); err != nil {
+		t.Fatal(err)
+	}
+	procfs := filepath.Join(dir, "proc")
+	maps := fmt.Sprintf("400000-401000 r-xp 00001000 %02x:%02x %d %s\n7fff0000-7fff2000 r-xp 00000000 00:00 0 [vdso]\n",
+		unixMajor(st.Dev), unixMinor(st.Dev), st.Ino, bin)
+	fakeProc(t, procfs, 42, "hello", bin, maps)
+
+	kernel := &Mapping{Start: 0xffff800000000000, Limit: ^uint64(0), Path: KernelPath}
+	start := time.Unix(1000, 0)
+	var fileErrs []string
+	c := NewCollector(Config{ProcFS: procfs, Period: time.Second / 19, Kernel: kernel, KeepTimestamps: true,
+		OnFileError: func(p string, err error) { fileErrs = append(fileErrs, p) }}, start)
+
+	leafA := []uint64{0x400100, 0x400200}
+	leafB := []uint64{0x400300, 0x400200}
+	at := start.Add(time.Second)
+	c.Add(RawSample{PID: 42, TID: 42, Comm: "hello", Time: at, User: leafA})
+	c.Add(RawSample{PID: 42, TID: 42, Comm: "hello", Time: at, User: leafA})
+	c.Add(RawSample{PID: 42, TID: 43, Comm: "worker", Time: at, User: leafA})
+	c.Add(RawSample{PID: 42, TID: 42, Comm: "hello", Time: at, User: leafB, Kernel: []uint64{0xffffffff81000010}})
+	c.Add(RawSample{PID: 42, TID: 42, Comm: "hello", Time: at, User: []uint64{0x7fff0010, 0x12345}})
+
+	p := c.Flush(start.Add(2 * time.Second))
+	if len(fileErrs) != 0 {
+		t.Fatalf("file errors: %v", fileErrs)
+	}
+	if p.TotalCount() != 5 || len(p.Samples) != 4 {
+		t.Fatalf("got %d samples in %d aggregates, want 5 in 4", p.TotalCount(), len(p.Samples))
+	}
+	if !p.Start.Equal(start) || !p.End.Equal(start.Add(2*time.Second)) || p.Period != time.Second/19 {
+		t.Errorf("interval %v..%v period %v", p.Start, p.End, p.Period)
+	}
+	// 0x400100, 0x400200, 0x400300, kernel, vdso, unmapped: each location once.
+	if len(p.Locations) != 6 {
+		t.Errorf("got %d distinct locations, want 6", len(p.Locations))
+	}
+	var sawPair, sawKernel, sawUnmapped bool
+	for _, s := range p.Samples {
+		if s.Process.Name != "hello" || s.Process.ExePath != bin || s.Process.PID != 42 {
+			t.Errorf("process %+v", s.Process)
+		}
+		if s.TID == 42 && s.Count == 2 {
+			sawPair = true
+			if len(s.Timestamps) != 2 {
+				t.Errorf("kept %d timestamps for 2 samples", len(s.Timestamps))
+			}
+			loc := s.Locations[0]
+			off, ok := loc.FileOffset()
+			if !ok || off != 0x1100 {
+				t.Errorf("file offset of 0x400100 = %#x, %v; want 0x1100", off, ok)
+			}
+			if f := loc.Mapping.File; f == nil || len(f.GNUBuildID) != 40 || f.Key.Inode != st.Ino {
+				t.Errorf("mapped file %+v", f)
+			}
+			if loc.Kind != FrameNative {
+				t.Errorf("kind %v", loc.Kind)
+			}
+		}
+		if s.TID == 43 && s.ThreadName != "worker" {
+			t.Errorf("thread name %q", s.ThreadName)
+		}
+		if len(s.Locations) == 3 {
+			sawKernel = s.Locations[0].Kind == FrameKernel && s.Locations[0].Mapping == kernel
+		}
+		for _, l := range s.Locations {
+			if l.Address == 0x12345 {
+				sawUnmapped = l.Mapping == nil
+			}
+			if l.Address == 0x7fff0010 && (l.Mapping == nil || l.Mapping.File != nil || l.Mapping.Path != "[vdso]") {
+				t.Errorf("vdso frame mapping %+v", l.Mapping)
+			}
+		}
+	}
+	if !sawPair || !sawKernel || !sawUnmapped {
+		t.Errorf("pair %v kernel-first %v unmapped %v", sawPair, sawKernel, sawUnmapped)
+	}
+	st2 := c.Stats()
+	if st2.Samples != 5 || st2.UnresolvedFrames != 1 {
+		t.Errorf("stats %+v", st2)
+	}
+	// The unmapped address forced at most one re-read within the rate limit.
+	if st2.MapsReads != 1 {
+		t.Errorf("maps read %d times, want 1 (re-reads are rate-limited)", st2.MapsReads)
+	}
+	if next := c.Flush(start.Add(3 * time.Second)); len(next.Samples) != 0 || !next.Start.Equal(start.Add(2*time.Second)) {
+		t.Errorf("second flush carried %d samples from %v", len(next.Samples), next.Start)
+	}
+}
+
+func TestCollectorExecAndExit(t *testing.T) {
+	dir := t.TempDir()
+	bin := buildC(t, dir, "hello", helloC)
+	var st syscall.Stat_t
+	syscall.Stat(bin, &st)
+	procfs := filepath.Join(dir, "proc")
+	line := func(start uint64) string {
+		return fmt.Sprintf("%x-%x r-xp 00000000 %02x:%02x %d %s\n", start, start+0x1000, unixMajor(st.Dev), unixMinor(st.Dev), st.Ino, bin)
+	}
+	fakeProc(t, procfs, 7, "before", bin, line(0x1000))
+	now := time.Now()
+	c := NewCollector(Config{ProcFS: procfs}, now)
+	c.Add(RawSample{PID: 7, TID: 7, Comm: "before", Time: now, User: []uint64{0x1010}})
+
+	// exec: new image at another address; the old sample keeps its old mapping.
+	fakeProc(t, procfs, 7, "after", bin, line(0x9000))
+	c.ProcessExec(7)
+	c.Add(RawSample{PID: 7, TID: 7, Comm: "after", Time: now, User: []uint64{0x9010}})
+	c.Add(RawSample{PID: 7, TID: 7, Comm: "after", Time: now, User: []uint64{0x1010}})
+	c.ProcessExit(7)
+	os.RemoveAll(filepath.Join(procfs, "7"))
+	// A sample behind the exit event still resolves against the exited process's mappings.
+	c.Add(RawSample{PID: 7, TID: 7, Comm: "after", Time: now, User: []uint64{0x9020}})
+
+	p := c.Flush(now.Add(time.Second))
+	resolved := map[uint64]string{}
+	for _, s := range p.Samples {
+		for _, l := range s.Locations {
+			name := "unmapped"
+			if l.Mapping != nil {
+				name = s.Process.Name
+			}
+			resolved[l.Address] = name
+		}
+	}
+	if resolved[0x9010] != "after" || resolved[0x9020] != "after" {
+		t.Errorf("after exec: %v", resolved)
+	}
+	if len(p.Samples) != 4 {
+		t.Errorf("got %d aggregates, want 4 (the pre-exec 0x1010 differs from the post-exec one)", len(p.Samples))
+	}
+	if c.Stats().Processes != 0 {
+		t.Errorf("exited process still tracked after flush: %+v", c.Stats())
+	}
+}
+
+func unixMajor(dev uint64) uint64 { return (dev>>8)&0xfff | (dev>>32)&^0xfff }
+func unixMinor(dev uint64) uint64 { return dev&0xff | (dev>>12)&^0xff }

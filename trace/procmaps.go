@@ -1,0 +1,95 @@
+package trace
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+)
+
+// mapsLine is one line of /proc/PID/maps.
+type mapsLine struct {
+	Start, Limit, Offset uint64
+	Perms                string
+	Dev                  uint64 // makedev(major, minor) in the kernel's encoding for stat
+	Inode                uint64
+	Path                 string
+}
+
+// parseMaps reads /proc/PID/maps, keeping only executable mappings: only they hold code a stack can return to.
+func parseMaps(r io.Reader) ([]mapsLine, error) {
+	var out []mapsLine
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := sc.Text()
+		if line == "" {
+			continue
+		}
+		m, err := parseMapsLine(line)
+		if err != nil {
+			return nil, fmt.Errorf("maps line %d: %w", n, err)
+		}
+		if strings.Contains(m.Perms, "x") {
+			out = append(out, m)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read maps: %w", err)
+	}
+	return out, nil
+}
+
+// parseMapsLine parses "start-end perms offset major:minor inode   path".
+func parseMapsLine(line string) (mapsLine, error) {
+	var m mapsLine
+	fields := strings.Fields(line)
+	if len(fields) < 5 {
+		return m, fmt.Errorf("%q: want at least 5 fields", line)
+	}
+	lo, hi, ok := strings.Cut(fields[0], "-")
+	if !ok {
+		return m, fmt.Errorf("%q: bad address range", line)
+	}
+	var err error
+	if m.Start, err = strconv.ParseUint(lo, 16, 64); err != nil {
+		return m, fmt.Errorf("%q: start: %w", line, err)
+	}
+	if m.Limit, err = strconv.ParseUint(hi, 16, 64); err != nil {
+		return m, fmt.Errorf("%q: end: %w", line, err)
+	}
+	if m.Limit < m.Start {
+		return m, fmt.Errorf("%q: end before start", line)
+	}
+	m.Perms = fields[1]
+	if m.Offset, err = strconv.ParseUint(fields[2], 16, 64); err != nil {
+		return m, fmt.Errorf("%q: offset: %w", line, err)
+	}
+	major, minor, ok := strings.Cut(fields[3], ":")
+	if !ok {
+		return m, fmt.Errorf("%q: bad device", line)
+	}
+	maj, err1 := strconv.ParseUint(major, 16, 32)
+	mnr, err2 := strconv.ParseUint(minor, 16, 32)
+	if err1 != nil || err2 != nil {
+		return m, fmt.Errorf("%q: bad device", line)
+	}
+	m.Dev = mkdev(maj, mnr)
+	if m.Inode, err = strconv.ParseUint(fields[4], 10, 64); err != nil {
+		return m, fmt.Errorf("%q: inode: %w", line, err)
+	}
+	// Paths may contain spaces; take everything after the fifth column.
+	rest := line
+	for range 5 {
+		rest = strings.TrimLeft(rest, " \t")
+		rest = rest[strings.IndexAny(rest+" ", " \t"):]
+	}
+	m.Path = strings.TrimSpace(rest)
+	return m, nil
+}
+
+// mkdev encodes a device number the way glibc's makedev does, matching stat's st_dev.
+func mkdev(major, minor uint64) uint64 {
+	return (major&0xfffff000)<<32 | (major&0xfff)<<8 | (minor&0xffffff00)<<12 | minor&0xff
+}
