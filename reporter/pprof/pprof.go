@@ -1,0 +1,151 @@
+// Package pprof writes sonde's profiles in the pprof format that `go tool pprof` and most
+// profiling backends read.
+package pprof
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/sonde-profiler/sonde/trace"
+)
+
+// Build merges profiles (one per interval) into one pprof profile spanning all of them.
+func Build(profiles ...*trace.Profile) (*profile.Profile, error) {
+	if len(profiles) == 0 {
+		return nil, fmt.Errorf("no profiles to write")
+	}
+	first, last := profiles[0], profiles[len(profiles)-1]
+	period := first.Period.Nanoseconds()
+	out := &profile.Profile{
+		SampleType: []*profile.ValueType{
+			{Type: "samples", Unit: "count"},
+			{Type: "cpu", Unit: "nanoseconds"},
+		},
+		PeriodType:    &profile.ValueType{Type: "cpu", Unit: "nanoseconds"},
+		Period:        period,
+		TimeNanos:     first.Start.UnixNano(),
+		DurationNanos: last.End.Sub(first.Start).Nanoseconds(),
+	}
+	b := builder{out: out, mappings: map[mappingKey]*profile.Mapping{}, functions: map[trace.Line]*profile.Function{}}
+	for _, p := range profiles {
+		locs := make(map[*trace.Location]*profile.Location, len(p.Locations))
+		for _, s := range p.Samples {
+			ps := &profile.Sample{
+				Value:    []int64{s.Count, s.Count * period},
+				Location: make([]*profile.Location, len(s.Locations)),
+				Label: map[string][]string{
+					"thread_name":  {s.ThreadName},
+					"process_name": {s.Process.Name},
+				},
+				NumLabel: map[string][]int64{
+					"pid": {int64(s.Process.PID)},
+					"tid": {int64(s.TID)},
+				},
+			}
+			for i, l := range s.Locations {
+				pl, ok := locs[l]
+				if !ok {
+					pl = b.location(l)
+					locs[l] = pl
+				}
+				ps.Location[i] = pl
+			}
+			out.Sample = append(out.Sample, ps)
+		}
+	}
+	if err := out.CheckValid(); err != nil {
+		return nil, fmt.Errorf("build pprof profile: %w", err)
+	}
+	return out, nil
+}
+
+// Write writes profiles as one gzip-compressed pprof profile.
+func Write(w io.Writer, profiles ...*trace.Profile) error {
+	p, err := Build(profiles...)
+	if err != nil {
+		return err
+	}
+	if err := p.Write(w); err != nil {
+		return fmt.Errorf("write pprof: %w", err)
+	}
+	return nil
+}
+
+// mappingKey identifies a mapping by content: processes and intervals that map the same
+// file at the same place share one pprof mapping.
+type mappingKey struct {
+	start, limit, offset uint64
+	path, buildID        string
+}
+
+type builder struct {
+	out       *profile.Profile
+	mappings  map[mappingKey]*profile.Mapping
+	functions map[trace.Line]*profile.Function
+}
+
+func buildID(f *trace.File) string {
+	switch {
+	case f == nil:
+		return ""
+	case f.GNUBuildID != "":
+		return f.GNUBuildID
+	case f.GoBuildID != "":
+		return f.GoBuildID
+	default:
+		return f.HTLHash
+	}
+}
+
+func (b *builder) mapping(m *trace.Mapping) *profile.Mapping {
+	k := mappingKey{start: m.Start, limit: m.Limit, offset: m.Offset, path: m.Path, buildID: buildID(m.File)}
+	if pm, ok := b.mappings[k]; ok {
+		return pm
+	}
+	pm := &profile.Mapping{
+		ID:      uint64(len(b.out.Mapping) + 1),
+		Start:   m.Start,
+		Limit:   m.Limit,
+		Offset:  m.Offset,
+		File:    m.Path,
+		BuildID: k.buildID,
+	}
+	b.mappings[k] = pm
+	b.out.Mapping = append(b.out.Mapping, pm)
+	return pm
+}
+
+func (b *builder) location(l *trace.Location) *profile.Location {
+	pl := &profile.Location{ID: uint64(len(b.out.Location) + 1), Address: l.Address}
+	if l.Mapping != nil {
+		pl.Mapping = b.mapping(l.Mapping)
+		if len(l.Lines) > 0 {
+			pl.Mapping.HasFunctions = true
+			pl.Mapping.HasFilenames = pl.Mapping.HasFilenames || l.Lines[0].File != ""
+			pl.Mapping.HasLineNumbers = pl.Mapping.HasLineNumbers || l.Lines[0].Line != 0
+		}
+	}
+	for _, line := range l.Lines {
+		pl.Line = append(pl.Line, profile.Line{Function: b.function(line), Line: line.Line})
+	}
+	b.out.Location = append(b.out.Location, pl)
+	return pl
+}
+
+func (b *builder) function(line trace.Line) *profile.Function {
+	key := trace.Line{Function: line.Function, SystemName: line.SystemName, File: line.File}
+	if f, ok := b.functions[key]; ok {
+		return f
+	}
+	f := &profile.Function{
+		ID:         uint64(len(b.out.Function) + 1),
+		Name:       line.Function,
+		SystemName: line.SystemName,
+		Filename:   line.File,
+	}
+	b.functions[key] = f
+	b.out.Function = append(b.out.Function, f)
+	return f
+}
