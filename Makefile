@@ -1,0 +1,34 @@
+# sonde: see README.md. `make run` profiles this host; `make test` runs every test.
+GO          ?= go
+VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS     := -X main.version=$(VERSION)
+RUN_SECONDS ?= 30
+
+.PHONY: build generate test run bench lint check-generated clean
+
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/sonde ./cmd/agent
+
+# Regenerates the BPF objects and their Go bindings with the pinned bpf2go and clang-16.
+generate:
+	cd bpf && $(GO) generate ./...
+
+# Fails when the committed BPF objects differ from what the sources generate.
+check-generated: generate
+	git diff --exit-code -- bpf/ || { echo "bpf objects are stale: run 'make generate' and commit"; exit 1; }
+
+test: build
+	$(GO) test -count=1 ./...
+
+run: build
+	bin/sonde --duration $(RUN_SECONDS)s --output profile.pb.gz
+
+bench: build
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
+
+lint:
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+clean:
+	rm -rf bin profile.pb.gz

@@ -1,0 +1,59 @@
+// Command sonde is a continuous CPU profiler: it samples stacks with eBPF and writes
+// profiles for one process or the whole host.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/sonde-profiler/sonde/bpf"
+)
+
+// version is set at build time by the Makefile.
+var version = "dev"
+
+func main() {
+	os.Exit(runMain(os.Args[1:]))
+}
+
+func runMain(args []string) int {
+	cfg, err := parseConfig(args, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sonde: %v\nRun 'sonde --help' for usage.\n", err)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg, log); err != nil {
+		fmt.Fprintf(os.Stderr, "sonde: %s\n", explain(err))
+		var uerr usageError
+		if errors.As(err, &uerr) {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
+
+// explain turns missing kernel features and privileges into one sentence saying how to fix them.
+func explain(err error) string {
+	switch {
+	case errors.Is(err, bpf.ErrPermission):
+		return "sonde needs root, or the capabilities CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE, to load its BPF programs and read other processes' memory maps: run it with sudo (" + err.Error() + ")"
+	case errors.Is(err, bpf.ErrNoBPF):
+		return "this kernel lacks the BPF support sonde needs (BPF ring buffers and perf_event programs: Linux 5.8 or later built with CONFIG_BPF_SYSCALL and CONFIG_BPF_EVENTS): " + err.Error()
+	default:
+		return err.Error()
+	}
+}
