@@ -4,23 +4,22 @@ go 1.26.8
 
 require (
 	github.com/cilium/ebpf v0.22.0
+	github.com/google/pprof v0.0.0-20260906184651-6331bc6350fe
+	github.com/ianlancetaylor/demangle v0.0.0-20250417193237-f615e6bd150b
+	go.opentelemetry.io/proto/otlp v1.11.0
+	go.opentelemetry.io/proto/otlp/collector/profiles/v1development v0.4.0
+	go.opentelemetry.io/proto/otlp/profiles/v1development v0.4.0
 	golang.org/x/sys v0.47.0
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260720211330-0afa2a65878a
+	google.golang.org/grpc v1.82.1
+	google.golang.org/protobuf v1.36.11
 )
 
 require (
-	github.com/chzyer/readline v1.5.1 // indirect
-	github.com/google/pprof v0.0.0-20260906184651-6331bc6350fe // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.29.0 // indirect
-	github.com/ianlancetaylor/demangle v0.0.0-20250417193237-f615e6bd150b // indirect
-	go.opentelemetry.io/proto/otlp v1.11.0 // indirect
-	go.opentelemetry.io/proto/otlp/collector/profiles/v1development v0.4.0 // indirect
-	go.opentelemetry.io/proto/otlp/profiles/v1development v0.4.0 // indirect
 	golang.org/x/net v0.57.0 // indirect
 	golang.org/x/text v0.40.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260720211330-0afa2a65878a // indirect
-	google.golang.org/genproto/googleapis/rpc v0.0.0-20260720211330-0afa2a65878a // indirect
-	google.golang.org/grpc v1.82.1 // indirect
-	google.golang.org/protobuf v1.36.11 // indirect
 )
 
 tool github.com/cilium/ebpf/cmd/bpf2go

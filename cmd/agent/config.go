@@ -79,7 +79,9 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	if c.pids, err = parsePIDs(pids); err != nil {
 		return nil, usageError{err}
 	}
-	if c.frequency == 0 {
+	frequencySet := false
+	fs.Visit(func(f *flag.Flag) { frequencySet = frequencySet || f.Name == "frequency" })
+	if !frequencySet {
 		c.frequency = defaultFrequency(c.pids)
 	}
 	if err := checkFrequency(c.frequency); err != nil {

@@ -1,0 +1,275 @@
+package symbolize
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sonde-profiler/sonde/trace"
+)
+
+const pageMask = 0xfff
+
+// mapText maps the executable segment of bin at base the way the loader would and
+// returns the mapping and the runtime address of each function of bin.
+func mapText(t *testing.T, bin string, base uint64, file *trace.File) (*trace.Mapping, map[string]uint64) {
+	t.Helper()
+	addrs := map[string]uint64{}
+	var text loadHeader
+	for _, s := range nmSymbols(t, bin) {
+		if s.name == "exported_fn" {
+			_, text = fileOffsetOf(t, readelfLoads(t, bin), s.addr)
+		}
+		addrs[s.name] = base + s.addr
+	}
+	if text.filesz == 0 {
+		t.Fatal("exported_fn not found")
+	}
+	start := base + text.vaddr&^pageMask
+	return &trace.Mapping{
+		Start:  start,
+		Limit:  (base + text.vaddr + text.filesz + pageMask) &^ pageMask,
+		Offset: text.off &^ pageMask,
+		Path:   bin,
+		File:   file,
+	}, addrs
+}
+
+func writeKallsyms(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kallsyms")
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestSymbolizer(t *testing.T) {
+	bin := buildC(t, testProgram, pieArgs...)
+	const base = 0x5555_5555_0000
+	file := trace.NewFile(trace.FileKey{Dev: 1, Inode: 2}, bin, bin)
+	m, addrs := mapText(t, bin, base, file)
+	missingPath := filepath.Join(t.TempDir(), "gone.so")
+	missing := &trace.Mapping{
+		Start: 0x7f00_0000_0000, Limit: 0x7f00_0001_0000, Path: missingPath,
+		File: trace.NewFile(trace.FileKey{Dev: 1, Inode: 3}, missingPath, missingPath),
+	}
+
+	exported := &trace.Location{Kind: trace.FrameNative, Address: addrs["exported_fn"] + 3, Mapping: m}
+	helper := &trace.Location{Kind: trace.FrameNative, Address: addrs["helper"], Mapping: m}
+	inMissing := &trace.Location{Kind: trace.FrameNative, Address: missing.Start + 0x10, Mapping: missing}
+	// The end of the mapped page is past the segment's file contents.
+	padding := &trace.Location{Kind: trace.FrameNative, Address: m.Limit - 1, Mapping: m}
+	anonymous := &trace.Location{Kind: trace.FrameNative, Address: 0x1234}
+	kernel := &trace.Location{Kind: trace.FrameKernel, Address: 0xffffffff81002110}
+	named := &trace.Location{Kind: trace.FrameNative, Address: addrs["leaf"], Mapping: m,
+		Lines: []trace.Line{{Function: "already"}}}
+
+	s := New(Options{KallsymsPath: writeKallsyms(t, testKallsyms)})
+	p := &trace.Profile{Locations: []*trace.Location{exported, helper, inMissing, padding, anonymous, kernel, named, nil}}
+	errs := s.Symbolize(p)
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), missingPath) {
+		t.Fatalf("errors = %v, want one naming %s", errs, missingPath)
+	}
+	for _, tc := range []struct {
+		loc  *trace.Location
+		want string
+	}{
+		{exported, "exported_fn"},
+		{helper, "helper"},
+		{inMissing, ""},
+		{padding, ""},
+		{anonymous, ""},
+		{kernel, "schedule"},
+		{named, "already"},
+	} {
+		var got string
+		if len(tc.loc.Lines) > 0 {
+			got = tc.loc.Lines[0].Function
+		}
+		if got != tc.want || len(tc.loc.Lines) > 1 {
+			t.Errorf("location %#x: lines %+v, want %q", tc.loc.Address, tc.loc.Lines, tc.want)
+		}
+	}
+	if got := exported.Lines[0].SystemName; got != "exported_fn" {
+		t.Errorf("SystemName = %q", got)
+	}
+
+	// A later profile meets the same files: nothing is read again, nothing reported again.
+	again := &trace.Location{Kind: trace.FrameNative, Address: missing.Start + 0x20, Mapping: missing}
+	leaf := &trace.Location{Kind: trace.FrameNative, Address: addrs["leaf"] + 1, Mapping: m}
+	if errs := s.Symbolize(&trace.Profile{Locations: []*trace.Location{again, leaf}}); len(errs) != 0 {
+		t.Errorf("second Symbolize: errors %v, want none", errs)
+	}
+	if len(leaf.Lines) != 1 || leaf.Lines[0].Function != "leaf" {
+		t.Errorf("leaf: lines %+v", leaf.Lines)
+	}
+	want := Stats{FilesLoaded: 1, FilesFailed: 1, LocationsNamed: 4, LocationsUnnamed: 4}
+	if got := s.Stats(); got != want {
+		t.Errorf("Stats() = %+v, want %+v", got, want)
+	}
+}
+
+func TestSymbolizerKallsymsReload(t *testing.T) {
+	path := writeKallsyms(t, testKallsyms)
+	s := New(Options{KallsymsPath: path})
+	now := time.Unix(1000, 0)
+	s.now = func() time.Time { return now }
+	const newModule = 0xffffffffc0b00010
+	symbolize := func(addr uint64) (string, []error) {
+		loc := &trace.Location{Kind: trace.FrameKernel, Address: addr}
+		errs := s.Symbolize(&trace.Profile{Locations: []*trace.Location{loc}})
+		if len(loc.Lines) == 0 {
+			return "", errs
+		}
+		return loc.Lines[0].Function, errs
+	}
+
+	if name, errs := symbolize(newModule); name != "" || errs != nil {
+		t.Fatalf("before the module loads: %q, %v", name, errs)
+	}
+	if err := os.WriteFile(path, []byte(testKallsyms+"ffffffffc0b00000 t nf_hook_slow\t[nf_tables]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(kallsymsReloadInterval - time.Second)
+	if name, _ := symbolize(newModule); name != "" {
+		t.Fatalf("reread kallsyms %v after the last read", kallsymsReloadInterval-time.Second)
+	}
+	now = now.Add(time.Second)
+	if name, _ := symbolize(newModule); name != "nf_hook_slow" {
+		t.Fatalf("after %v: %q, want a reread to find nf_hook_slow", kallsymsReloadInterval, name)
+	}
+
+	// A reread that fails keeps the old symbols and reports once.
+	if err := os.WriteFile(path, []byte("0000000000000000 T _stext\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(kallsymsReloadInterval)
+	if _, errs := symbolize(0x10); len(errs) != 1 || !errors.Is(errs[0], ErrKernelAddressesHidden) {
+		t.Fatalf("errors = %v, want ErrKernelAddressesHidden", errs)
+	}
+	now = now.Add(kallsymsReloadInterval)
+	if _, errs := symbolize(0x10); len(errs) != 0 {
+		t.Fatalf("errors = %v, want the failure reported only once", errs)
+	}
+	if name, _ := symbolize(newModule); name != "nf_hook_slow" {
+		t.Fatalf("after a failed reread: %q, want the symbols read before", name)
+	}
+}
+
+func TestSymbolizerKernelHidden(t *testing.T) {
+	s := New(Options{KallsymsPath: writeKallsyms(t, "0000000000000000 T _stext\n")})
+	loc := &trace.Location{Kind: trace.FrameKernel, Address: 0xffffffff81000000}
+	errs := s.Symbolize(&trace.Profile{Locations: []*trace.Location{loc, loc}})
+	if len(errs) != 1 || !errors.Is(errs[0], ErrKernelAddressesHidden) {
+		t.Fatalf("errors = %v, want ErrKernelAddressesHidden once", errs)
+	}
+	if len(loc.Lines) != 0 {
+		t.Errorf("lines %+v, want none", loc.Lines)
+	}
+}
+
+func TestNamedLineDemangles(t *testing.T) {
+	for _, tc := range []struct{ raw, want string }{
+		{"_ZN2ns5Klass6methodEi", "ns::Klass::method(int)"},
+		{"_ZN4core3fmt5write17h0123456789abcdefE", "core::fmt::write"},
+		{"_RNvCs1234_7mycrate3foo", "mycrate::foo"},
+		{"runtime.mallocgc", "runtime.mallocgc"},
+		{"do_syscall_64", "do_syscall_64"},
+	} {
+		l := namedLine(tc.raw)
+		if len(l) != 1 || l[0].Function != tc.want || l[0].SystemName != tc.raw {
+			t.Errorf("namedLine(%q) = %+v, want Function %q", tc.raw, l, tc.want)
+		}
+	}
+}
+
+func BenchmarkLookup(b *testing.B) {
+	bin := buildC(b, testProgram, pieArgs...)
+	syms := readELFFile(b, bin)
+	var offs []uint64
+	for _, s := range nmSymbols(b, bin) {
+		if s.typ == 'T' || s.typ == 't' {
+			off, ok := fileOffsetFromELF(syms, s.addr)
+			if !ok {
+				b.Fatalf("no file offset for %s", s.name)
+			}
+			offs = append(offs, off+1)
+		}
+	}
+	file := trace.NewFile(trace.FileKey{Dev: 1, Inode: 2}, bin, bin)
+	// Mapping the whole file at base makes runtime address = base + file offset.
+	const base = 0x5555_5555_0000
+	m := &trace.Mapping{Start: base, Limit: base + 1<<20, File: file}
+	locs := make([]*trace.Location, len(offs))
+	for i, off := range offs {
+		locs[i] = &trace.Location{Kind: trace.FrameNative, Address: base + off, Mapping: m}
+	}
+	p := &trace.Profile{Locations: locs[:1]}
+	s := New(Options{})
+	if errs := s.Symbolize(p); errs != nil {
+		b.Fatal(errs)
+	}
+
+	b.Run("table", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			if _, ok := syms.LookupFileOffset(offs[i]); !ok {
+				b.Fatal("miss")
+			}
+			i = (i + 1) % len(offs)
+		}
+	})
+	// A table the size of a large C++ binary's, probed at random, is closer to what a
+	// real profile costs than the test program's dozen symbols.
+	b.Run("table-100k", func(b *testing.B) {
+		const n = 100_000
+		big := make([]Symbol, n)
+		for i := range big {
+			big[i] = Symbol{Name: fmt.Sprintf("fn_%d", i), Value: 0x1000 + uint64(i)*64, Size: 48}
+		}
+		tab := NewSymbolTable(big)
+		r := rand.New(rand.NewPCG(1, 2))
+		addrs := make([]uint64, 4096)
+		for i := range addrs {
+			addrs[i] = 0x1000 + uint64(r.IntN(n))*64 + 8
+		}
+		i := 0
+		for b.Loop() {
+			if _, ok := tab.Lookup(addrs[i]); !ok {
+				b.Fatal("miss")
+			}
+			i = (i + 1) % len(addrs)
+		}
+	})
+	// The Symbolizer's cost per location, the file already read: includes demangling
+	// and allocating Lines.
+	b.Run("symbolizer", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			loc := locs[i]
+			loc.Lines = nil
+			p.Locations[0] = loc
+			s.Symbolize(p)
+			if len(loc.Lines) == 0 {
+				b.Fatal("miss")
+			}
+			i = (i + 1) % len(locs)
+		}
+	})
+}
+
+// fileOffsetFromELF inverts Vaddr for the benchmark's set-up.
+func fileOffsetFromELF(e *ELFSymbols, vaddr uint64) (uint64, bool) {
+	for _, p := range e.loads {
+		if vaddr >= p.vaddr && vaddr-p.vaddr < p.filesz {
+			return vaddr - p.vaddr + p.off, true
+		}
+	}
+	return 0, false
+}
