@@ -17,8 +17,10 @@ generate:
 check-generated: generate
 	git diff --exit-code -- bpf/ || { echo "bpf objects are stale: run 'make generate' and commit"; exit 1; }
 
+# The e2e module builds a real OpenTelemetry Collector (minutes the first time, cached after).
 test: build
 	$(GO) test -count=1 ./...
+	cd test/e2e && $(GO) test -count=1 -timeout 30m ./...
 
 run: build
 	bin/sonde --duration $(RUN_SECONDS)s --output profile.pb.gz
@@ -28,6 +30,7 @@ bench: build
 
 lint:
 	$(GO) vet ./...
+	cd test/e2e && $(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 clean:

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sonde-profiler/sonde/reporter/otlp"
 )
 
 // usageError marks errors in how sonde was invoked: they exit with status 2.
@@ -26,6 +28,11 @@ type config struct {
 	logLevel     slog.Level
 	top          int
 	bpfStats     bool
+	interval     time.Duration
+	timestamps   bool
+	// export is set when profiles go to a collector: --otlp-endpoint or the OTEL_* variables name one.
+	export bool
+	otlp   otlp.Config
 }
 
 // outputFormat is how --output is written, chosen by its name.
@@ -33,32 +40,47 @@ type outputFormat int
 
 const (
 	formatPprof outputFormat = iota + 1
+	formatOTLP
 )
 
 func (c *config) outputFormat() (outputFormat, error) {
 	name := strings.ToLower(c.output)
 	switch {
+	case strings.HasSuffix(name, ".otlp.pb"), strings.HasSuffix(name, ".otlp.json"):
+		return formatOTLP, nil
 	case strings.HasSuffix(name, ".pb.gz"), strings.HasSuffix(name, ".pprof"):
 		return formatPprof, nil
 	default:
-		return 0, fmt.Errorf("--output %s: unknown format; name it *.pb.gz or *.pprof (gzip pprof)", c.output)
+		return 0, fmt.Errorf("--output %s: unknown format; name it *.pb.gz or *.pprof (gzip pprof), *.otlp.pb or *.otlp.json (OTLP profiles)", c.output)
 	}
 }
 
-// parseConfig reads flags; both -flag and --flag work, as with the standard flag package.
-func parseConfig(args []string, stderr io.Writer) (*config, error) {
+// parseConfig reads flags and the OTEL_* environment (through getenv); flags win. Both
+// -flag and --flag work, as with the standard flag package.
+func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
 	c := &config{}
+	var err error
+	if c.otlp, err = otlp.ConfigFromEnv(getenv); err != nil {
+		return nil, usageError{err}
+	}
+	envEndpoint := getenv("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != ""
 	fs := flag.NewFlagSet("sonde", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var pids, logLevel string
 	fs.StringVar(&pids, "pid", "", "profile only these processes (`PID[,PID...]`); filtered in the kernel")
 	fs.IntVar(&c.frequency, "frequency", 0, "samples per second per CPU (`HZ`) (default 19 host-wide, 199 with --pid)")
 	fs.DurationVar(&c.duration, "duration", 0, "stop after this long (0: run until SIGINT or SIGTERM)")
-	fs.StringVar(&c.output, "output", "", "write the whole run to `FILE` when sonde stops: .pb.gz or .pprof (gzip pprof)")
+	fs.StringVar(&c.output, "output", "", "write the whole run to `FILE` when sonde stops: .pb.gz or .pprof (gzip pprof), .otlp.pb or .otlp.json (OTLP profiles)")
 	fs.BoolVar(&c.kernelStacks, "kernel-stacks", true, "record kernel stacks too")
 	fs.StringVar(&logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.IntVar(&c.top, "top", 15, "print the `N` hottest functions at exit (0: none)")
 	fs.BoolVar(&c.bpfStats, "bpf-stats", false, "measure the BPF program's run time and report ns per sample at exit")
+	fs.DurationVar(&c.interval, "interval", 10*time.Second, "how often collected samples are symbolized and sent (±10% jitter)")
+	fs.BoolVar(&c.timestamps, "timestamps", false, "send each sample's time, not only counts per stack")
+	var endpoint string
+	fs.StringVar(&endpoint, "otlp-endpoint", "", "send OTLP profiles over gRPC to this collector (`host:port`, or https://, http://); default from OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT")
+	fs.BoolVar(&c.otlp.Insecure, "otlp-insecure", c.otlp.Insecure, "send to the collector in plaintext instead of TLS")
+	fs.IntVar(&c.otlp.QueueSize, "otlp-queue", c.otlp.QueueSize, "intervals kept while the collector is unreachable; beyond this the oldest are dropped")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: sonde [flags]\n\nsonde samples CPU stacks with eBPF and writes profiles.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -72,10 +94,19 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	if fs.NArg() > 0 {
 		return nil, usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
 	}
+	if endpoint != "" {
+		c.otlp.Endpoint = endpoint
+	}
+	c.export = endpoint != "" || envEndpoint
+	if c.interval < 100*time.Millisecond {
+		return nil, usageError{fmt.Errorf("--interval %v: must be at least 100ms", c.interval)}
+	}
+	if c.otlp.QueueSize < 1 {
+		return nil, usageError{fmt.Errorf("--otlp-queue %d: must be at least 1", c.otlp.QueueSize)}
+	}
 	if err := c.logLevel.UnmarshalText([]byte(logLevel)); err != nil {
 		return nil, usageError{fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)}
 	}
-	var err error
 	if c.pids, err = parsePIDs(pids); err != nil {
 		return nil, usageError{err}
 	}

@@ -5,26 +5,61 @@ import (
 	"io"
 	"slices"
 	"testing"
+	"time"
 )
 
 func errAs[T any](err error, target *T) bool { return errors.As(err, target) }
 
+func noEnv(string) string { return "" }
+
+func TestParseConfigOTLP(t *testing.T) {
+	c, err := parseConfig(nil, noEnv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.export || c.interval != 10*time.Second || c.timestamps {
+		t.Errorf("export must be off without an endpoint: %+v", c)
+	}
+	env := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4317", "OTEL_EXPORTER_OTLP_INSECURE": "true"}
+	c, err = parseConfig([]string{"--interval", "2s", "--timestamps", "--output", "run.otlp.json"}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.export || c.otlp.Endpoint != "collector:4317" || !c.otlp.Insecure || c.interval != 2*time.Second || !c.timestamps {
+		t.Errorf("from the environment: %+v", c)
+	}
+	if f, _ := c.outputFormat(); f != formatOTLP {
+		t.Errorf("run.otlp.json format %v", f)
+	}
+	c, err = parseConfig([]string{"--otlp-endpoint", "127.0.0.1:9999", "--otlp-insecure=false"}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.otlp.Endpoint != "127.0.0.1:9999" || c.otlp.Insecure {
+		t.Errorf("flags must win over the environment: %+v", c.otlp)
+	}
+	bad := func(k string) string { return map[string]string{"OTEL_EXPORTER_OTLP_TIMEOUT": "soon"}[k] }
+	if _, err := parseConfig(nil, bad, io.Discard); err == nil {
+		t.Error("malformed OTEL_EXPORTER_OTLP_TIMEOUT accepted")
+	}
+}
+
 func TestParseConfigDefaults(t *testing.T) {
-	c, err := parseConfig(nil, io.Discard)
+	c, err := parseConfig(nil, noEnv, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.frequency != 19 || !c.kernelStacks || c.duration != 0 || c.top != 15 || len(c.pids) != 0 {
 		t.Errorf("host-wide defaults: %+v", c)
 	}
-	c, err = parseConfig([]string{"--pid", "1,2", "-duration", "5s"}, io.Discard)
+	c, err = parseConfig([]string{"--pid", "1,2", "-duration", "5s"}, noEnv, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.frequency != 199 || !slices.Equal(c.pids, []uint32{1, 2}) || c.duration.Seconds() != 5 {
 		t.Errorf("--pid defaults: %+v", c)
 	}
-	c, err = parseConfig([]string{"--pid", "1", "--frequency", "49", "--kernel-stacks=false", "--output", "x.pprof"}, io.Discard)
+	c, err = parseConfig([]string{"--pid", "1", "--frequency", "49", "--kernel-stacks=false", "--output", "x.pprof"}, noEnv, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,8 +72,9 @@ func TestParseConfigErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"--frequency", "0"}, {"--frequency", "100000000"}, {"--pid", "0"}, {"--pid", "1,,2"},
 		{"--duration", "-1s"}, {"--log-level", "loud"}, {"--output", "p.json"}, {"--top", "-1"}, {"stray"},
+		{"--interval", "1ms"}, {"--otlp-queue", "0"},
 	} {
-		_, err := parseConfig(args, io.Discard)
+		_, err := parseConfig(args, noEnv, io.Discard)
 		var uerr usageError
 		if !errors.As(err, &uerr) {
 			t.Errorf("parseConfig(%v) = %v, want a usage error", args, err)

@@ -23,7 +23,7 @@ func main() {
 }
 
 func runMain(args []string) int {
-	cfg, err := parseConfig(args, os.Stderr)
+	cfg, err := parseConfig(args, os.Getenv, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}

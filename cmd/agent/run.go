@@ -4,20 +4,23 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/sonde-profiler/sonde/bpf"
+	"github.com/sonde-profiler/sonde/reporter/otlp"
 	"github.com/sonde-profiler/sonde/reporter/pprof"
 	"github.com/sonde-profiler/sonde/reporter/top"
 	"github.com/sonde-profiler/sonde/symbolize"
 	"github.com/sonde-profiler/sonde/trace"
 )
 
-// run samples until ctx ends, --duration passes or every --pid target exits, then writes
-// what was collected.
+// run samples until ctx ends, --duration passes or every --pid target exits. Every
+// interval it symbolizes what was collected and hands it to the exporter; at the end it
+// writes --output and prints the top table.
 func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	if err := checkPIDsExist(cfg.pids); err != nil {
 		return usageError{err}
@@ -29,6 +32,18 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 			return usageError{err}
 		}
 		defer out.abort()
+	}
+	resource, err := otlp.ResourceFromEnv(os.Getenv)
+	if err != nil {
+		log.Warn("resource attributes from the environment ignored", "err", err)
+	}
+	encodeOpts := otlp.EncodeOptions{Version: version, Timestamps: cfg.timestamps}
+
+	var exporter *otlp.Exporter
+	if cfg.export {
+		if exporter, err = otlp.New(cfg.otlp, otlp.WithLogger(log), otlp.WithResource(resource), otlp.WithEncodeOptions(encodeOpts)); err != nil {
+			return usageError{err}
+		}
 	}
 
 	sampler, err := bpf.Load(bpf.Config{
@@ -46,15 +61,44 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	if err != nil {
 		log.Debug("kernel build id unavailable", "err", err)
 	}
-	start := time.Now()
 	collector := trace.NewCollector(trace.Config{
-		Period: time.Second / time.Duration(cfg.frequency),
-		Kernel: kernel,
+		Period:         time.Second / time.Duration(cfg.frequency),
+		Kernel:         kernel,
+		KeepTimestamps: cfg.timestamps,
 		OnFileError: func(path string, err error) {
 			log.Info("cannot identify mapped file; its frames keep addresses only", "file", path, "err", err)
 		},
-	}, start)
-	log.Info("sampling", "frequency_hz", cfg.frequency, "pids", cfg.pids, "duration", cfg.duration, "version", version)
+	}, time.Now())
+	symbolizer := symbolize.New(symbolize.Options{})
+	table := top.NewTable()
+	var kept []*trace.Profile // the whole run, for --output
+	deliver := func(p *trace.Profile) {
+		if len(p.Samples) == 0 {
+			return
+		}
+		for _, err := range symbolizer.Symbolize(p) {
+			log.Info("cannot symbolize; frames keep addresses and build ids", "err", err)
+		}
+		table.Add(p)
+		if out != nil {
+			kept = append(kept, p)
+		}
+		if exporter != nil {
+			exporter.EnqueueProfiles(p)
+		}
+	}
+	log.Info("sampling", "frequency_hz", cfg.frequency, "pids", cfg.pids, "duration", cfg.duration,
+		"otlp_endpoint", exportTarget(cfg), "interval", cfg.interval, "version", version)
+
+	// The exporter outlives sampling so the last interval can still be sent.
+	exportCtx, stopExport := context.WithCancel(context.Background())
+	defer stopExport()
+	exportDone := make(chan error, 1)
+	if exporter != nil {
+		go func() { exportDone <- exporter.Run(exportCtx) }()
+	} else {
+		exportDone <- nil
+	}
 
 	if cfg.duration > 0 {
 		var cancel context.CancelFunc
@@ -69,32 +113,74 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	})
 	var wg sync.WaitGroup
 	wg.Go(func() { watchCounters(ctx, sampler, log) })
-	runErr := sampler.Run(ctx, sink)
+	sampled := make(chan error, 1)
+	go func() { sampled <- sampler.Run(ctx, sink) }()
+
+	var runErr error
+	timer := time.NewTimer(jittered(cfg.interval))
+	for done := false; !done; {
+		select {
+		case <-timer.C:
+			deliver(collector.Flush(time.Now()))
+			timer.Reset(jittered(cfg.interval))
+		case runErr = <-sampled:
+			done = true
+		}
+	}
+	timer.Stop()
 	cancel()
 	wg.Wait()
 	if runErr != nil {
-		log.Error("sampling stopped early; writing what was collected", "err", runErr)
+		log.Error("sampling stopped early; reporting what was collected", "err", runErr)
 	}
-
-	profile := collector.Flush(time.Now())
-	symbolizer := symbolize.New(symbolize.Options{})
-	for _, err := range symbolizer.Symbolize(profile) {
-		log.Info("cannot symbolize; frames keep addresses and build ids", "err", err)
+	deliver(collector.Flush(time.Now()))
+	stopExport()
+	if err := <-exportDone; err != nil {
+		log.Warn("collector did not take every interval before exit", "err", err)
 	}
-	logSummary(log, sampler, collector, symbolizer, cfg.bpfStats)
+	logSummary(log, sampler, collector, symbolizer, exporter, cfg.bpfStats)
 
 	if out != nil {
-		if err := out.commit(func(f *os.File) error { return pprof.Write(f, profile) }); err != nil {
+		if err := writeOutput(out, cfg, kept, resource, encodeOpts); err != nil {
 			return err
 		}
-		log.Info("wrote profile", "file", cfg.output, "samples", profile.TotalCount())
+		log.Info("wrote profile", "file", cfg.output)
 	}
 	if cfg.top > 0 {
-		if err := top.Print(os.Stdout, cfg.top, profile); err != nil {
+		if err := table.Print(os.Stdout, cfg.top); err != nil {
 			return fmt.Errorf("print top table: %w", err)
 		}
 	}
 	return runErr
+}
+
+func exportTarget(cfg *config) string {
+	if !cfg.export {
+		return "none"
+	}
+	return cfg.otlp.Endpoint
+}
+
+// jittered spreads intervals by ±10% so a fleet of agents started together does not
+// report in lockstep.
+func jittered(d time.Duration) time.Duration {
+	return d + time.Duration((rand.Float64()*0.2-0.1)*float64(d))
+}
+
+func writeOutput(out *pendingFile, cfg *config, profiles []*trace.Profile, resource otlp.Resource, opts otlp.EncodeOptions) error {
+	if len(profiles) == 0 {
+		return fmt.Errorf("write %s: no samples were collected", cfg.output)
+	}
+	format, err := cfg.outputFormat()
+	if err != nil {
+		return err
+	}
+	return out.commit(func(f *os.File) error {
+		if format == formatOTLP {
+			return otlp.WriteFile(f.Name(), otlp.Encode(profiles, resource, opts))
+		}
+		return pprof.Write(f, profiles...)
+	})
 }
 
 // sampleSink feeds kernel records to the collector and notices when every target exited.
@@ -154,7 +240,7 @@ func watchCounters(ctx context.Context, s *bpf.Sampler, log *slog.Logger) {
 	}
 }
 
-func logSummary(log *slog.Logger, s *bpf.Sampler, c *trace.Collector, sym *symbolize.Symbolizer, bpfStats bool) {
+func logSummary(log *slog.Logger, s *bpf.Sampler, c *trace.Collector, sym *symbolize.Symbolizer, exp *otlp.Exporter, bpfStats bool) {
 	attrs := []any{}
 	if kc, err := s.Counters(); err == nil {
 		attrs = append(attrs, "kernel_samples", kc.Samples, "ring_buffer_full", kc.RingBufferFull,
@@ -165,6 +251,11 @@ func logSummary(log *slog.Logger, s *bpf.Sampler, c *trace.Collector, sym *symbo
 	attrs = append(attrs, "samples", cs.Samples, "unresolved_frames", cs.UnresolvedFrames, "maps_errors", cs.MapsErrors,
 		"files_unidentified", cs.FileErrors, "symbol_files", ss.FilesLoaded, "symbol_files_failed", ss.FilesFailed,
 		"locations_named", ss.LocationsNamed, "locations_unnamed", ss.LocationsUnnamed)
+	if exp != nil {
+		es := exp.Stats()
+		attrs = append(attrs, "otlp_sent_requests", es.SentRequests, "otlp_sent_samples", es.SentSamples,
+			"otlp_dropped_intervals", es.DroppedIntervals, "otlp_failed_attempts", es.FailedAttempts)
+	}
 	if bpfStats {
 		if ps, err := s.ProgramStats(); err == nil && ps.Runs > 0 {
 			attrs = append(attrs, "bpf_runs", ps.Runs, "bpf_ns_per_run", ps.Runtime.Nanoseconds()/int64(ps.Runs))
@@ -181,7 +272,8 @@ type pendingFile struct {
 }
 
 func createPending(path string) (*pendingFile, error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	// The name keeps its extension last: writers choose the format by it.
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp*-"+filepath.Base(path))
 	if err != nil {
 		return nil, fmt.Errorf("--output %s: cannot write there: %w", path, err)
 	}

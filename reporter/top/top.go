@@ -18,42 +18,65 @@ type Row struct {
 	Self, Cum int64
 }
 
-// Rows ranks functions by self samples, then cumulative, then name.
-func Rows(profiles ...*trace.Profile) (rows []Row, total int64) {
-	byName := map[string]*Row{}
-	row := func(name string) *Row {
-		r, ok := byName[name]
-		if !ok {
-			r = &Row{Name: name}
-			byName[name] = r
-		}
-		return r
+// Table accumulates per-function counts over any number of intervals; its memory grows
+// with the number of distinct functions, not with samples or intervals.
+type Table struct {
+	byName     map[string]*Row
+	total      int64
+	period     time.Duration
+	start, end time.Time
+	seen       map[string]bool
+}
+
+// NewTable returns an empty table.
+func NewTable() *Table {
+	return &Table{byName: map[string]*Row{}, seen: map[string]bool{}}
+}
+
+// Add counts a profile's samples.
+func (t *Table) Add(p *trace.Profile) {
+	if t.start.IsZero() || p.Start.Before(t.start) {
+		t.start = p.Start
 	}
-	seen := map[string]bool{}
-	for _, p := range profiles {
-		for _, s := range p.Samples {
-			total += s.Count
-			clear(seen)
-			for i, l := range s.Locations {
-				for j, name := range frameNames(l) {
-					if i == 0 && j == 0 {
-						row(name).Self += s.Count
-					}
-					if !seen[name] {
-						seen[name] = true
-						row(name).Cum += s.Count
-					}
+	if p.End.After(t.end) {
+		t.end = p.End
+	}
+	t.period = p.Period
+	for _, s := range p.Samples {
+		t.total += s.Count
+		clear(t.seen)
+		for i, l := range s.Locations {
+			for j, name := range frameNames(l) {
+				if i == 0 && j == 0 {
+					t.row(name).Self += s.Count
+				}
+				if !t.seen[name] {
+					t.seen[name] = true
+					t.row(name).Cum += s.Count
 				}
 			}
 		}
 	}
-	for _, r := range byName {
+}
+
+func (t *Table) row(name string) *Row {
+	r, ok := t.byName[name]
+	if !ok {
+		r = &Row{Name: name}
+		t.byName[name] = r
+	}
+	return r
+}
+
+// Rows ranks functions by self samples, then cumulative, then name.
+func (t *Table) Rows() (rows []Row, total int64) {
+	for _, r := range t.byName {
 		rows = append(rows, *r)
 	}
 	slices.SortFunc(rows, func(a, b Row) int {
 		return cmp.Or(cmp.Compare(b.Self, a.Self), cmp.Compare(b.Cum, a.Cum), cmp.Compare(a.Name, b.Name))
 	})
-	return rows, total
+	return rows, t.total
 }
 
 // frameNames names a location's frames innermost first; unnamed code shows its address and file.
@@ -72,15 +95,14 @@ func frameNames(l *trace.Location) []string {
 }
 
 // Print writes the n functions with the most self samples.
-func Print(w io.Writer, n int, profiles ...*trace.Profile) error {
-	rows, total := Rows(profiles...)
+func (t *Table) Print(w io.Writer, n int) error {
+	rows, total := t.Rows()
 	if total == 0 {
 		_, err := fmt.Fprintln(w, "no samples")
 		return err
 	}
-	first, last := profiles[0], profiles[len(profiles)-1]
-	cpu := time.Duration(total) * first.Period
-	fmt.Fprintf(w, "%d samples (%.2fs of CPU) over %.1fs\n", total, cpu.Seconds(), last.End.Sub(first.Start).Seconds())
+	cpu := time.Duration(total) * t.period
+	fmt.Fprintf(w, "%d samples (%.2fs of CPU) over %.1fs\n", total, cpu.Seconds(), t.end.Sub(t.start).Seconds())
 	fmt.Fprintf(w, "%7s %7s  %s\n", "self%", "cum%", "function")
 	for _, r := range rows[:min(n, len(rows))] {
 		pct := func(v int64) float64 { return 100 * float64(v) / float64(total) }

@@ -25,7 +25,9 @@ func TestRowsSelfAndCumulative(t *testing.T) {
 		{Count: 3, Locations: []*trace.Location{inl, recursive, main}},
 		{Count: 1, Locations: []*trace.Location{unnamed, main}},
 	}}
-	rows, total := Rows(p)
+	table := NewTable()
+	table.Add(p)
+	rows, total := table.Rows()
 	if total != 10 {
 		t.Fatalf("total %d", total)
 	}
@@ -49,7 +51,7 @@ func TestRowsSelfAndCumulative(t *testing.T) {
 		t.Errorf("order: %v", rows)
 	}
 	var out strings.Builder
-	if err := Print(&out, 2, p); err != nil {
+	if err := table.Print(&out, 2); err != nil {
 		t.Fatal(err)
 	}
 	text := out.String()

@@ -1,0 +1,527 @@
+package otlp
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"io"
+	"path/filepath"
+
+	collectorpb "go.opentelemetry.io/proto/otlp/collector/profiles/v1development"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	profilespb "go.opentelemetry.io/proto/otlp/profiles/v1development"
+	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
+
+	"github.com/sonde-profiler/sonde/trace"
+)
+
+// ScopeName is the instrumentation scope of every profile sonde sends.
+const ScopeName = "sonde"
+
+// Attribute keys, from the OpenTelemetry semantic conventions.
+const (
+	keyHostName       = "host.name"
+	keyHostID         = "host.id"
+	keyOSType         = "os.type"
+	keyProcessPID     = "process.pid"
+	keyExecutableName = "process.executable.name"
+	keyExecutablePath = "process.executable.path"
+	keyContainerID    = "container.id"
+	keyThreadName     = "thread.name"
+	keyThreadID       = "thread.id"
+	keyFrameType      = "profile.frame.type"
+	keyBuildIDGNU     = "process.executable.build_id.gnu"
+	keyBuildIDGo      = "process.executable.build_id.go"
+	keyBuildIDHTLHash = "process.executable.build_id.htlhash"
+)
+
+// EncodeOptions tune Encode.
+type EncodeOptions struct {
+	// Version is sonde's version, sent as the instrumentation scope's version.
+	Version string
+	// Timestamps sends when each sample was taken, not just how many there were.
+	Timestamps bool
+	// Rand supplies profile IDs; crypto/rand when nil. Tests set it to get
+	// reproducible requests.
+	Rand io.Reader
+}
+
+// Encode turns profiles, usually one per interval, into a request: one
+// ResourceProfiles per process, holding one Profile per interval the process was
+// sampled in, all indexing one deduplicated dictionary.
+//
+// Native and Go locations whose mapping has a file carry the address as an offset in
+// that file, not as the runtime address. The OpenTelemetry eBPF profiler also sends
+// file-relative addresses, because symbolizing by build ID needs them and because
+// the same code then has the same address in every process however ASLR moved it;
+// but it sends ELF virtual addresses (pc minus the load bias), where sonde sends
+// file offsets, which need no program headers to compute. The two are equal in the
+// executable segment of PIE executables and shared libraries as GNU ld lays them
+// out; they differ by the image base in non-PIE executables (Go's default: 0x400000
+// on amd64) and in some lld layouts, where a consumer wanting virtual addresses
+// converts through the program headers of the file the build ID names. The runtime
+// address stays recoverable as memory_start + address - file_offset.
+// Kernel frames and frames in anonymous memory keep their runtime address.
+//
+// Samples with timestamps, when opts.Timestamps is set and the sample has one per
+// count, are sent as timestamps only (each standing for a value of 1): the profiles
+// proto requires values and timestamps to be equally long when both are present.
+// Other samples carry their count as their single value.
+func Encode(profiles []*trace.Profile, host Resource, opts EncodeOptions) *collectorpb.ExportProfilesServiceRequest {
+	e := newEncoder(host, opts)
+	for _, p := range profiles {
+		if p != nil {
+			e.addProfile(p)
+		}
+	}
+	return e.req
+}
+
+type encoder struct {
+	opts      EncodeOptions
+	rand      io.Reader
+	hostAttrs []*commonpb.KeyValue
+	req       *collectorpb.ExportProfilesServiceRequest
+	d         *dictBuilder
+	scope     *commonpb.InstrumentationScope
+	// scopes holds each process's single ScopeProfiles, keyed by value because
+	// successive intervals describe the same process with different pointers.
+	scopes map[trace.Process]*profilespb.ScopeProfiles
+	// threadAttrs caches the attribute_indices of a thread; samples share the slices.
+	threadAttrs map[threadKey][]int32
+
+	samples    map[sampleKey]*profilespb.Sample
+	stackBuf   []byte
+	stackLocs  []int32
+	sampleType *profilespb.ValueType
+	periodType *profilespb.ValueType
+}
+
+type threadKey struct {
+	tid  uint32
+	name string
+}
+
+// sampleKey is a sample's identity in the profiles data model: samples that share it
+// are merged.
+type sampleKey struct {
+	profile *profilespb.Profile
+	stack   int32
+	thread  threadKey
+	// timestamped samples cannot merge with counted ones: their shapes differ.
+	timestamped bool
+}
+
+func newEncoder(host Resource, opts EncodeOptions) *encoder {
+	e := &encoder{
+		opts:        opts,
+		rand:        opts.Rand,
+		d:           newDictBuilder(),
+		scope:       &commonpb.InstrumentationScope{Name: ScopeName, Version: opts.Version},
+		scopes:      make(map[trace.Process]*profilespb.ScopeProfiles),
+		threadAttrs: make(map[threadKey][]int32),
+		samples:     make(map[sampleKey]*profilespb.Sample),
+	}
+	if e.rand == nil {
+		e.rand = rand.Reader
+	}
+	e.req = &collectorpb.ExportProfilesServiceRequest{Dictionary: e.d.dict}
+	e.hostAttrs = hostAttributes(host)
+	e.sampleType = &profilespb.ValueType{TypeStrindex: e.d.str("samples"), UnitStrindex: e.d.str("count")}
+	e.periodType = &profilespb.ValueType{TypeStrindex: e.d.str("cpu"), UnitStrindex: e.d.str("nanoseconds")}
+	return e
+}
+
+func hostAttributes(host Resource) []*commonpb.KeyValue {
+	var kvs []*commonpb.KeyValue
+	if host.HostName != "" {
+		kvs = setString(kvs, keyHostName, host.HostName)
+	}
+	if host.HostID != "" {
+		kvs = setString(kvs, keyHostID, host.HostID)
+	}
+	kvs = setString(kvs, keyOSType, "linux")
+	for _, k := range sortedKeys(host.Attributes) {
+		kvs = setString(kvs, k, host.Attributes[k])
+	}
+	return kvs
+}
+
+// setString sets key in a resource's attributes, replacing an earlier value: keys
+// must be unique there.
+func setString(kvs []*commonpb.KeyValue, key, value string) []*commonpb.KeyValue {
+	return setValue(kvs, key, &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: value}})
+}
+
+func setValue(kvs []*commonpb.KeyValue, key string, v *commonpb.AnyValue) []*commonpb.KeyValue {
+	for _, kv := range kvs {
+		if kv.Key == key {
+			kv.Value = v
+			return kvs
+		}
+	}
+	return append(kvs, &commonpb.KeyValue{Key: key, Value: v})
+}
+
+func (e *encoder) addProfile(p *trace.Profile) {
+	// One Profile per process in this interval.
+	profiles := make(map[trace.Process]*profilespb.Profile)
+	// Slabs: one allocation for all the samples and values of the interval.
+	sampleSlab := make([]profilespb.Sample, len(p.Samples))
+	valueSlab := make([]int64, len(p.Samples))
+	for i, s := range p.Samples {
+		var proc trace.Process
+		if s.Process != nil {
+			proc = *s.Process
+		}
+		prof := profiles[proc]
+		if prof == nil {
+			prof = e.newProfile(proc, s.Process != nil, p)
+			profiles[proc] = prof
+		}
+		e.addSample(prof, s, &sampleSlab[i], valueSlab[i:i+1:i+1])
+	}
+}
+
+func (e *encoder) newProfile(proc trace.Process, known bool, p *trace.Profile) *profilespb.Profile {
+	sp := e.scopes[proc]
+	if sp == nil {
+		sp = &profilespb.ScopeProfiles{Scope: e.scope}
+		e.scopes[proc] = sp
+		e.req.ResourceProfiles = append(e.req.ResourceProfiles, &profilespb.ResourceProfiles{
+			Resource:      &resourcepb.Resource{Attributes: e.processAttributes(proc, known)},
+			ScopeProfiles: []*profilespb.ScopeProfiles{sp},
+		})
+	}
+	prof := &profilespb.Profile{
+		SampleType: e.sampleType,
+		PeriodType: e.periodType,
+		Period:     p.Period.Nanoseconds(),
+		ProfileId:  newProfileID(e.rand),
+	}
+	if !p.Start.IsZero() {
+		prof.TimeUnixNano = uint64(p.Start.UnixNano())
+		if d := p.End.Sub(p.Start); d > 0 {
+			prof.DurationNano = uint64(d)
+		}
+	}
+	sp.Profiles = append(sp.Profiles, prof)
+	return prof
+}
+
+func (e *encoder) processAttributes(proc trace.Process, known bool) []*commonpb.KeyValue {
+	kvs := make([]*commonpb.KeyValue, 0, len(e.hostAttrs)+4)
+	for _, kv := range e.hostAttrs {
+		kvs = append(kvs, &commonpb.KeyValue{Key: kv.Key, Value: kv.Value})
+	}
+	if !known {
+		return kvs
+	}
+	kvs = setValue(kvs, keyProcessPID, &commonpb.AnyValue{Value: &commonpb.AnyValue_IntValue{IntValue: int64(proc.PID)}})
+	name := proc.Name
+	if name == "" && proc.ExePath != "" {
+		name = filepath.Base(proc.ExePath)
+	}
+	if name != "" {
+		kvs = setString(kvs, keyExecutableName, name)
+	}
+	if proc.ExePath != "" {
+		kvs = setString(kvs, keyExecutablePath, proc.ExePath)
+	}
+	if proc.ContainerID != "" {
+		kvs = setString(kvs, keyContainerID, proc.ContainerID)
+	}
+	return kvs
+}
+
+func (e *encoder) addSample(prof *profilespb.Profile, s *trace.Sample, slot *profilespb.Sample, value []int64) {
+	stack := e.stack(s.Locations)
+	thread := threadKey{tid: s.TID, name: s.ThreadName}
+	timestamped := e.opts.Timestamps && s.Count > 0 && len(s.Timestamps) == int(s.Count)
+	key := sampleKey{profile: prof, stack: stack, thread: thread, timestamped: timestamped}
+	ps := e.samples[key]
+	if ps == nil {
+		ps = slot
+		ps.StackIndex = stack
+		ps.AttributeIndices = e.threadAttributes(thread)
+		if !timestamped {
+			ps.Values = value
+		}
+		e.samples[key] = ps
+		prof.Samples = append(prof.Samples, ps)
+	}
+	if timestamped {
+		for _, t := range s.Timestamps {
+			ps.TimestampsUnixNano = append(ps.TimestampsUnixNano, uint64(t.UnixNano()))
+		}
+	} else {
+		ps.Values[0] += s.Count
+	}
+}
+
+func (e *encoder) threadAttributes(t threadKey) []int32 {
+	if idx, ok := e.threadAttrs[t]; ok {
+		return idx
+	}
+	idx := make([]int32, 0, 2)
+	if t.name != "" {
+		idx = append(idx, e.d.attrString(keyThreadName, t.name))
+	}
+	idx = append(idx, e.d.attrInt(keyThreadID, int64(t.tid)))
+	e.threadAttrs[t] = idx
+	return idx
+}
+
+func (e *encoder) stack(locs []*trace.Location) int32 {
+	buf := e.stackBuf[:0]
+	idx := e.stackLocs[:0]
+	for _, l := range locs {
+		li := e.d.location(l)
+		idx = append(idx, li)
+		buf = binary.LittleEndian.AppendUint32(buf, uint32(li))
+	}
+	e.stackBuf, e.stackLocs = buf, idx
+	if si, ok := e.d.stacks[string(buf)]; ok {
+		return si
+	}
+	si := int32(len(e.d.dict.StackTable))
+	e.d.dict.StackTable = append(e.d.dict.StackTable, &profilespb.Stack{LocationIndices: append([]int32(nil), idx...)})
+	e.d.stacks[string(buf)] = si
+	return si
+}
+
+// newProfileID returns 16 random bytes, never all zero: that ID is invalid.
+func newProfileID(r io.Reader) []byte {
+	id := make([]byte, 16)
+	if _, err := io.ReadFull(r, id); err != nil {
+		// A profile ID is optional; a missing one beats a failed export.
+		return nil
+	}
+	for _, b := range id {
+		if b != 0 {
+			return id
+		}
+	}
+	id[15] = 1
+	return id
+}
+
+// dictBuilder builds a ProfilesDictionary whose tables hold each value once, the
+// zero value first.
+type dictBuilder struct {
+	dict *profilespb.ProfilesDictionary
+
+	strings   map[string]int32
+	functions map[functionKey]int32
+	mappings  map[mappingKey]int32
+	locations map[locationKey]int32
+	stacks    map[string]int32 // key: the location indices, 4 bytes each
+	attrs     map[attrKey]int32
+
+	// Pointer caches: a profile's samples share *trace.Location and *trace.Mapping
+	// values, so most look-ups skip building a value key.
+	mappingPtrs  map[*trace.Mapping]int32
+	locationPtrs map[*trace.Location]int32
+
+	lineBuf []byte
+	// kinds holds one attribute_indices slice per frame type, shared by locations.
+	kinds map[int32][]int32
+}
+
+type functionKey struct{ name, systemName, file int32 }
+
+type mappingKey struct {
+	start, limit, offset uint64
+	file                 int32
+	gnu, goID, htl       int32
+}
+
+type locationKey struct {
+	mapping int32
+	address uint64
+	kind    int32
+	lines   string // function index and line of each line, packed
+}
+
+type attrKey struct {
+	key   int32
+	isInt bool
+	str   string
+	num   int64
+}
+
+func newDictBuilder() *dictBuilder {
+	return &dictBuilder{
+		dict: &profilespb.ProfilesDictionary{
+			MappingTable:   []*profilespb.Mapping{{}},
+			LocationTable:  []*profilespb.Location{{}},
+			FunctionTable:  []*profilespb.Function{{}},
+			LinkTable:      []*profilespb.Link{zeroLink()},
+			StringTable:    []string{""},
+			AttributeTable: []*profilespb.KeyValueAndUnit{{}},
+			StackTable:     []*profilespb.Stack{{}},
+		},
+		strings:      map[string]int32{"": 0},
+		functions:    map[functionKey]int32{{}: 0},
+		mappings:     map[mappingKey]int32{{}: 0},
+		locations:    map[locationKey]int32{{}: 0},
+		stacks:       map[string]int32{"": 0},
+		attrs:        make(map[attrKey]int32),
+		mappingPtrs:  make(map[*trace.Mapping]int32),
+		locationPtrs: make(map[*trace.Location]int32),
+		kinds:        make(map[int32][]int32),
+	}
+}
+
+// zeroLink is link_table[0]. The proto recommends full-length zero IDs over empty
+// ones for decoders that insist on 16- and 8-byte IDs.
+func zeroLink() *profilespb.Link {
+	return &profilespb.Link{TraceId: make([]byte, 16), SpanId: make([]byte, 8)}
+}
+
+func (d *dictBuilder) str(s string) int32 {
+	if i, ok := d.strings[s]; ok {
+		return i
+	}
+	i := int32(len(d.dict.StringTable))
+	d.dict.StringTable = append(d.dict.StringTable, s)
+	d.strings[s] = i
+	return i
+}
+
+func (d *dictBuilder) attrString(key, value string) int32 {
+	k := attrKey{key: d.str(key), str: value}
+	if i, ok := d.attrs[k]; ok {
+		return i
+	}
+	return d.addAttr(k, &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: value}})
+}
+
+func (d *dictBuilder) attrInt(key string, value int64) int32 {
+	k := attrKey{key: d.str(key), isInt: true, num: value}
+	if i, ok := d.attrs[k]; ok {
+		return i
+	}
+	return d.addAttr(k, &commonpb.AnyValue{Value: &commonpb.AnyValue_IntValue{IntValue: value}})
+}
+
+func (d *dictBuilder) addAttr(k attrKey, v *commonpb.AnyValue) int32 {
+	i := int32(len(d.dict.AttributeTable))
+	d.dict.AttributeTable = append(d.dict.AttributeTable, &profilespb.KeyValueAndUnit{KeyStrindex: k.key, Value: v})
+	d.attrs[k] = i
+	return i
+}
+
+func (d *dictBuilder) function(name, systemName, file string) int32 {
+	k := functionKey{name: d.str(name), systemName: d.str(systemName), file: d.str(file)}
+	if i, ok := d.functions[k]; ok {
+		return i
+	}
+	i := int32(len(d.dict.FunctionTable))
+	d.dict.FunctionTable = append(d.dict.FunctionTable, &profilespb.Function{
+		NameStrindex:       k.name,
+		SystemNameStrindex: k.systemName,
+		FilenameStrindex:   k.file,
+	})
+	d.functions[k] = i
+	return i
+}
+
+func (d *dictBuilder) mapping(m *trace.Mapping) int32 {
+	if m == nil {
+		return 0
+	}
+	if i, ok := d.mappingPtrs[m]; ok {
+		return i
+	}
+	path := m.Path
+	if path == "" && m.File != nil {
+		path = m.File.Path
+	}
+	k := mappingKey{start: m.Start, limit: m.Limit, offset: m.Offset, file: d.str(path)}
+	if f := m.File; f != nil {
+		if f.GNUBuildID != "" {
+			k.gnu = d.attrString(keyBuildIDGNU, f.GNUBuildID)
+		}
+		if f.GoBuildID != "" {
+			k.goID = d.attrString(keyBuildIDGo, f.GoBuildID)
+		}
+		if f.HTLHash != "" {
+			k.htl = d.attrString(keyBuildIDHTLHash, f.HTLHash)
+		}
+	}
+	i, ok := d.mappings[k]
+	if !ok {
+		i = int32(len(d.dict.MappingTable))
+		pm := &profilespb.Mapping{
+			MemoryStart:      k.start,
+			MemoryLimit:      k.limit,
+			FileOffset:       k.offset,
+			FilenameStrindex: k.file,
+		}
+		for _, a := range [...]int32{k.gnu, k.goID, k.htl} {
+			if a != 0 {
+				pm.AttributeIndices = append(pm.AttributeIndices, a)
+			}
+		}
+		d.dict.MappingTable = append(d.dict.MappingTable, pm)
+		d.mappings[k] = i
+	}
+	d.mappingPtrs[m] = i
+	return i
+}
+
+func (d *dictBuilder) kindAttrs(attr int32) []int32 {
+	if attr == 0 {
+		return nil
+	}
+	s, ok := d.kinds[attr]
+	if !ok {
+		s = []int32{attr}
+		d.kinds[attr] = s
+	}
+	return s
+}
+
+func (d *dictBuilder) location(l *trace.Location) int32 {
+	if l == nil {
+		return 0
+	}
+	if i, ok := d.locationPtrs[l]; ok {
+		return i
+	}
+	k := locationKey{mapping: d.mapping(l.Mapping), address: l.Address}
+	if off, ok := l.FileOffset(); ok {
+		k.address = off
+	}
+	switch l.Kind {
+	case trace.FrameNative, trace.FrameKernel, trace.FrameGo:
+		k.kind = d.attrString(keyFrameType, l.Kind.String())
+	}
+	buf := d.lineBuf[:0]
+	for _, ln := range l.Lines {
+		fi := d.function(ln.Function, ln.SystemName, ln.File)
+		buf = binary.LittleEndian.AppendUint32(buf, uint32(fi))
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(ln.Line))
+	}
+	d.lineBuf = buf
+	i, ok := d.locations[locationKey{k.mapping, k.address, k.kind, string(buf)}]
+	if !ok {
+		k.lines = string(buf)
+		i = int32(len(d.dict.LocationTable))
+		pl := &profilespb.Location{MappingIndex: k.mapping, Address: k.address, AttributeIndices: d.kindAttrs(k.kind)}
+		if n := len(l.Lines); n > 0 {
+			// One allocation for the lines, one for the pointers to them.
+			slab := make([]profilespb.Line, n)
+			pl.Lines = make([]*profilespb.Line, n)
+			for j := range n {
+				slab[j].FunctionIndex = int32(binary.LittleEndian.Uint32(buf[12*j:]))
+				slab[j].Line = l.Lines[j].Line
+				pl.Lines[j] = &slab[j]
+			}
+		}
+		d.dict.LocationTable = append(d.dict.LocationTable, pl)
+		d.locations[k] = i
+	}
+	d.locationPtrs[l] = i
+	return i
+}
