@@ -49,18 +49,9 @@ type EncodeOptions struct {
 // ResourceProfiles per process, holding one Profile per interval the process was
 // sampled in, all indexing one deduplicated dictionary.
 //
-// Native and Go locations whose mapping has a file carry the address as an offset in
-// that file, not as the runtime address. The OpenTelemetry eBPF profiler also sends
-// file-relative addresses, because symbolizing by build ID needs them and because
-// the same code then has the same address in every process however ASLR moved it;
-// but it sends ELF virtual addresses (pc minus the load bias), where sonde sends
-// file offsets, which need no program headers to compute. The two are equal in the
-// executable segment of PIE executables and shared libraries as GNU ld lays them
-// out; they differ by the image base in non-PIE executables (Go's default: 0x400000
-// on amd64) and in some lld layouts, where a consumer wanting virtual addresses
-// converts through the program headers of the file the build ID names. The runtime
-// address stays recoverable as memory_start + address - file_offset.
-// Kernel frames and frames in anonymous memory keep their runtime address.
+// Locations carry the runtime address, inside [memory_start, memory_limit) of their
+// mapping as the data model asks, so the file offset a backend symbolizes by build ID
+// is address - memory_start + file_offset.
 //
 // Samples with timestamps, when opts.Timestamps is set and the sample has one per
 // count, are sent as timestamps only (each standing for a value of 1): the profiles
@@ -490,9 +481,6 @@ func (d *dictBuilder) location(l *trace.Location) int32 {
 		return i
 	}
 	k := locationKey{mapping: d.mapping(l.Mapping), address: l.Address}
-	if off, ok := l.FileOffset(); ok {
-		k.address = off
-	}
 	switch l.Kind {
 	case trace.FrameNative, trace.FrameKernel, trace.FrameGo:
 		k.kind = d.attrString(keyFrameType, l.Kind.String())
