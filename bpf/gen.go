@@ -1,3 +1,3 @@
 package bpf
 
-//go:generate go tool bpf2go -cc clang-16 -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -target amd64 -type sample_event -type process_event -type event_kind -type counter sampler sampler.bpf.c
+//go:generate go tool bpf2go -cc clang-16 -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -target amd64 -type sample_event -type process_event -type event_kind -type counter -type unwind_row -type exec_mapping -type proc_info -type unwind_end -type cfa_rule -type fp_rule sampler sampler.bpf.c

@@ -1,6 +1,7 @@
 package bpf
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,8 +17,69 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// MaxStackDepth is the deepest stack the kernel records per sample, user and kernel each.
-const MaxStackDepth = len(samplerSampleEvent{}.User)
+// MaxUserDepth and MaxKernelDepth are the deepest stacks the kernel records per sample.
+const (
+	MaxUserDepth   = len(samplerSampleEvent{}.User)
+	MaxKernelDepth = len(samplerSampleEvent{}.Kernel)
+	// MaxProcessMappings is how many executable mappings of a process the unwinder knows.
+	MaxProcessMappings = len(samplerProcInfo{}.Maps)
+)
+
+// Types shared with the kernel program, as bpf2go generated them.
+type (
+	// UnwindRow is one row of an unwind table as the kernel unwinder reads it.
+	UnwindRow = samplerUnwindRow
+	// ExecMapping is an executable mapping of a process and where its file's rows are.
+	ExecMapping = samplerExecMapping
+)
+
+// Rules of an UnwindRow, as in package unwind.
+const (
+	CFAInvalid    = uint8(samplerCfaRuleCFA_INVALID)
+	CFASP         = uint8(samplerCfaRuleCFA_SP)
+	CFAFP         = uint8(samplerCfaRuleCFA_FP)
+	CFAPLT        = uint8(samplerCfaRuleCFA_PLT)
+	CFASignal     = uint8(samplerCfaRuleCFA_SIGNAL)
+	CFAEndOfStack = uint8(samplerCfaRuleCFA_END_OF_STACK)
+	FPUnchanged   = uint8(samplerFpRuleFP_UNCHANGED)
+	FPAtCFA       = uint8(samplerFpRuleFP_AT_CFA)
+	FPInvalid     = uint8(samplerFpRuleFP_INVALID)
+)
+
+// UnwindEnd says how the walk of a user stack ended.
+type UnwindEnd uint32
+
+const (
+	UnwindComplete  = UnwindEnd(samplerUnwindEndUNWIND_COMPLETE)
+	UnwindTruncated = UnwindEnd(samplerUnwindEndUNWIND_TRUNCATED)
+	UnwindNoTable   = UnwindEnd(samplerUnwindEndUNWIND_NO_TABLE)
+	UnwindBadRead   = UnwindEnd(samplerUnwindEndUNWIND_BAD_READ)
+	UnwindInvalid   = UnwindEnd(samplerUnwindEndUNWIND_INVALID)
+	UnwindNoUser    = UnwindEnd(samplerUnwindEndUNWIND_NO_USER)
+	unwindEnds      = 6
+)
+
+func (u UnwindEnd) String() string {
+	switch u {
+	case UnwindComplete:
+		return "complete"
+	case UnwindTruncated:
+		return "truncated"
+	case UnwindNoTable:
+		return "no_table"
+	case UnwindBadRead:
+		return "bad_read"
+	case UnwindInvalid:
+		return "invalid"
+	case UnwindNoUser:
+		return "no_user_stack"
+	default:
+		return "unknown"
+	}
+}
+
+// ErrTableFull: the unwind rows map has no room left for another file's table.
+var ErrTableFull = errors.New("unwind table map full")
 
 // Config holds the load-time settings of the kernel programs.
 type Config struct {
@@ -31,6 +93,13 @@ type Config struct {
 	RingBufferBytes int
 	// CollectStats turns on the kernel's BPF run-time statistics while the sampler runs.
 	CollectStats bool
+	// FramePointersOnly walks user stacks by frame pointer (bpf_get_stack) instead of by
+	// unwind tables.
+	FramePointersOnly bool
+	// UnwindRows is the capacity of the unwind table map, in rows of all files together.
+	UnwindRows int
+	// MaxProcesses bounds how many processes' mappings the kernel unwinder holds.
+	MaxProcesses int
 }
 
 // Sample is one stack sample as the kernel recorded it. The slices alias a buffer that
@@ -44,6 +113,8 @@ type Sample struct {
 	Kernel   []uint64 // leaf first
 	// UserErr and KernelErr are set when the kernel could not walk that stack.
 	UserErr, KernelErr error
+	// UnwindEnd says how the user stack walk ended.
+	UnwindEnd UnwindEnd
 }
 
 // ProcessEventKind says what happened to a process.
@@ -70,6 +141,8 @@ type Handler interface {
 // Counters are the kernel-side counts, summed over CPUs.
 type Counters struct {
 	Samples, RingBufferFull, UserStackErrors, KernelStackErrors, ProcessEvents uint64
+	// UnwindEnds counts user-stack walks by how they ended, indexed by UnwindEnd.
+	UnwindEnds [unwindEnds]uint64
 }
 
 // ProgramStats is the kernel's accounting of the sampling program (needs CollectStats).
@@ -88,6 +161,13 @@ type Sampler struct {
 	monoStart time.Duration
 	wallStart time.Time
 	closeOnce sync.Once
+
+	cpus      []int
+	frequency int
+
+	rowsMu   sync.Mutex
+	rowsUsed uint32
+	rowsCap  uint32
 }
 
 // ringBufferSize returns a power-of-two size holding about a second of samples.
@@ -98,7 +178,8 @@ func ringBufferSize(frequency, cpus int) int {
 	return min(max(size, minSize), maxSize)
 }
 
-// Load loads the programs, fills the PID filter and starts sampling on every online CPU.
+// Load loads the programs, fills the PID filter and attaches the process tracepoints;
+// Start starts sampling.
 func Load(cfg Config) (*Sampler, error) {
 	if cfg.Frequency <= 0 {
 		return nil, fmt.Errorf("frequency %d Hz: must be positive", cfg.Frequency)
@@ -117,14 +198,20 @@ func Load(cfg Config) (*Sampler, error) {
 	if err := spec.Variables["collect_kernel"].Set(boolByte(cfg.KernelStacks)); err != nil {
 		return nil, fmt.Errorf("set collect_kernel: %w", err)
 	}
+	if err := spec.Variables["unwind_tables"].Set(boolByte(!cfg.FramePointersOnly)); err != nil {
+		return nil, fmt.Errorf("set unwind_tables: %w", err)
+	}
 	spec.Maps["target_pids"].MaxEntries = uint32(max(len(cfg.PIDs), 1))
+	rowsCap := cmp.Or(cfg.UnwindRows, DefaultUnwindRows)
+	spec.Maps["unwind_rows"].MaxEntries = uint32(rowsCap)
+	spec.Maps["proc_maps"].MaxEntries = uint32(cmp.Or(cfg.MaxProcesses, DefaultMaxProcesses))
 	ringSize := cfg.RingBufferBytes
 	if ringSize == 0 {
 		ringSize = ringBufferSize(cfg.Frequency, len(cpus))
 	}
 	spec.Maps["events"].MaxEntries = uint32(ringSize)
 
-	s := &Sampler{}
+	s := &Sampler{rowsCap: uint32(rowsCap)}
 	if cfg.CollectStats {
 		if s.stats, err = ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME)); err != nil {
 			return nil, classify("enable bpf stats", err)
@@ -157,15 +244,21 @@ func Load(cfg Config) (*Sampler, error) {
 		s.links = append(s.links, l)
 	}
 	s.monoStart, s.wallStart = monotonicNow(), time.Now()
-	for _, cpu := range cpus {
-		fd, err := openCPUClock(cpu, cfg.Frequency, s.objs.Sample.FD())
+	s.cpus, s.frequency = cpus, cfg.Frequency
+	return s, nil
+}
+
+// Start begins sampling on every online CPU. Between Load and Start, tables and process
+// mappings can be written so the first samples already use them.
+func (s *Sampler) Start() error {
+	for _, cpu := range s.cpus {
+		fd, err := openCPUClock(cpu, s.frequency, s.objs.Sample.FD())
 		if err != nil {
-			s.Close()
-			return nil, err
+			return err
 		}
 		s.perfFDs = append(s.perfFDs, fd)
 	}
-	return s, nil
+	return nil
 }
 
 func boolByte(b bool) uint8 {
@@ -256,6 +349,7 @@ func (s *Sampler) dispatch(raw []byte, sample *Sample, h Handler) {
 		}
 		sample.User, sample.UserErr = stackSlice(e.User[:], e.UserLen)
 		sample.Kernel, sample.KernelErr = stackSlice(e.Kernel[:], e.KernelLen)
+		sample.UnwindEnd = UnwindEnd(e.UnwindEnd)
 		h.HandleSample(sample)
 	case samplerEventKindEVENT_EXEC, samplerEventKindEVENT_EXIT:
 		if len(raw) < int(unsafe.Sizeof(samplerProcessEvent{})) {
@@ -296,6 +390,9 @@ func commString(c *[16]int8) string {
 func (s *Sampler) Counters() (Counters, error) {
 	var out Counters
 	fields := []*uint64{&out.Samples, &out.RingBufferFull, &out.UserStackErrors, &out.KernelStackErrors, &out.ProcessEvents}
+	for i := range out.UnwindEnds {
+		fields = append(fields, &out.UnwindEnds[i])
+	}
 	for i, field := range fields {
 		var perCPU []uint64
 		if err := s.objs.Counters.Lookup(uint32(i), &perCPU); err != nil {
@@ -306,6 +403,59 @@ func (s *Sampler) Counters() (Counters, error) {
 		}
 	}
 	return out, nil
+}
+
+// Defaults for the unwinder's maps: 1 Mi rows (12 MiB) hold the tables of a few hundred
+// typical files; processes' mappings are allocated as processes appear.
+const (
+	DefaultUnwindRows   = 1 << 20
+	DefaultMaxProcesses = 8192
+)
+
+// AddRows appends one file's table to the unwind rows map and returns where it starts.
+// Tables are never moved or freed: a file's rows serve every process that maps it.
+func (s *Sampler) AddRows(rows []UnwindRow) (first uint32, err error) {
+	s.rowsMu.Lock()
+	defer s.rowsMu.Unlock()
+	if uint64(s.rowsUsed)+uint64(len(rows)) > uint64(s.rowsCap) {
+		return 0, fmt.Errorf("add %d rows to %d of %d: %w", len(rows), s.rowsUsed, s.rowsCap, ErrTableFull)
+	}
+	first = s.rowsUsed
+	keys := make([]uint32, len(rows))
+	for i := range keys {
+		keys[i] = first + uint32(i)
+	}
+	if _, err := s.objs.UnwindRows.BatchUpdate(keys, rows, nil); err != nil {
+		return 0, fmt.Errorf("write %d unwind rows: %w", len(rows), err)
+	}
+	s.rowsUsed += uint32(len(rows))
+	return first, nil
+}
+
+// RowsUsed reports how much of the unwind rows map is taken.
+func (s *Sampler) RowsUsed() (used, capacity uint32) {
+	s.rowsMu.Lock()
+	defer s.rowsMu.Unlock()
+	return s.rowsUsed, s.rowsCap
+}
+
+// SetProcess tells the kernel unwinder a process's executable mappings, sorted by start;
+// beyond MaxProcessMappings the rest are walked by frame pointer.
+func (s *Sampler) SetProcess(pid uint32, mappings []ExecMapping) error {
+	var info samplerProcInfo
+	info.Count = uint32(copy(info.Maps[:], mappings))
+	if err := s.objs.ProcMaps.Put(pid, &info); err != nil {
+		return fmt.Errorf("set mappings of pid %d: %w", pid, err)
+	}
+	return nil
+}
+
+// DeleteProcess forgets a process's mappings.
+func (s *Sampler) DeleteProcess(pid uint32) error {
+	if err := s.objs.ProcMaps.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("delete mappings of pid %d: %w", pid, err)
+	}
+	return nil
 }
 
 // ProgramStats reports how often the sampling program ran and for how long in total.

@@ -38,6 +38,9 @@ func TestSamplerFiltersInKernel(t *testing.T) {
 		t.Fatalf("load: %v", err)
 	}
 	defer s.Close()
+	if err := s.Start(); err != nil {
+		t.Fatalf("start: %v", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var rec recorder
 	done := make(chan error, 1)

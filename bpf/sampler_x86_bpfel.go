@@ -13,6 +13,17 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type samplerCfaRule uint32
+
+const (
+	samplerCfaRuleCFA_INVALID      samplerCfaRule = 0
+	samplerCfaRuleCFA_SP           samplerCfaRule = 1
+	samplerCfaRuleCFA_FP           samplerCfaRule = 2
+	samplerCfaRuleCFA_PLT          samplerCfaRule = 3
+	samplerCfaRuleCFA_SIGNAL       samplerCfaRule = 4
+	samplerCfaRuleCFA_END_OF_STACK samplerCfaRule = 5
+)
+
 type samplerCounter uint32
 
 const (
@@ -21,7 +32,8 @@ const (
 	samplerCounterCOUNTER_USER_STACK_ERR   samplerCounter = 2
 	samplerCounterCOUNTER_KERNEL_STACK_ERR samplerCounter = 3
 	samplerCounterCOUNTER_PROCESS_EVENTS   samplerCounter = 4
-	samplerCounterCOUNTER_MAX              samplerCounter = 5
+	samplerCounterCOUNTER_UNWIND_BASE      samplerCounter = 5
+	samplerCounterCOUNTER_MAX              samplerCounter = 11
 )
 
 type samplerEventKind uint32
@@ -31,6 +43,30 @@ const (
 	samplerEventKindEVENT_EXEC   samplerEventKind = 2
 	samplerEventKindEVENT_EXIT   samplerEventKind = 3
 )
+
+type samplerExecMapping struct {
+	_         structs.HostLayout
+	Start     uint64
+	End       uint64
+	Bias      uint64
+	RowsFirst uint32
+	RowsCount uint32
+}
+
+type samplerFpRule uint32
+
+const (
+	samplerFpRuleFP_UNCHANGED samplerFpRule = 0
+	samplerFpRuleFP_AT_CFA    samplerFpRule = 1
+	samplerFpRuleFP_INVALID   samplerFpRule = 2
+)
+
+type samplerProcInfo struct {
+	_     structs.HostLayout
+	Count uint32
+	Pad   uint32
+	Maps  [256]samplerExecMapping
+}
 
 type samplerProcessEvent struct {
 	_       structs.HostLayout
@@ -49,8 +85,30 @@ type samplerSampleEvent struct {
 	Comm      [16]int8
 	UserLen   int32
 	KernelLen int32
-	User      [127]uint64
+	UnwindEnd uint32
+	Pad       uint32
+	User      [128]uint64
 	Kernel    [127]uint64
+}
+
+type samplerUnwindEnd uint32
+
+const (
+	samplerUnwindEndUNWIND_COMPLETE  samplerUnwindEnd = 0
+	samplerUnwindEndUNWIND_TRUNCATED samplerUnwindEnd = 1
+	samplerUnwindEndUNWIND_NO_TABLE  samplerUnwindEnd = 2
+	samplerUnwindEndUNWIND_BAD_READ  samplerUnwindEnd = 3
+	samplerUnwindEndUNWIND_INVALID   samplerUnwindEnd = 4
+	samplerUnwindEndUNWIND_NO_USER   samplerUnwindEnd = 5
+)
+
+type samplerUnwindRow struct {
+	_         structs.HostLayout
+	Pc        uint32
+	CfaOffset int32
+	FpOffset  int16
+	CfaRule   uint8
+	FpRule    uint8
 }
 
 // Names of all BPF objects in the ELF.
@@ -59,16 +117,25 @@ type samplerSampleEvent struct {
 const (
 	samplerMapCounters           = "counters"
 	samplerMapEvents             = "events"
+	samplerMapProcMaps           = "proc_maps"
+	samplerMapScratch            = "scratch"
 	samplerMapTargetPids         = "target_pids"
+	samplerMapUnwindRows         = "unwind_rows"
 	samplerProgOnExec            = "on_exec"
 	samplerProgOnExit            = "on_exit"
 	samplerProgSample            = "sample"
 	samplerVarCollectKernel      = "collect_kernel"
 	samplerVarFilterPids         = "filter_pids"
+	samplerVarUnusedCfaRule      = "unused_cfa_rule"
 	samplerVarUnusedCounter      = "unused_counter"
 	samplerVarUnusedEventKind    = "unused_event_kind"
+	samplerVarUnusedFpRule       = "unused_fp_rule"
+	samplerVarUnusedProcInfo     = "unused_proc_info"
 	samplerVarUnusedProcessEvent = "unused_process_event"
 	samplerVarUnusedSampleEvent  = "unused_sample_event"
+	samplerVarUnusedUnwindEnd    = "unused_unwind_end"
+	samplerVarUnusedUnwindRow    = "unused_unwind_row"
+	samplerVarUnwindTables       = "unwind_tables"
 )
 
 // loadSampler returns the embedded CollectionSpec for sampler.
@@ -124,7 +191,10 @@ type samplerProgramSpecs struct {
 type samplerMapSpecs struct {
 	Counters   *ebpf.MapSpec `ebpf:"counters"`
 	Events     *ebpf.MapSpec `ebpf:"events"`
+	ProcMaps   *ebpf.MapSpec `ebpf:"proc_maps"`
+	Scratch    *ebpf.MapSpec `ebpf:"scratch"`
 	TargetPids *ebpf.MapSpec `ebpf:"target_pids"`
+	UnwindRows *ebpf.MapSpec `ebpf:"unwind_rows"`
 }
 
 // samplerVariableSpecs contains global variables before they are loaded into the kernel.
@@ -133,10 +203,16 @@ type samplerMapSpecs struct {
 type samplerVariableSpecs struct {
 	CollectKernel      *ebpf.VariableSpec `ebpf:"collect_kernel"`
 	FilterPids         *ebpf.VariableSpec `ebpf:"filter_pids"`
+	UnusedCfaRule      *ebpf.VariableSpec `ebpf:"unused_cfa_rule"`
 	UnusedCounter      *ebpf.VariableSpec `ebpf:"unused_counter"`
 	UnusedEventKind    *ebpf.VariableSpec `ebpf:"unused_event_kind"`
+	UnusedFpRule       *ebpf.VariableSpec `ebpf:"unused_fp_rule"`
+	UnusedProcInfo     *ebpf.VariableSpec `ebpf:"unused_proc_info"`
 	UnusedProcessEvent *ebpf.VariableSpec `ebpf:"unused_process_event"`
 	UnusedSampleEvent  *ebpf.VariableSpec `ebpf:"unused_sample_event"`
+	UnusedUnwindEnd    *ebpf.VariableSpec `ebpf:"unused_unwind_end"`
+	UnusedUnwindRow    *ebpf.VariableSpec `ebpf:"unused_unwind_row"`
+	UnwindTables       *ebpf.VariableSpec `ebpf:"unwind_tables"`
 }
 
 // samplerObjects contains all objects after they have been loaded into the kernel.
@@ -161,14 +237,20 @@ func (o *samplerObjects) Close() error {
 type samplerMaps struct {
 	Counters   *ebpf.Map `ebpf:"counters"`
 	Events     *ebpf.Map `ebpf:"events"`
+	ProcMaps   *ebpf.Map `ebpf:"proc_maps"`
+	Scratch    *ebpf.Map `ebpf:"scratch"`
 	TargetPids *ebpf.Map `ebpf:"target_pids"`
+	UnwindRows *ebpf.Map `ebpf:"unwind_rows"`
 }
 
 func (m *samplerMaps) Close() error {
 	return _SamplerClose(
 		m.Counters,
 		m.Events,
+		m.ProcMaps,
+		m.Scratch,
 		m.TargetPids,
+		m.UnwindRows,
 	)
 }
 
@@ -178,10 +260,16 @@ func (m *samplerMaps) Close() error {
 type samplerVariables struct {
 	CollectKernel      *ebpf.Variable `ebpf:"collect_kernel"`
 	FilterPids         *ebpf.Variable `ebpf:"filter_pids"`
+	UnusedCfaRule      *ebpf.Variable `ebpf:"unused_cfa_rule"`
 	UnusedCounter      *ebpf.Variable `ebpf:"unused_counter"`
 	UnusedEventKind    *ebpf.Variable `ebpf:"unused_event_kind"`
+	UnusedFpRule       *ebpf.Variable `ebpf:"unused_fp_rule"`
+	UnusedProcInfo     *ebpf.Variable `ebpf:"unused_proc_info"`
 	UnusedProcessEvent *ebpf.Variable `ebpf:"unused_process_event"`
 	UnusedSampleEvent  *ebpf.Variable `ebpf:"unused_sample_event"`
+	UnusedUnwindEnd    *ebpf.Variable `ebpf:"unused_unwind_end"`
+	UnusedUnwindRow    *ebpf.Variable `ebpf:"unused_unwind_row"`
+	UnwindTables       *ebpf.Variable `ebpf:"unwind_tables"`
 }
 
 // samplerPrograms contains all programs after they have been loaded into the kernel.

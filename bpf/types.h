@@ -5,6 +5,10 @@
 
 /* bpf_get_stack's own ceiling (sysctl kernel.perf_event_max_stack defaults to 127). */
 #define MAX_STACK_DEPTH 127
+/* The user-space unwinder walks up to this many frames. */
+#define MAX_USER_DEPTH 128
+/* Executable mappings the unwinder knows per process; the rest fall back to frame pointers. */
+#define MAX_PROC_MAPPINGS 256
 
 enum event_kind {
 	EVENT_SAMPLE = 1,
@@ -19,7 +23,60 @@ enum counter {
 	COUNTER_USER_STACK_ERR = 2,
 	COUNTER_KERNEL_STACK_ERR = 3,
 	COUNTER_PROCESS_EVENTS = 4,
-	COUNTER_MAX = 5,
+	/* How user-stack walks ended, one counter per enum unwind_end value. */
+	COUNTER_UNWIND_BASE = 5,
+	COUNTER_MAX = 5 + 6,
+};
+
+/* How a user-stack walk ended. */
+enum unwind_end {
+	UNWIND_COMPLETE = 0,  /* reached the outermost frame */
+	UNWIND_TRUNCATED = 1, /* MAX_USER_DEPTH frames and still going */
+	UNWIND_NO_TABLE = 2,  /* a frame had no unwind table; the frame-pointer fallback ended the walk */
+	UNWIND_BAD_READ = 3,  /* reading the stack failed */
+	UNWIND_INVALID = 4,   /* a table row the unwinder cannot follow, or a nonsense address */
+	UNWIND_NO_USER = 5,   /* a kernel thread: no user stack */
+};
+
+/* Rules, as in package unwind. */
+enum cfa_rule {
+	CFA_INVALID = 0,
+	CFA_SP = 1,
+	CFA_FP = 2,
+	CFA_PLT = 3,
+	CFA_SIGNAL = 4,
+	CFA_END_OF_STACK = 5,
+};
+
+enum fp_rule {
+	FP_UNCHANGED = 0,
+	FP_AT_CFA = 1,
+	FP_INVALID = 2,
+};
+
+/* One row of an unwind table: governs ELF virtual addresses from pc up to the next row. */
+struct unwind_row {
+	__u32 pc;
+	__s32 cfa_offset;
+	__s16 fp_offset;
+	__u8 cfa_rule;
+	__u8 fp_rule;
+};
+
+/* An executable mapping of a process and where its file's rows are. */
+struct exec_mapping {
+	__u64 start;
+	__u64 end;
+	__u64 bias;       /* runtime address - ELF virtual address */
+	__u32 rows_first; /* index into unwind_rows */
+	__u32 rows_count; /* 0: no table, walk by frame pointer */
+};
+
+/* A process's executable mappings, sorted by start. */
+struct proc_info {
+	__u32 count;
+	__u32 pad;
+	struct exec_mapping maps[MAX_PROC_MAPPINGS];
 };
 
 struct sample_event {
@@ -31,7 +88,9 @@ struct sample_event {
 	char comm[16];  /* the sampled thread's name */
 	__s32 user_len; /* bytes written to user[], or a negative errno */
 	__s32 kernel_len;
-	__u64 user[MAX_STACK_DEPTH];
+	__u32 unwind_end; /* enum unwind_end */
+	__u32 pad;
+	__u64 user[MAX_USER_DEPTH];
 	__u64 kernel[MAX_STACK_DEPTH];
 };
 

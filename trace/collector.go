@@ -38,6 +38,17 @@ type Config struct {
 	KeepTimestamps bool
 	// OnFileError is told, once per file, why a mapped file could not be identified.
 	OnFileError func(path string, err error)
+	// Observer, when set, hears of every new reading of a process's mappings and of
+	// processes the collector forgets: the kernel unwinder's tables follow them.
+	Observer MappingObserver
+}
+
+// MappingObserver follows the processes the collector tracks.
+type MappingObserver interface {
+	// ProcessMappings gives a process's executable mappings, sorted by address.
+	ProcessMappings(pid uint32, mappings []*Mapping)
+	// ProcessGone says the collector no longer tracks pid.
+	ProcessGone(pid uint32)
 }
 
 // Stats counts what the collector saw since it started.
@@ -234,6 +245,9 @@ func (c *Collector) readMaps(ps *procState) {
 		snap.mappings = append(snap.mappings, m)
 	}
 	ps.maps = snap
+	if c.cfg.Observer != nil {
+		c.cfg.Observer.ProcessMappings(ps.proc.PID, snap.mappings)
+	}
 }
 
 // file returns the shared description of a mapped file, identifying it on first sight.
@@ -302,7 +316,25 @@ func containerID(cgroup []byte) string {
 func (c *Collector) ProcessExec(pid uint32) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.forget(pid)
+}
+
+func (c *Collector) forget(pid uint32) {
+	if _, ok := c.procs[pid]; !ok {
+		return
+	}
 	delete(c.procs, pid)
+	if c.cfg.Observer != nil {
+		c.cfg.Observer.ProcessGone(pid)
+	}
+}
+
+// Prime reads a process's mappings before its first sample, so the first samples of a
+// process named in advance are unwound with its tables.
+func (c *Collector) Prime(pid uint32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.process(pid, "").lastSeen = time.Now()
 }
 
 // ProcessExit marks pid for removal at the next flush.
@@ -379,7 +411,7 @@ type locationKey struct {
 func (c *Collector) forgetIdle(intervalStart time.Time) {
 	for pid, ps := range c.procs {
 		if ps.exited || ps.lastSeen.Before(intervalStart) {
-			delete(c.procs, pid)
+			c.forget(pid)
 		}
 	}
 	live := make(map[FileKey]*File, len(c.files))

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sonde-profiler/sonde/bpf"
 	"github.com/sonde-profiler/sonde/reporter/otlp"
 )
 
@@ -28,6 +29,8 @@ type config struct {
 	logLevel     slog.Level
 	top          int
 	bpfStats     bool
+	unwind       string // "tables" or "fp"
+	unwindRows   int
 	interval     time.Duration
 	timestamps   bool
 	// export is set when profiles go to a collector: --otlp-endpoint or the OTEL_* variables name one.
@@ -75,6 +78,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.StringVar(&logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.IntVar(&c.top, "top", 15, "print the `N` hottest functions at exit (0: none)")
 	fs.BoolVar(&c.bpfStats, "bpf-stats", false, "measure the BPF program's run time and report ns per sample at exit")
+	fs.StringVar(&c.unwind, "unwind", "tables", "how user stacks are walked: `tables` (.eh_frame, no frame pointers needed; frame pointers where a file has none) or fp (frame pointers only)")
+	fs.IntVar(&c.unwindRows, "unwind-rows", bpf.DefaultUnwindRows, "capacity of the kernel's unwind tables, in rows (12 bytes each) over all files")
 	fs.DurationVar(&c.interval, "interval", 10*time.Second, "how often collected samples are symbolized and sent (±10% jitter)")
 	fs.BoolVar(&c.timestamps, "timestamps", false, "send each sample's time, not only counts per stack")
 	var endpoint string
@@ -100,6 +105,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	c.export = endpoint != "" || envEndpoint
 	if c.interval < 100*time.Millisecond {
 		return nil, usageError{fmt.Errorf("--interval %v: must be at least 100ms", c.interval)}
+	}
+	if c.unwind != "tables" && c.unwind != "fp" {
+		return nil, usageError{fmt.Errorf("--unwind %q: want tables or fp", c.unwind)}
+	}
+	if c.unwindRows < 1 {
+		return nil, usageError{fmt.Errorf("--unwind-rows %d: must be positive", c.unwindRows)}
 	}
 	if c.otlp.QueueSize < 1 {
 		return nil, usageError{fmt.Errorf("--otlp-queue %d: must be at least 1", c.otlp.QueueSize)}

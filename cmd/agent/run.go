@@ -16,6 +16,7 @@ import (
 	"github.com/sonde-profiler/sonde/reporter/top"
 	"github.com/sonde-profiler/sonde/symbolize"
 	"github.com/sonde-profiler/sonde/trace"
+	"github.com/sonde-profiler/sonde/unwind"
 )
 
 // run samples until ctx ends, --duration passes or every --pid target exits. Every
@@ -47,15 +48,23 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	}
 
 	sampler, err := bpf.Load(bpf.Config{
-		PIDs:         cfg.pids,
-		Frequency:    cfg.frequency,
-		KernelStacks: cfg.kernelStacks,
-		CollectStats: cfg.bpfStats,
+		PIDs:              cfg.pids,
+		Frequency:         cfg.frequency,
+		KernelStacks:      cfg.kernelStacks,
+		CollectStats:      cfg.bpfStats,
+		FramePointersOnly: cfg.unwind == "fp",
+		UnwindRows:        cfg.unwindRows,
 	})
 	if err != nil {
 		return err
 	}
 	defer sampler.Close()
+	var tables *unwind.Maintainer
+	if cfg.unwind == "tables" {
+		tables = unwind.NewMaintainer(kernelTables{sampler}, bpf.MaxProcessMappings, func(what string, err error) {
+			log.Info("no unwind table; frames there are walked by frame pointer", "file", what, "err", err)
+		})
+	}
 
 	kernel, err := trace.KernelMapping("/sys/kernel/notes")
 	if err != nil {
@@ -68,7 +77,15 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		OnFileError: func(path string, err error) {
 			log.Info("cannot identify mapped file; its frames keep addresses only", "file", path, "err", err)
 		},
+		Observer: observer(tables),
 	}, time.Now())
+	// Targets named in advance get their tables before the first sample.
+	for _, pid := range cfg.pids {
+		collector.Prime(pid)
+	}
+	if err := sampler.Start(); err != nil {
+		return err
+	}
 	symbolizer := symbolize.New(symbolize.Options{})
 	table := top.NewTable()
 	var kept []*trace.Profile // the whole run, for --output
@@ -138,7 +155,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	if err := <-exportDone; err != nil {
 		log.Warn("collector did not take every interval before exit", "err", err)
 	}
-	logSummary(log, sampler, collector, symbolizer, exporter, cfg.bpfStats)
+	logSummary(log, sampler, collector, symbolizer, exporter, tables, cfg.bpfStats)
 
 	if out != nil {
 		if err := writeOutput(out, cfg, kept, resource, encodeOpts); err != nil {
@@ -152,6 +169,14 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		}
 	}
 	return runErr
+}
+
+// observer keeps a nil *Maintainer from becoming a non-nil interface.
+func observer(m *unwind.Maintainer) trace.MappingObserver {
+	if m == nil {
+		return nil
+	}
+	return m
 }
 
 func exportTarget(cfg *config) string {
@@ -240,11 +265,22 @@ func watchCounters(ctx context.Context, s *bpf.Sampler, log *slog.Logger) {
 	}
 }
 
-func logSummary(log *slog.Logger, s *bpf.Sampler, c *trace.Collector, sym *symbolize.Symbolizer, exp *otlp.Exporter, bpfStats bool) {
+func logSummary(log *slog.Logger, s *bpf.Sampler, c *trace.Collector, sym *symbolize.Symbolizer, exp *otlp.Exporter, tables *unwind.Maintainer, bpfStats bool) {
 	attrs := []any{}
 	if kc, err := s.Counters(); err == nil {
 		attrs = append(attrs, "kernel_samples", kc.Samples, "ring_buffer_full", kc.RingBufferFull,
 			"user_stack_errors", kc.UserStackErrors, "kernel_stack_errors", kc.KernelStackErrors)
+		for end, n := range kc.UnwindEnds {
+			if n > 0 {
+				attrs = append(attrs, "unwind_"+bpf.UnwindEnd(end).String(), n)
+			}
+		}
+	}
+	if tables != nil {
+		ts := tables.Stats()
+		used, capacity := s.RowsUsed()
+		attrs = append(attrs, "unwind_files", ts.Files, "unwind_rows", used, "unwind_rows_capacity", capacity,
+			"unwind_files_failed", ts.FilesFailed, "unwind_files_overflow", ts.FilesOverflow)
 	}
 	cs := c.Stats()
 	ss := sym.Stats()

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/sonde-profiler/sonde/internal/testenv"
+)
+
+// noFPC reaches its hot code two ways that defeat a frame-pointer walk: through a callback
+// from libc's qsort (libc has no frame pointers) and through a deep chain of functions
+// built without them.
+const noFPC = `#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#define KEEP __attribute__((noinline))
+static volatile unsigned long acc;
+static double now(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec+t.tv_nsec/1e9;}
+KEEP int cmp_slow(const void*a,const void*b){long x=*(const long*)a,y=*(const long*)b;for(int i=0;i<200;i++) acc+=i^x;return (x>y)-(x<y);}
+KEEP void sorter(void){static long v[4096];for(int i=0;i<4096;i++) v[i]=rand();qsort(v,4096,sizeof v[0],cmp_slow);}
+KEEP void deep_hot(int n){for(int i=0;i<n;i++) acc=acc*31+i;}
+KEEP int level(int d,int n){char pad[32]; memset(pad,d,sizeof pad); if(d==0){deep_hot(n);return pad[3];} return level(d-1,n)+pad[d%32];}
+int main(int argc,char**argv){double end=now()+atof(argv[1]); const char*mode=argc>2?argv[2]:"sort";
+ while(now()<end){ if(!strcmp(mode,"sort")) sorter(); else acc+=level(40,200000); } return 0;}
+`
+
+// dlopenMain loads its hot code from a library only after a delay, when sonde already runs.
+const (
+	dlopenMain = `#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+__attribute__((noinline)) void run_plugin(void(*entry)(double)){entry(atof(getenv("PLUGIN_SECS")));}
+int main(int argc,char**argv){sleep(1); void*h=dlopen(argv[1],RTLD_NOW); if(!h){fprintf(stderr,"%s\n",dlerror());return 1;}
+ void(*entry)(double)=(void(*)(double))dlsym(h,"plugin_entry"); if(!entry) return 1; run_plugin(entry); return 0;}
+`
+	dlopenLib = `#include <time.h>
+static volatile unsigned long acc;
+static double now(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec+t.tv_nsec/1e9;}
+__attribute__((noinline)) void plugin_hot(void){for(int i=0;i<100000;i++) acc=acc*31+i;}
+__attribute__((noinline)) static void plugin_loop(double secs){double end=now()+secs; while(now()<end) plugin_hot();}
+void plugin_entry(double secs){plugin_loop(secs); acc++;}
+`
+)
+
+// reachShare is the share of samples holding hot whose stack also reaches main.
+func reachShare(p *profile.Profile, hot string) (share float64, n int64) {
+	var reach int64
+	for _, s := range p.Sample {
+		fs := names(s)
+		if !containsInOrder(fs, []string{hot}) {
+			continue
+		}
+		n += s.Value[0]
+		if containsInOrder(fs, []string{hot, "main"}) {
+			reach += s.Value[0]
+		}
+	}
+	if n == 0 {
+		return 0, 0
+	}
+	return float64(reach) / float64(n), n
+}
+
+func profileWorkload(t *testing.T, bin string, args ...string) *profile.Profile {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	time.Sleep(200 * time.Millisecond)
+	out := filepath.Join(t.TempDir(), "p.pb.gz")
+	if _, stderr, err := runSonde(t, "--pid", strconv.Itoa(cmd.Process.Pid), "--duration", "3s", "--output", out, "--top", "0"); err != nil {
+		t.Fatalf("sonde: %v\n%s", err, stderr)
+	}
+	return readProfile(t, out)
+}
+
+func TestUnwindWithoutFramePointers(t *testing.T) {
+	testenv.RequireRoot(t)
+	strip := testenv.RequireTool(t, "strip")
+	builds := map[string][]string{
+		"nopie": {"-O2", "-fomit-frame-pointer", "-no-pie"},
+		"pie":   {"-O2", "-fomit-frame-pointer", "-fPIE", "-pie"},
+	}
+	for name, flags := range builds {
+		bin := buildWorkload(t, "nofp-"+name, noFPC, flags...)
+		// strip -s leaves .eh_frame (the loader needs it) but drops .symtab; -rdynamic keeps
+		// the names in .dynsym so the test can still find them.
+		stripped := buildWorkload(t, "nofp-"+name+"-stripped", noFPC, append(flags, "-rdynamic")...)
+		if out, err := exec.Command(strip, "-s", stripped).CombinedOutput(); err != nil {
+			t.Fatalf("strip: %v\n%s", err, out)
+		}
+		for _, tc := range []struct{ bin, mode, hot string }{
+			{bin, "sort", "cmp_slow"},
+			{bin, "deep", "deep_hot"},
+			{stripped, "sort", "cmp_slow"},
+		} {
+			t.Run(fmt.Sprintf("%s/%s/%s", name, filepath.Base(tc.bin), tc.mode), func(t *testing.T) {
+				p := profileWorkload(t, tc.bin, "30", tc.mode)
+				share, n := reachShare(p, tc.hot)
+				if n < 100 {
+					t.Fatalf("only %d samples in %s", n, tc.hot)
+				}
+				if share < 0.99 {
+					t.Errorf("%.3f of %d samples in %s reach main, want at least 0.99", share, n, tc.hot)
+				}
+				t.Logf("%s: %.4f of %d samples reach main", tc.hot, share, n)
+			})
+		}
+	}
+}
+
+// The unwinder must learn about code that appears after sonde started.
+func TestUnwindThroughLateDlopen(t *testing.T) {
+	testenv.RequireRoot(t)
+	gcc := testenv.RequireTool(t, "gcc")
+	dir := t.TempDir()
+	lib := filepath.Join(dir, "libplugin.so")
+	os.WriteFile(filepath.Join(dir, "plugin.c"), []byte(dlopenLib), 0o644)
+	if out, err := exec.Command(gcc, "-O2", "-fomit-frame-pointer", "-shared", "-fPIC", "-o", lib, filepath.Join(dir, "plugin.c")).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	bin := buildWorkload(t, "host", dlopenMain, "-O2", "-fomit-frame-pointer", "-ldl")
+	cmd := exec.Command(bin, lib)
+	cmd.Env = append(os.Environ(), "PLUGIN_SECS=30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	out := filepath.Join(t.TempDir(), "dl.pb.gz")
+	if _, stderr, err := runSonde(t, "--pid", strconv.Itoa(cmd.Process.Pid), "--duration", "4s", "--output", out, "--top", "0"); err != nil {
+		t.Fatalf("sonde: %v\n%s", err, stderr)
+	}
+	share, n := reachShare(readProfile(t, out), "plugin_hot")
+	if n < 100 {
+		t.Fatalf("only %d samples in plugin_hot", n)
+	}
+	if share < 0.97 {
+		t.Errorf("%.3f of %d samples in the dlopened plugin_hot reach main, want at least 0.97", share, n)
+	}
+	t.Logf("plugin_hot: %.4f of %d samples reach main", share, n)
+}
