@@ -334,7 +334,7 @@ func BenchmarkAgentOverhead(b *testing.B) {
 				}
 				ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 				cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-				m := regexp.MustCompile(`bpf_ns_per_run=(\d+)`).FindStringSubmatch(stderr.String())
+				m := regexp.MustCompile(`bpf_ns_per_sample=(\d+)`).FindStringSubmatch(stderr.String())
 				if m == nil {
 					b.Fatalf("no bpf stats in:\n%s", stderr.String())
 				}

@@ -293,8 +293,11 @@ func logSummary(log *slog.Logger, s *bpf.Sampler, c *trace.Collector, sym *symbo
 			"otlp_dropped_intervals", es.DroppedIntervals, "otlp_failed_attempts", es.FailedAttempts)
 	}
 	if bpfStats {
-		if ps, err := s.ProgramStats(); err == nil && ps.Runs > 0 {
-			attrs = append(attrs, "bpf_runs", ps.Runs, "bpf_ns_per_run", ps.Runtime.Nanoseconds()/int64(ps.Runs))
+		// Per recorded sample, the program's whole cost: filtered-out runs on other CPUs included.
+		kc, kerr := s.Counters()
+		if ps, err := s.ProgramStats(); err == nil && kerr == nil && ps.Runs > 0 && kc.Samples > 0 {
+			attrs = append(attrs, "bpf_runs", ps.Runs, "bpf_ns_per_run", ps.Runtime.Nanoseconds()/int64(ps.Runs),
+				"bpf_ns_per_sample", ps.Runtime.Nanoseconds()/int64(kc.Samples))
 		}
 	}
 	log.Info("summary", attrs...)

@@ -5,7 +5,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,7 +71,8 @@ func reachShare(p *profile.Profile, hot string) (share float64, n int64) {
 	return float64(reach) / float64(n), n
 }
 
-func profileWorkload(t *testing.T, bin string, args ...string) *profile.Profile {
+// profileWorkload runs bin, profiles it with sonde and returns the profile and the pid.
+func profileWorkload(t *testing.T, bin string, args ...string) (*profile.Profile, int) {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	if err := cmd.Start(); err != nil {
@@ -81,7 +84,37 @@ func profileWorkload(t *testing.T, bin string, args ...string) *profile.Profile 
 	if _, stderr, err := runSonde(t, "--pid", strconv.Itoa(cmd.Process.Pid), "--duration", "3s", "--output", out, "--top", "0"); err != nil {
 		t.Fatalf("sonde: %v\n%s", err, stderr)
 	}
-	return readProfile(t, out)
+	return readProfile(t, out), cmd.Process.Pid
+}
+
+// perfReachShare is the reference: the share of perf's DWARF-unwound samples in hot that
+// reach main, on the same process.
+func perfReachShare(t *testing.T, pid int, hot string) float64 {
+	t.Helper()
+	perf := testenv.RequireTool(t, "perf")
+	data := filepath.Join(t.TempDir(), "perf.data")
+	if out, err := exec.Command(perf, "record", "-q", "-e", "cpu-clock", "-F", "199", "--call-graph", "dwarf",
+		"-p", strconv.Itoa(pid), "-o", data, "--", "sleep", "2").CombinedOutput(); err != nil {
+		t.Fatalf("perf record: %v\n%s", err, out)
+	}
+	script, err := exec.Command(perf, "script", "-i", data).Output()
+	if err != nil {
+		t.Fatalf("perf script: %v", err)
+	}
+	var n, reach int
+	for _, block := range strings.Split(string(script), "\n\n") {
+		if !regexp.MustCompile(`\s` + hot + `\b`).MatchString(block) {
+			continue
+		}
+		n++
+		if regexp.MustCompile(`\smain\b`).MatchString(block) {
+			reach++
+		}
+	}
+	if n == 0 {
+		t.Fatalf("perf recorded no sample in %s", hot)
+	}
+	return float64(reach) / float64(n)
 }
 
 func TestUnwindWithoutFramePointers(t *testing.T) {
@@ -105,7 +138,7 @@ func TestUnwindWithoutFramePointers(t *testing.T) {
 			{stripped, "sort", "cmp_slow"},
 		} {
 			t.Run(fmt.Sprintf("%s/%s/%s", name, filepath.Base(tc.bin), tc.mode), func(t *testing.T) {
-				p := profileWorkload(t, tc.bin, "30", tc.mode)
+				p, pid := profileWorkload(t, tc.bin, "30", tc.mode)
 				share, n := reachShare(p, tc.hot)
 				if n < 100 {
 					t.Fatalf("only %d samples in %s", n, tc.hot)
@@ -113,7 +146,11 @@ func TestUnwindWithoutFramePointers(t *testing.T) {
 				if share < 0.99 {
 					t.Errorf("%.3f of %d samples in %s reach main, want at least 0.99", share, n, tc.hot)
 				}
-				t.Logf("%s: %.4f of %d samples reach main", tc.hot, share, n)
+				ref := perfReachShare(t, pid, tc.hot)
+				if share < ref-0.01 {
+					t.Errorf("sonde: %.3f of samples in %s reach main; perf --call-graph dwarf: %.3f", share, tc.hot, ref)
+				}
+				t.Logf("%s: %.4f of %d samples reach main (perf --call-graph dwarf: %.4f)", tc.hot, share, n, ref)
 			})
 		}
 	}
@@ -148,4 +185,47 @@ func TestUnwindThroughLateDlopen(t *testing.T) {
 		t.Errorf("%.3f of %d samples in the dlopened plugin_hot reach main, want at least 0.97", share, n)
 	}
 	t.Logf("plugin_hot: %.4f of %d samples reach main", share, n)
+}
+
+// depthC spins at the bottom of a recursion of the depth given, without frame pointers.
+const depthC = `#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+static volatile unsigned long acc;
+static double now(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec+t.tv_nsec/1e9;}
+__attribute__((noinline)) void spin(void){for(int i=0;i<100000;i++) acc=acc*31+i;}
+__attribute__((noinline)) int level(int d){char pad[24]; memset(pad,d,sizeof pad); if(d<=0){spin();return pad[1];} return level(d-1)+pad[d%24];}
+int main(int argc,char**argv){double end=now()+atof(argv[1]); int depth=atoi(argv[2]); while(now()<end) acc+=level(depth); return 0;}
+`
+
+// BenchmarkUnwindDepth measures the kernel's cost per sample (bpf_stats) of table-driven
+// unwinding at several stack depths, against the frame-pointer walk of bpf_get_stack.
+func BenchmarkUnwindDepth(b *testing.B) {
+	testenv.RequireRoot(b)
+	bin := buildWorkload(b, "depth", depthC, "-O2", "-fomit-frame-pointer")
+	for _, depth := range []int{10, 50, 120} {
+		for _, mode := range []string{"tables", "fp"} {
+			b.Run(fmt.Sprintf("depth%d/%s", depth, mode), func(b *testing.B) {
+				// main, level×(depth-3) and spin make about depth frames with libc's start-up.
+				w := exec.Command(bin, "60", strconv.Itoa(depth-4))
+				if err := w.Start(); err != nil {
+					b.Fatal(err)
+				}
+				defer func() { w.Process.Kill(); w.Wait() }()
+				for b.Loop() {
+					_, stderr, err := runSonde(b, "--pid", strconv.Itoa(w.Process.Pid), "--duration", "4s", "--unwind", mode,
+						"--bpf-stats", "--top", "0")
+					if err != nil {
+						b.Fatalf("sonde: %v\n%s", err, stderr)
+					}
+					m := regexp.MustCompile(`bpf_ns_per_sample=(\d+)`).FindStringSubmatch(stderr)
+					if m == nil {
+						b.Fatalf("no bpf stats in:\n%s", stderr)
+					}
+					ns, _ := strconv.ParseFloat(m[1], 64)
+					b.ReportMetric(ns, "bpf-ns/sample")
+				}
+			})
+		}
+	}
 }
