@@ -255,14 +255,15 @@ func (c *Collector) file(pid string, l mapsLine) *File {
 	key := FileKey{Dev: l.Dev, Inode: l.Inode}
 	path := strings.TrimSuffix(l.Path, " (deleted)")
 	viaRoot := filepath.Join(c.cfg.ProcFS, pid, "root", path)
+	// map_files reaches the very inode mapped, also when it was deleted, replaced, or is a
+	// memfd with no path at all; it lasts as long as the process.
+	byRange := filepath.Join(c.cfg.ProcFS, pid, "map_files", fmt.Sprintf("%x-%x", l.Start, l.Limit))
 	if f, ok := c.files[key]; ok {
 		f.addOpenPath(viaRoot)
 		return f
 	}
-	f := NewFile(key, path, viaRoot, path)
-	// map_files reaches the very inode mapped, also when it was deleted or replaced.
-	byRange := filepath.Join(c.cfg.ProcFS, pid, "map_files", fmt.Sprintf("%x-%x", l.Start, l.Limit))
-	if err := identify(f, byRange); err != nil && !c.failed[key] {
+	f := NewFile(key, path, byRange, viaRoot, path)
+	if err := identify(f); err != nil && !c.failed[key] {
 		c.failed[key] = true
 		c.stats.FileErrors++
 		if c.cfg.OnFileError != nil {
@@ -273,12 +274,10 @@ func (c *Collector) file(pid string, l mapsLine) *File {
 	return f
 }
 
-func identify(f *File, firstTry string) error {
-	file, err := os.Open(firstTry)
+func identify(f *File) error {
+	file, err := f.Open()
 	if err != nil {
-		if file, err = f.Open(); err != nil {
-			return err
-		}
+		return err
 	}
 	defer file.Close()
 	st, err := file.Stat()

@@ -38,6 +38,7 @@ var ErrTableFull = errors.New("unwind table capacity reached")
 type MaintainerStats struct {
 	Files          int // files with a table in the kernel
 	Rows           int // rows in the kernel
+	FilesNoTable   int // files walked by frame pointer by design: Go binaries, files without frame info
 	FilesFailed    int // files whose call frame information could not be read
 	FilesOverflow  int // files left to frame pointers because the table map was full
 	MappingsCapped int // process mappings beyond the kernel's per-process limit
@@ -128,6 +129,12 @@ func (m *Maintainer) table(f *trace.File) *fileTable {
 	}
 	t := &fileTable{}
 	m.tables[id] = t
+	if f.IsGo {
+		// Go keeps frame pointers on amd64 and arm64, and its .debug_frame, when not
+		// stripped, would cost hundreds of thousands of rows per binary.
+		m.stats.FilesNoTable++
+		return t
+	}
 	rows, loads, err := readTable(f)
 	if err != nil {
 		m.stats.FilesFailed++
@@ -135,10 +142,12 @@ func (m *Maintainer) table(f *trace.File) *fileTable {
 		return t
 	}
 	t.loads = loads
-	if len(rows) == 0 || m.full {
-		if m.full {
-			m.stats.FilesOverflow++
-		}
+	if len(rows) == 0 {
+		m.stats.FilesNoTable++
+		return t
+	}
+	if m.full {
+		m.stats.FilesOverflow++
 		return t
 	}
 	first, err := m.kernel.AddTable(rows)
@@ -177,6 +186,9 @@ func readTable(f *trace.File) ([]Row, []elf.ProgHeader, error) {
 		if p.Type == elf.PT_LOAD {
 			loads = append(loads, p.ProgHeader)
 		}
+	}
+	if ef.Section(".eh_frame") == nil && ef.Section(".debug_frame") == nil {
+		return nil, loads, nil // nothing to unwind by: frame pointers
 	}
 	t, err := FromELF(ef)
 	if err != nil {

@@ -280,7 +280,7 @@ func logSummary(log *slog.Logger, s *bpf.Sampler, c *trace.Collector, sym *symbo
 		ts := tables.Stats()
 		used, capacity := s.RowsUsed()
 		attrs = append(attrs, "unwind_files", ts.Files, "unwind_rows", used, "unwind_rows_capacity", capacity,
-			"unwind_files_failed", ts.FilesFailed, "unwind_files_overflow", ts.FilesOverflow)
+			"unwind_files_fp", ts.FilesNoTable, "unwind_files_failed", ts.FilesFailed, "unwind_files_overflow", ts.FilesOverflow)
 	}
 	cs := c.Stats()
 	ss := sym.Stats()
