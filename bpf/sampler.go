@@ -243,7 +243,7 @@ func Load(cfg Config) (*Sampler, error) {
 		}
 		s.links = append(s.links, l)
 	}
-	s.monoStart, s.wallStart = monotonicNow(), time.Now()
+	s.monoStart, s.wallStart = monotonicNow(), time.Now().Round(0)
 	s.cpus, s.frequency = cpus, cfg.Frequency
 	return s, nil
 }
@@ -364,7 +364,12 @@ func (s *Sampler) dispatch(raw []byte, sample *Sample, h Handler) {
 	}
 }
 
+// wallTime converts the kernel's monotonic time to wall-clock time. The anchor is renewed
+// every second so that the wall clock's adjustments (NTP) are followed, not accumulated.
 func (s *Sampler) wallTime(ktimeNs uint64) time.Time {
+	if time.Duration(ktimeNs)-s.monoStart > time.Second {
+		s.monoStart, s.wallStart = monotonicNow(), time.Now().Round(0)
+	}
 	return s.wallStart.Add(time.Duration(ktimeNs) - s.monoStart)
 }
 

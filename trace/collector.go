@@ -125,7 +125,7 @@ func NewCollector(cfg Config, start time.Time) *Collector {
 		files:  map[FileKey]*File{},
 		failed: map[FileKey]bool{},
 		agg:    map[uint64][]*entry{},
-		start:  start,
+		start:  start.Round(0),
 		seed:   maphash.MakeSeed(),
 	}
 }
@@ -135,6 +135,12 @@ func (c *Collector) Add(s RawSample) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.stats.Samples++
+	// A sample taken just before a flush but read just after it counts in the new
+	// interval; its time moves to the interval's start (by the read latency, microseconds)
+	// so that every timestamp lies inside its profile.
+	if s.Time.Before(c.start) {
+		s.Time = c.start
+	}
 	ps := c.process(s.PID, s.Comm)
 	ps.lastSeen = s.Time
 	if c.hasUnknownAddress(ps.maps, s.User) && time.Since(ps.readAt) >= mapsRereadInterval {
@@ -348,6 +354,10 @@ func (c *Collector) ProcessExit(pid uint32) {
 // Flush returns what was aggregated since the last flush, resolved to mappings, and starts
 // a new interval at end.
 func (c *Collector) Flush(end time.Time) *Profile {
+	// Interval bounds are wall-clock only: timestamps and bounds are compared and
+	// subtracted by consumers, and a monotonic reading in one of them would make
+	// durations and timestamps disagree by the clocks' drift.
+	end = end.Round(0)
 	c.mu.Lock()
 	agg, start := c.agg, c.start
 	c.agg, c.start = map[uint64][]*entry{}, end

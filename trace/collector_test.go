@@ -167,3 +167,21 @@ func TestCollectorExecAndExit(t *testing.T) {
 
 func unixMajor(dev uint64) uint64 { return (dev>>8)&0xfff | (dev>>32)&^0xfff }
 func unixMinor(dev uint64) uint64 { return dev&0xff | (dev>>12)&^0xff }
+
+func TestCollectorIntervalClock(t *testing.T) {
+	start := time.Now() // carries a monotonic reading
+	c := NewCollector(Config{ProcFS: t.TempDir(), KeepTimestamps: true}, start)
+	p1 := c.Flush(start.Add(time.Second))
+	late := RawSample{PID: 1, TID: 1, Time: p1.End.Add(-time.Millisecond), User: []uint64{1}}
+	c.Add(late)
+	p2 := c.Flush(p1.End.Add(time.Second))
+	if p1.End != p2.Start {
+		t.Errorf("intervals do not abut: %v then %v", p1.End, p2.Start)
+	}
+	if got := p2.End.Sub(p2.Start); got != time.Duration(p2.End.UnixNano()-p2.Start.UnixNano()) {
+		t.Errorf("duration %v disagrees with the wall-clock difference", got)
+	}
+	if ts := p2.Samples[0].Timestamps[0]; ts.Before(p2.Start) || !ts.Before(p2.End) {
+		t.Errorf("late sample's time %v outside its interval [%v, %v)", ts, p2.Start, p2.End)
+	}
+}

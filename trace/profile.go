@@ -116,6 +116,10 @@ type Location struct {
 	Address uint64   // runtime address in its address space
 	Mapping *Mapping // nil when no mapping covers Address
 	Lines   []Line   // filled by symbolization
+	// NameSource says where symbolization found the name: "symtab", "dynsym",
+	// "dwarf", "gopclntab", "kallsyms", or "none" when nothing named the location;
+	// empty when it was not symbolized.
+	NameSource string
 }
 
 // FileOffset is the location's offset in its mapped file, the address symbolization needs.

@@ -220,16 +220,13 @@ func (e *Exporter) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		resp, err := e.client.export(ctx, part)
+		// A shutdown must not cut a request the collector may already have taken: drain
+		// would send it again. The request's own timeout bounds the wait.
+		resp, err := e.client.export(context.WithoutCancel(ctx), part)
 		if err == nil {
 			e.delivered(b, resp)
 			attempt = 0
 			trouble = e.recover(trouble)
-			continue
-		}
-		if ctx.Err() != nil {
-			// Shutting down: the last attempt in drain tries this part again.
-			e.release(b, false)
 			continue
 		}
 		retry, wait := classify(err)

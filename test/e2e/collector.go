@@ -170,6 +170,24 @@ service:
 // stops it when t ends. It returns once the receiver accepts connections.
 func StartCollector(t testing.TB) *Collector {
 	t.Helper()
+	return startCollector(t, 0)
+}
+
+// StartCollectorOn is StartCollector with the receiver on 127.0.0.1:port, for a
+// collector that must appear where a client already sends, such as one that comes
+// up after the client started or comes back after an outage. It fails t if the
+// port is taken.
+func StartCollectorOn(t testing.TB, port int) *Collector {
+	t.Helper()
+	if port <= 0 {
+		t.Fatalf("StartCollectorOn: port %d", port)
+	}
+	return startCollector(t, port)
+}
+
+// startCollector starts a collector on port, or on a free port when port is 0.
+func startCollector(t testing.TB, port int) *Collector {
+	t.Helper()
 	bin := CollectorBinary(t)
 	dir := t.TempDir()
 	c := &Collector{
@@ -177,15 +195,22 @@ func StartCollector(t testing.TB) *Collector {
 		Log:    filepath.Join(dir, "collector.log"),
 		Config: filepath.Join(dir, "config.yaml"),
 	}
-	// The port may be taken between this probe and the collector's bind; then the
-	// collector exits and the next try picks another.
+	// A free port may be taken between this probe and the collector's bind; then the
+	// collector exits and the next try picks another. A given port gets one try.
+	tries := 3
+	if port != 0 {
+		tries = 1
+	}
 	var lastErr error
-	for range 3 {
-		port, err := freePort()
-		if err != nil {
-			t.Fatalf("find a free port: %v", err)
+	for range tries {
+		p := port
+		if p == 0 {
+			var err error
+			if p, err = FreePort(); err != nil {
+				t.Fatalf("find a free port: %v", err)
+			}
 		}
-		c.Endpoint = fmt.Sprintf("127.0.0.1:%d", port)
+		c.Endpoint = fmt.Sprintf("127.0.0.1:%d", p)
 		if lastErr = c.start(bin); lastErr == nil {
 			t.Cleanup(func() {
 				if err := c.Stop(); err != nil {
@@ -242,7 +267,8 @@ func (c *Collector) start(bin string) error {
 	return errors.New("collector did not listen within 30s")
 }
 
-func freePort() (int, error) {
+// FreePort returns a loopback TCP port that nothing listens on right now.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
@@ -274,6 +300,22 @@ func (c *Collector) Stop() error {
 		}
 	})
 	return c.stopErr
+}
+
+// Kill ends the collector with SIGKILL, as a crash or an abrupt network loss
+// would: nothing is flushed and open connections are reset. Stop after Kill, or
+// Kill after Stop, does nothing.
+func (c *Collector) Kill() {
+	c.stop.Do(func() {
+		select {
+		case <-c.exited:
+			c.stopErr = fmt.Errorf("collector had exited: %v", c.waitErr)
+			return
+		default:
+		}
+		c.cmd.Process.Kill()
+		<-c.exited
+	})
 }
 
 // ReadLog returns the collector's output so far.
