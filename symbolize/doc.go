@@ -1,7 +1,25 @@
-// Package symbolize names the code addresses of a trace.Profile: it fills
-// Location.Lines from the symbol tables of the ELF files the locations are
-// mapped from and, for kernel frames, from /proc/kallsyms. It reads each file
-// once and keeps compact, sorted tables so that naming a location stays a
-// binary search; richer sources (DWARF line tables, Go pclntab) are meant to
-// slot in beside the ELF symbol table without changing the Symbolizer's API.
+// Package symbolize names the code addresses of a trace.Profile on the host. It
+// fills Location.Lines, innermost frame first, and records in Location.NameSource
+// where the name came from, so that a user can see why a frame stayed an address:
+//
+//   - Go binaries, stripped or not: Go's own runtime tables (package gopclntab),
+//     with files, lines and inlined calls.
+//   - Other ELF files: DWARF line tables and inlined subroutines (package dwarf),
+//     from the file or from a separate debug file found by build ID under the
+//     debug directories or through .gnu_debuglink; then .symtab, then .dynsym,
+//     for the enclosing function. C++ and Rust names are demangled into
+//     Line.Function and kept as stored in Line.SystemName.
+//   - Kernel frames: /proc/kallsyms, modules included, reread when an address
+//     misses and the last read is old enough.
+//
+// Mode "symtab" leaves DWARF out, "none" all of it. Locations that stay unnamed
+// keep their address, mapping and build ID, from which a backend with better
+// debug information can name them.
+//
+// A file is opened (through trace.File.Open, so inside containers too) and parsed
+// once however many processes map it: parsed files sit in an LRU cache keyed by
+// build ID, and named addresses in a second LRU cache, both bounded in entries.
+// Broken input (truncated or hostile ELF, DWARF or pclntab, files that vanished
+// with their process) leaves frames unnamed and returns an error once per file;
+// it does not panic, and the DWARF read for one file is bounded in size.
 package symbolize

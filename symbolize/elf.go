@@ -24,66 +24,120 @@ type loadSegment struct {
 
 // ReadELF reads the function symbols and loadable segments of an ELF file. A file
 // without any symbol table is not an error: its table is empty and every lookup misses.
-func ReadELF(r io.ReaderAt) (syms *ELFSymbols, err error) {
-	// debug/elf trusts header fields more than a hostile or truncated file deserves
-	// and has panicked on such input before; a bad file must cost one error, not the agent.
+func ReadELF(r io.ReaderAt) (*ELFSymbols, error) {
+	f, err := openELF(r)
+	if err != nil {
+		return nil, err
+	}
+	cands, err := symbolCandidates(f, true)
+	if err != nil {
+		return nil, err
+	}
+	return &ELFSymbols{Funcs: newSymbolTable(cands), loads: loadSegments(f)}, nil
+}
+
+// openELF parses ELF headers. debug/elf trusts header fields more than a hostile or
+// truncated file deserves and has panicked on such input before; a bad file must
+// cost one error, not the agent.
+func openELF(r io.ReaderAt) (f *elf.File, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			syms, err = nil, fmt.Errorf("corrupt ELF file: %v", p)
+			f, err = nil, fmt.Errorf("corrupt ELF file: %v", p)
 		}
 	}()
-	f, err := elf.NewFile(r)
+	f, err = elf.NewFile(r)
 	if err != nil {
 		return nil, fmt.Errorf("parse ELF: %w", err)
 	}
+	return f, nil
+}
 
-	syms = &ELFSymbols{}
+// loadSegments returns the PT_LOAD headers of f, executable ones first: they are the
+// ones sampled code lives in, and so the right answer should a broken file make
+// segments overlap in the file.
+func loadSegments(f *elf.File) []loadSegment {
+	var loads []loadSegment
 	for _, p := range f.Progs {
 		if p.Type != elf.PT_LOAD || p.Filesz == 0 {
 			continue
 		}
-		syms.loads = append(syms.loads, loadSegment{
+		loads = append(loads, loadSegment{
 			off: p.Off, filesz: p.Filesz, vaddr: p.Vaddr, exec: p.Flags&elf.PF_X != 0,
 		})
 	}
-	// Executable segments first: they are the ones sampled code lives in, and so the
-	// right answer should a broken file make segments overlap in the file.
-	slices.SortStableFunc(syms.loads, func(a, b loadSegment) int {
-		switch {
-		case a.exec == b.exec:
-			return 0
-		case a.exec:
-			return -1
-		default:
-			return 1
-		}
-	})
+	slices.SortStableFunc(loads, func(a, b loadSegment) int { return cmpBool(b.exec, a.exec) })
+	return loads
+}
 
-	var cands []candidate
+// maxSymbolTableSize bounds the bytes of one symbol table and its strings that are
+// read: debug/elf holds every symbol of a table at once, and a hostile or absurd
+// table must not take the agent's memory. Real ones stay far below (libc's .symtab
+// is 250 KiB; large C++ programs' reach tens of MiB).
+const maxSymbolTableSize = 512 << 20
+
+// symbolCandidates reads the functions of .symtab and, if withDynsym, .dynsym. A
+// table that cannot be read is left out and named in the error, so that the other
+// one still serves.
+func symbolCandidates(f *elf.File, withDynsym bool) (cands []candidate, err error) {
+	var errs []error
 	for _, read := range []struct {
 		section string
+		typ     elf.SectionType
 		symbols func() ([]elf.Symbol, error)
+		dynamic bool
 	}{
-		{".symtab", f.Symbols},
+		{".symtab", elf.SHT_SYMTAB, f.Symbols, false},
 		// A stripped binary keeps only .dynsym; an unstripped one may export names
 		// there that .symtab spells the same, which merging at one address absorbs.
-		{".dynsym", f.DynamicSymbols},
+		{".dynsym", elf.SHT_DYNSYM, f.DynamicSymbols, true},
 	} {
-		list, err := read.symbols()
+		if read.dynamic && !withDynsym {
+			continue
+		}
+		if size := symbolTableSize(f, read.typ); size > maxSymbolTableSize {
+			errs = append(errs, fmt.Errorf("%s and its strings take %d bytes, over the bound of %d", read.section, size, maxSymbolTableSize))
+			continue
+		}
+		list, err := readSymbols(read.symbols)
 		if errors.Is(err, elf.ErrNoSymbols) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", read.section, err)
+			errs = append(errs, fmt.Errorf("read %s: %w", read.section, err))
+			continue
 		}
-		cands = appendFuncs(cands, f, list)
+		cands = appendFuncs(cands, f, list, read.dynamic)
 	}
-	syms.Funcs = newSymbolTable(cands)
-	return syms, nil
+	return cands, errors.Join(errs...)
+}
+
+// readSymbols calls read, turning a panic of debug/elf on hostile input into an error.
+func readSymbols(read func() ([]elf.Symbol, error)) (list []elf.Symbol, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			list, err = nil, fmt.Errorf("corrupt symbol table: %v", p)
+		}
+	}()
+	return read()
+}
+
+// symbolTableSize is the size of the first section of type typ and of its string table.
+func symbolTableSize(f *elf.File, typ elf.SectionType) uint64 {
+	for _, s := range f.Sections {
+		if s.Type != typ {
+			continue
+		}
+		size := s.Size
+		if int(s.Link) < len(f.Sections) {
+			size += f.Sections[s.Link].Size
+		}
+		return size
+	}
+	return 0
 }
 
 // appendFuncs appends the defined functions among list that lie in executable sections.
-func appendFuncs(cands []candidate, f *elf.File, list []elf.Symbol) []candidate {
+func appendFuncs(cands []candidate, f *elf.File, list []elf.Symbol, dynamic bool) []candidate {
 	for _, s := range list {
 		switch elf.ST_TYPE(s.Info) {
 		case elf.STT_FUNC, elf.STT_GNU_IFUNC:
@@ -102,7 +156,7 @@ func appendFuncs(cands []candidate, f *elf.File, list []elf.Symbol) []candidate 
 			limit = ^uint64(0)
 		}
 		cands = append(cands, candidate{
-			Symbol: Symbol{Name: s.Name, Value: s.Value, Size: s.Size, Binding: elf.ST_BIND(s.Info)},
+			Symbol: Symbol{Name: s.Name, Value: s.Value, Size: s.Size, Binding: elf.ST_BIND(s.Info), Dynamic: dynamic},
 			limit:  limit,
 		})
 	}

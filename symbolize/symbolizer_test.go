@@ -77,24 +77,27 @@ func TestSymbolizer(t *testing.T) {
 		t.Fatalf("errors = %v, want one naming %s", errs, missingPath)
 	}
 	for _, tc := range []struct {
-		loc  *trace.Location
-		want string
+		loc          *trace.Location
+		want, source string
 	}{
-		{exported, "exported_fn"},
-		{helper, "helper"},
-		{inMissing, ""},
-		{padding, ""},
-		{anonymous, ""},
-		{kernel, "schedule"},
-		{named, "already"},
+		{exported, "exported_fn", SourceDWARF},
+		{helper, "helper", SourceDWARF},
+		{inMissing, "", SourceNone},
+		{padding, "", SourceNone},
+		{anonymous, "", SourceNone},
+		{kernel, "schedule", SourceKallsyms},
+		{named, "already", ""}, // named before: untouched
 	} {
 		var got string
 		if len(tc.loc.Lines) > 0 {
 			got = tc.loc.Lines[0].Function
 		}
-		if got != tc.want || len(tc.loc.Lines) > 1 {
-			t.Errorf("location %#x: lines %+v, want %q", tc.loc.Address, tc.loc.Lines, tc.want)
+		if got != tc.want || len(tc.loc.Lines) > 1 || tc.loc.NameSource != tc.source {
+			t.Errorf("location %#x: lines %+v from %q, want %q from %q", tc.loc.Address, tc.loc.Lines, tc.loc.NameSource, tc.want, tc.source)
 		}
+	}
+	if l := exported.Lines[0]; l.Line == 0 || !strings.HasSuffix(l.File, "prog.c") {
+		t.Errorf("exported_fn: %s:%d, want a line in prog.c from DWARF", l.File, l.Line)
 	}
 	if got := exported.Lines[0].SystemName; got != "exported_fn" {
 		t.Errorf("SystemName = %q", got)
@@ -109,8 +112,15 @@ func TestSymbolizer(t *testing.T) {
 	if len(leaf.Lines) != 1 || leaf.Lines[0].Function != "leaf" {
 		t.Errorf("leaf: lines %+v", leaf.Lines)
 	}
-	want := Stats{FilesLoaded: 1, FilesFailed: 1, LocationsNamed: 4, LocationsUnnamed: 4}
-	if got := s.Stats(); got != want {
+	// The missing file's failure is cached: not retried, not reported again.
+	want := Stats{FilesLoaded: 1, FilesFailed: 1, LocationsNamed: 4, LocationsUnnamed: 4,
+		CachedFiles: 2, AddressMisses: 6}
+	got := s.Stats()
+	if got.CachedFileBytes <= 0 {
+		t.Errorf("CachedFileBytes = %d with a file cached", got.CachedFileBytes)
+	}
+	got.CachedFileBytes = 0
+	if got != want {
 		t.Errorf("Stats() = %+v, want %+v", got, want)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"unsafe"
 )
 
 // Symbol is a named range of code.
@@ -16,6 +17,8 @@ type Symbol struct {
 	// returned by a lookup, it is the extent the lookup accepted (see SymbolTable).
 	Size    uint64
 	Binding elf.SymBind
+	// Dynamic says the name came from .dynsym rather than .symtab.
+	Dynamic bool
 }
 
 // SymbolTable finds the function enclosing an address.
@@ -31,7 +34,8 @@ type Symbol struct {
 // GLOBAL binding before WEAK before LOCAL and anything else, then the shorter name,
 // then the lexicographically smaller. A global name is the one callers and documentation
 // use, and the choice must not depend on symbol table order so that profiles of the
-// same binary agree. The aliases' largest size is kept.
+// same binary agree. A name both tables list counts as from .symtab. The aliases'
+// largest size is kept.
 type SymbolTable struct {
 	entries []tableEntry // sorted by addr, one per address
 	// names holds every kept name back to back; entries point into it, so that a
@@ -42,13 +46,16 @@ type SymbolTable struct {
 type tableEntry struct {
 	addr, end uint64 // end is exclusive and already resolves unsized symbols
 	nameOff   uint32
-	// nameLen holds the name's length in its low 28 bits and the binding in the top 4.
+	// nameLen holds the name's length in its low 27 bits, then whether it came from
+	// .dynsym, then the binding in the top 4.
 	nameLen uint32
 }
 
 const (
-	nameLenBits = 28
+	nameLenBits = 27
 	maxNameLen  = 1<<nameLenBits - 1
+	dynamicBit  = 1 << nameLenBits
+	bindingBits = nameLenBits + 1
 )
 
 // candidate is a symbol offered to a table, with the address an unsized symbol must
@@ -99,7 +106,10 @@ func newSymbolTable(cands []candidate) *SymbolTable {
 		if c := cmp.Compare(a.Value, b.Value); c != 0 {
 			return c
 		}
-		return preferAlias(bindingRank(a.Binding), bindingRank(b.Binding), a.Name, b.Name)
+		if c := preferAlias(bindingRank(a.Binding), bindingRank(b.Binding), a.Name, b.Name); c != 0 {
+			return c
+		}
+		return cmpBool(a.Dynamic, b.Dynamic) // .symtab first
 	})
 
 	// Count what the aliases leave, to allocate once.
@@ -137,17 +147,26 @@ func newSymbolTable(cands []candidate) *SymbolTable {
 		if names.Len() > math.MaxUint32-len(name) {
 			break // over 4 GiB of names cannot come from a real file; keep what fits
 		}
+		nameLen := uint32(len(name)) | uint32(first.Binding&0xf)<<bindingBits
+		if first.Dynamic {
+			nameLen |= dynamicBit
+		}
 		t.entries = append(t.entries, tableEntry{
 			addr:    first.Value,
 			end:     end,
 			nameOff: uint32(names.Len()),
-			nameLen: uint32(len(name)) | uint32(first.Binding&0xf)<<nameLenBits,
+			nameLen: nameLen,
 		})
 		names.WriteString(name)
 		i = j
 	}
 	t.names = names.String()
 	return t
+}
+
+// sizeBytes estimates the memory the table holds.
+func (t *SymbolTable) sizeBytes() int64 {
+	return int64(cap(t.entries))*int64(unsafe.Sizeof(tableEntry{})) + int64(len(t.names))
 }
 
 // Len is the number of symbols the table kept, after merging aliases.
@@ -180,6 +199,19 @@ func (t *SymbolTable) symbol(i int) Symbol {
 		Name:    t.names[e.nameOff : e.nameOff+n],
 		Value:   e.addr,
 		Size:    e.end - e.addr,
-		Binding: elf.SymBind(e.nameLen >> nameLenBits),
+		Binding: elf.SymBind(e.nameLen >> bindingBits),
+		Dynamic: e.nameLen&dynamicBit != 0,
+	}
+}
+
+// cmpBool orders false before true.
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case !a:
+		return -1
+	default:
+		return 1
 	}
 }

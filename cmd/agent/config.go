@@ -14,6 +14,7 @@ import (
 
 	"github.com/sonde-profiler/sonde/bpf"
 	"github.com/sonde-profiler/sonde/reporter/otlp"
+	"github.com/sonde-profiler/sonde/symbolize"
 )
 
 // usageError marks errors in how sonde was invoked: they exit with status 2.
@@ -29,6 +30,7 @@ type config struct {
 	logLevel     slog.Level
 	top          int
 	bpfStats     bool
+	symbolize    symbolize.Options
 	unwind       string // "tables" or "fp"
 	unwindRows   int
 	interval     time.Duration
@@ -78,6 +80,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.StringVar(&logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.IntVar(&c.top, "top", 15, "print the `N` hottest functions at exit (0: none)")
 	fs.BoolVar(&c.bpfStats, "bpf-stats", false, "measure the BPF program's run time and report ns per sample at exit")
+	var symMode string
+	fs.StringVar(&symMode, "symbolize", "full", "naming on the host: `full` (DWARF lines and inlines, Go pclntab, symbol tables), symtab (symbol tables and pclntab), none (addresses and build IDs only)")
+	fs.IntVar(&c.symbolize.FileCacheSize, "symbol-cache-files", 128, "parsed object files kept for naming (LRU)")
+	fs.IntVar(&c.symbolize.AddressCacheSize, "symbol-cache-addresses", 65536, "named addresses kept (LRU)")
 	fs.StringVar(&c.unwind, "unwind", "tables", "how user stacks are walked: `tables` (.eh_frame, no frame pointers needed; frame pointers where a file has none) or fp (frame pointers only)")
 	fs.IntVar(&c.unwindRows, "unwind-rows", bpf.DefaultUnwindRows, "capacity of the kernel's unwind tables, in rows (12 bytes each) over all files")
 	fs.DurationVar(&c.interval, "interval", 10*time.Second, "how often collected samples are symbolized and sent (±10% jitter)")
@@ -105,6 +111,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	c.export = endpoint != "" || envEndpoint
 	if c.interval < 100*time.Millisecond {
 		return nil, usageError{fmt.Errorf("--interval %v: must be at least 100ms", c.interval)}
+	}
+	if c.symbolize.Mode, err = symbolize.ParseMode(symMode); err != nil {
+		return nil, usageError{fmt.Errorf("--symbolize: %w", err)}
+	}
+	if c.symbolize.FileCacheSize < 1 || c.symbolize.AddressCacheSize < 0 {
+		return nil, usageError{fmt.Errorf("--symbol-cache-files must be positive and --symbol-cache-addresses not negative")}
 	}
 	if c.unwind != "tables" && c.unwind != "fp" {
 		return nil, usageError{fmt.Errorf("--unwind %q: want tables or fp", c.unwind)}

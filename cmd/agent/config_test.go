@@ -72,7 +72,8 @@ func TestParseConfigErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"--frequency", "0"}, {"--frequency", "100000000"}, {"--pid", "0"}, {"--pid", "1,,2"},
 		{"--duration", "-1s"}, {"--log-level", "loud"}, {"--output", "p.json"}, {"--top", "-1"}, {"stray"},
-		{"--interval", "1ms"}, {"--otlp-queue", "0"},
+		{"--interval", "1ms"}, {"--otlp-queue", "0"}, {"--symbolize", "some"}, {"--symbol-cache-files", "0"},
+		{"--unwind", "guess"}, {"--unwind-rows", "0"},
 	} {
 		_, err := parseConfig(args, noEnv, io.Discard)
 		var uerr usageError

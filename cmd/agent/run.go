@@ -86,7 +86,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	if err := sampler.Start(); err != nil {
 		return err
 	}
-	symbolizer := symbolize.New(symbolize.Options{})
+	symbolizer := symbolize.New(cfg.symbolize)
 	table := top.NewTable()
 	var kept []*trace.Profile // the whole run, for --output
 	deliver := func(p *trace.Profile) {

@@ -29,6 +29,9 @@ const (
 	keyThreadName     = "thread.name"
 	keyThreadID       = "thread.id"
 	keyFrameType      = "profile.frame.type"
+	// keySymbolSource says where a frame's name came from (symtab, dynsym, dwarf,
+	// gopclntab, kallsyms, none), so users can see why a frame is unnamed.
+	keySymbolSource = "sonde.frame.symbol_source"
 	keyBuildIDGNU     = "process.executable.build_id.gnu"
 	keyBuildIDGo      = "process.executable.build_id.go"
 	keyBuildIDHTLHash = "process.executable.build_id.htlhash"
@@ -314,8 +317,8 @@ type dictBuilder struct {
 	locationPtrs map[*trace.Location]int32
 
 	lineBuf []byte
-	// kinds holds one attribute_indices slice per frame type, shared by locations.
-	kinds map[int32][]int32
+	// kinds holds one attribute_indices slice per frame type and name source, shared by locations.
+	kinds map[[2]int32][]int32
 }
 
 type functionKey struct{ name, systemName, file int32 }
@@ -330,6 +333,7 @@ type locationKey struct {
 	mapping int32
 	address uint64
 	kind    int32
+	source  int32
 	lines   string // function index and line of each line, packed
 }
 
@@ -359,7 +363,7 @@ func newDictBuilder() *dictBuilder {
 		attrs:        make(map[attrKey]int32),
 		mappingPtrs:  make(map[*trace.Mapping]int32),
 		locationPtrs: make(map[*trace.Location]int32),
-		kinds:        make(map[int32][]int32),
+		kinds:        make(map[[2]int32][]int32),
 	}
 }
 
@@ -461,14 +465,18 @@ func (d *dictBuilder) mapping(m *trace.Mapping) int32 {
 	return i
 }
 
-func (d *dictBuilder) kindAttrs(attr int32) []int32 {
-	if attr == 0 {
+func (d *dictBuilder) kindAttrs(kind, source int32) []int32 {
+	if kind == 0 && source == 0 {
 		return nil
 	}
-	s, ok := d.kinds[attr]
+	s, ok := d.kinds[[2]int32{kind, source}]
 	if !ok {
-		s = []int32{attr}
-		d.kinds[attr] = s
+		for _, a := range [...]int32{kind, source} {
+			if a != 0 {
+				s = append(s, a)
+			}
+		}
+		d.kinds[[2]int32{kind, source}] = s
 	}
 	return s
 }
@@ -485,6 +493,9 @@ func (d *dictBuilder) location(l *trace.Location) int32 {
 	case trace.FrameNative, trace.FrameKernel, trace.FrameGo:
 		k.kind = d.attrString(keyFrameType, l.Kind.String())
 	}
+	if l.NameSource != "" {
+		k.source = d.attrString(keySymbolSource, l.NameSource)
+	}
 	buf := d.lineBuf[:0]
 	for _, ln := range l.Lines {
 		fi := d.function(ln.Function, ln.SystemName, ln.File)
@@ -492,11 +503,11 @@ func (d *dictBuilder) location(l *trace.Location) int32 {
 		buf = binary.LittleEndian.AppendUint64(buf, uint64(ln.Line))
 	}
 	d.lineBuf = buf
-	i, ok := d.locations[locationKey{k.mapping, k.address, k.kind, string(buf)}]
+	i, ok := d.locations[locationKey{k.mapping, k.address, k.kind, k.source, string(buf)}]
 	if !ok {
 		k.lines = string(buf)
 		i = int32(len(d.dict.LocationTable))
-		pl := &profilespb.Location{MappingIndex: k.mapping, Address: k.address, AttributeIndices: d.kindAttrs(k.kind)}
+		pl := &profilespb.Location{MappingIndex: k.mapping, Address: k.address, AttributeIndices: d.kindAttrs(k.kind, k.source)}
 		if n := len(l.Lines); n > 0 {
 			// One allocation for the lines, one for the pointers to them.
 			slab := make([]profilespb.Line, n)

@@ -103,7 +103,7 @@ func TestEncodeDictionary(t *testing.T) {
 		return out
 	}
 	want := []string{
-		"0xffffffff81000010 do_syscall_64//:0 [profile.frame.type=kernel]",
+		"0xffffffff81000010 do_syscall_64//:0 [profile.frame.type=kernel sonde.frame.symbol_source=kallsyms]",
 		// Addresses are runtime addresses inside their mapping.
 		"0x7f0000001234@/usr/lib/libc.so.6[0x7f0000000000-0x7f0000100000+0x28000][process.executable.build_id.htlhash=feedface] __write/__write/write.c:26 [profile.frame.type=native]",
 		"0x55550500@/usr/bin/app[0x55550000-0x55560000+0x1000][process.executable.build_id.gnu=a1b2c3d4] helper/_Z6helperv/app.cc:10 work/_Z4workv/app.cc:42 [profile.frame.type=native]",

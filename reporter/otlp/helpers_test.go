@@ -49,7 +49,7 @@ func newFixture() *fixture {
 	f.goM = &trace.Mapping{Start: 0x400000, Limit: 0x900000, Path: "/srv/goserver", File: f.goExe}
 
 	kernel := &trace.Location{Kind: trace.FrameKernel, Address: 0xffffffff81000010,
-		Lines: []trace.Line{{Function: "do_syscall_64"}}}
+		Lines: []trace.Line{{Function: "do_syscall_64"}}, NameSource: "kallsyms"}
 	write := &trace.Location{Kind: trace.FrameNative, Address: 0x7f0000001234, Mapping: f.libcMap,
 		Lines: []trace.Line{{Function: "__write", SystemName: "__write", File: "write.c", Line: 26}}}
 	// Inlined: helper into work.

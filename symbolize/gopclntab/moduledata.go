@@ -1,0 +1,226 @@
+package gopclntab
+
+import (
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// image reads a binary's loaded memory as the loader lays it out, from the file.
+type image struct {
+	f       *elf.File
+	order   binary.ByteOrder
+	ptrSize int
+	// relative holds the addends of R_*_RELATIVE relocations by address, read on
+	// first need: a position-independent binary linked externally may leave the
+	// pointers of its moduledata zero in the file, to be filled in at load time.
+	relative map[uint64]uint64
+	relRead  bool
+}
+
+// read returns n bytes at vaddr, or false when no segment holds them in the file.
+func (m *image) read(vaddr uint64, n int32) ([]byte, bool) {
+	if n < 0 {
+		return nil, false
+	}
+	for _, p := range m.f.Progs {
+		if p.Type != elf.PT_LOAD || vaddr < p.Vaddr || vaddr-p.Vaddr >= p.Filesz {
+			continue
+		}
+		if p.Filesz-(vaddr-p.Vaddr) < uint64(n) {
+			return nil, false
+		}
+		b := make([]byte, n)
+		if _, err := p.ReadAt(b, int64(vaddr-p.Vaddr)); err != nil {
+			return nil, false
+		}
+		return b, true
+	}
+	return nil, false
+}
+
+// words reads count pointer-sized words at vaddr, resolving relative relocations
+// where the file holds zero.
+func (m *image) words(vaddr uint64, count int) ([]uint64, bool) {
+	b, ok := m.read(vaddr, int32(count*m.ptrSize))
+	if !ok {
+		return nil, false
+	}
+	w := make([]uint64, count)
+	for i := range w {
+		if m.ptrSize == 4 {
+			w[i] = uint64(m.order.Uint32(b[4*i:]))
+		} else {
+			w[i] = m.order.Uint64(b[8*i:])
+		}
+		if w[i] == 0 {
+			w[i] = m.relocated(vaddr + uint64(i*m.ptrSize))
+		}
+	}
+	return w, true
+}
+
+// R_X86_64_RELATIVE and R_AARCH64_RELATIVE: the base address plus the addend.
+const (
+	relX86Relative   = 8
+	relArm64Relative = 1027
+)
+
+func (m *image) relocated(vaddr uint64) uint64 {
+	if !m.relRead {
+		m.relRead = true
+		m.relative = m.readRelative()
+	}
+	return m.relative[vaddr]
+}
+
+func (m *image) readRelative() map[uint64]uint64 {
+	if m.f.Class != elf.ELFCLASS64 {
+		return nil
+	}
+	var want uint32
+	switch m.f.Machine {
+	case elf.EM_X86_64:
+		want = relX86Relative
+	case elf.EM_AARCH64:
+		want = relArm64Relative
+	default:
+		return nil
+	}
+	rel := map[uint64]uint64{}
+	for _, s := range m.f.Sections {
+		if s.Type != elf.SHT_RELA {
+			continue
+		}
+		data, err := s.Data()
+		if err != nil {
+			continue
+		}
+		for b := data; len(b) >= 24; b = b[24:] {
+			off, info, addend := m.order.Uint64(b), m.order.Uint64(b[8:]), m.order.Uint64(b[16:])
+			if uint32(info) == want {
+				rel[off] = addend
+			}
+		}
+	}
+	return rel
+}
+
+// moduledata is what the runtime's moduledata tells that the pclntab does not.
+type moduledata struct {
+	text, gofunc uint64
+}
+
+// Word indexes into the runtime's moduledata: pcHeader, then six slices of three
+// words (funcnametab, cutab, filetab, pctab, pclntable, ftab), findfunctab, minpc,
+// maxpc, text, etext, and pairs for noptrdata, data, bss and noptrbss; Go 1.20
+// added covctrs and ecovctrs before end, gcdata, gcbss, types, etypes, rodata and
+// gofunc.
+const (
+	mdPCHeader    = 0
+	mdFuncnametab = 1
+	mdFtab        = 16
+	mdMinPC       = 20
+	mdText        = 22
+	mdGofunc118   = 38
+	mdGofunc120   = 40
+)
+
+// findModuledata locates the runtime's first moduledata, which points at the
+// pclntab at addr: at the start of .go.module where Go 1.26 and later put it, else
+// anywhere in the data sections.
+func findModuledata(m *image, addr uint64, pclntab []byte, go120 bool) (moduledata, error) {
+	if m.ptrSize != 4 && m.ptrSize != 8 {
+		return moduledata{}, fmt.Errorf("pointer size %d", m.ptrSize)
+	}
+	gofuncIdx := mdGofunc118
+	if go120 {
+		gofuncIdx = mdGofunc120
+	}
+	hdrWord := func(i int) uint64 {
+		off := 8 + i*m.ptrSize
+		if m.ptrSize == 4 {
+			return uint64(m.order.Uint32(pclntab[off:]))
+		}
+		return m.order.Uint64(pclntab[off:])
+	}
+	funcnameOff, pclnOff := hdrWord(3), hdrWord(7)
+	check := func(at uint64) (moduledata, bool) {
+		w, ok := m.words(at, gofuncIdx+1)
+		if !ok {
+			return moduledata{}, false
+		}
+		// Pointers the pclntab's own header predicts: a chance match of one word
+		// must not pass for the moduledata.
+		if w[mdPCHeader] != addr || w[mdFuncnametab] != addr+funcnameOff || w[mdFtab] != addr+pclnOff ||
+			w[mdText] == 0 || w[mdMinPC] < w[mdText] || w[gofuncIdx] == 0 {
+			return moduledata{}, false
+		}
+		return moduledata{text: w[mdText], gofunc: w[gofuncIdx]}, true
+	}
+	if s := m.f.Section(".go.module"); s != nil {
+		if md, ok := check(s.Addr); ok {
+			return md, nil
+		}
+	}
+	var regions [][2]uint64
+	for _, name := range []string{".noptrdata", ".data", ".data.rel.ro"} {
+		if s := m.f.Section(name); s != nil && s.Type != elf.SHT_NOBITS {
+			regions = append(regions, [2]uint64{s.Addr, s.Size})
+		}
+	}
+	if len(m.f.Sections) == 0 {
+		for _, p := range m.f.Progs {
+			if p.Type == elf.PT_LOAD && p.Flags&elf.PF_W != 0 {
+				regions = append(regions, [2]uint64{p.Vaddr, p.Filesz})
+			}
+		}
+	}
+	var found moduledata
+	for _, r := range regions {
+		if m.scan(r, addr, func(at uint64) bool {
+			md, ok := check(at)
+			found = md
+			return ok
+		}) {
+			return found, nil
+		}
+	}
+	// In a binary whose loader fills the pointers in, the relocation table says
+	// where the pointer to the pclntab goes.
+	m.relocated(0)
+	for at, v := range m.relative {
+		if v == addr {
+			if md, ok := check(at); ok {
+				return md, nil
+			}
+		}
+	}
+	return moduledata{}, errors.New("no moduledata points at the pclntab")
+}
+
+// scan calls try with every pointer-aligned address in region [start, start+size)
+// holding the word v, until try accepts one.
+func (m *image) scan(region [2]uint64, v uint64, try func(at uint64) bool) bool {
+	const chunk = 1 << 20
+	end := region[0] + region[1]
+	for base := region[0]; base < end; base += chunk {
+		b, ok := m.read(base, int32(min(chunk, end-base)))
+		if !ok {
+			return false
+		}
+		for off := 0; off+m.ptrSize <= len(b); off += m.ptrSize {
+			var w uint64
+			if m.ptrSize == 4 {
+				w = uint64(m.order.Uint32(b[off:]))
+			} else {
+				w = m.order.Uint64(b[off:])
+			}
+			if w == v && try(base+uint64(off)) {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,441 @@
+package symbolize
+
+import (
+	"bufio"
+	"bytes"
+	"debug/elf"
+	"fmt"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/ianlancetaylor/demangle"
+	"github.com/sonde-profiler/sonde/internal/testenv"
+	"github.com/sonde-profiler/sonde/symbolize/dwarf"
+	"github.com/sonde-profiler/sonde/trace"
+)
+
+// cxxProgram inlines at several depths: static helpers, member functions of a
+// template, and the standard library's containers and algorithms.
+const cxxProgram = `
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace geo {
+template <typename T> struct Vec {
+  T x, y;
+  inline T dot(const Vec &o) const { return x * o.x + y * o.y; }
+  inline T norm2() const { return dot(*this); }
+};
+class Shape {
+ public:
+  virtual ~Shape() {}
+  virtual double area() const = 0;
+};
+class Circle : public Shape {
+ public:
+  explicit Circle(double r) : r_(r) {}
+  double area() const override { return 3.14159 * r_ * r_; }
+ private:
+  double r_;
+};
+static inline int mix(int a, int b) { return (a * 31) ^ (b >> 3); }
+static inline int mix3(int a, int b, int c) { return mix(mix(a, b), c); }
+template <typename T> __attribute__((noinline)) T accumulate(const std::vector<T> &v) {
+  T s{};
+  for (const auto &e : v) s += e;
+  return s;
+}
+}  // namespace geo
+
+static int counter;
+
+__attribute__((noinline)) int work(int n) {
+  std::vector<int> v;
+  for (int i = 0; i < n; i++) v.push_back(geo::mix3(i, n, counter));
+  std::sort(v.begin(), v.end(), [](int a, int b) { return (a & 0xff) < (b & 0xff); });
+  return geo::accumulate(v);
+}
+
+__attribute__((noinline)) double shapes(int n) {
+  std::vector<geo::Shape *> s;
+  for (int i = 0; i < n; i++) s.push_back(new geo::Circle(i));
+  double a = 0;
+  for (auto *p : s) { a += p->area(); delete p; }
+  geo::Vec<double> v{a, 2.0};
+  return v.norm2();
+}
+
+__attribute__((noinline)) std::string names(int n) {
+  std::map<std::string, int> m;
+  for (int i = 0; i < n; i++) m[std::to_string(i)] += i;
+  std::string out;
+  for (auto &kv : m) out += kv.first;
+  return out;
+}
+
+int main(int argc, char **argv) {
+  int n = argc > 1 ? atoi(argv[1]) : 100;
+  counter = n;
+  std::printf("%d %f %zu\n", work(n), shapes(n), names(n).size());
+  return 0;
+}
+`
+
+func buildCXX(t testing.TB, flags ...string) string {
+	t.Helper()
+	gxx := testenv.RequireTool(t, "g++")
+	dir := t.TempDir()
+	src := filepath.Join(dir, "prog.cc")
+	if err := os.WriteFile(src, []byte(cxxProgram), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "prog")
+	args := append([]string{"-o", bin, src}, flags...)
+	if out, err := exec.Command(gxx, args...).CombinedOutput(); err != nil {
+		t.Fatalf("g++ %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return bin
+}
+
+// frame is one frame as a tool prints it.
+type frame struct {
+	fn, file string
+	line     int64
+}
+
+// binutilsAddr2line runs addr2line -a -f -i -C over vaddrs.
+func binutilsAddr2line(t testing.TB, bin string, vaddrs []uint64) map[uint64][]frame {
+	t.Helper()
+	tool := testenv.RequireTool(t, "addr2line")
+	args := []string{"-a", "-f", "-i", "-C", "-e", bin}
+	for _, a := range vaddrs {
+		args = append(args, fmt.Sprintf("%#x", a))
+	}
+	out, err := exec.Command(tool, args...).Output()
+	if err != nil {
+		t.Fatalf("addr2line: %v", err)
+	}
+	res := map[uint64][]frame{}
+	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+	var cur uint64
+	for i := 0; i < len(lines); i++ {
+		if strings.HasPrefix(lines[i], "0x") {
+			cur = mustHex(t, lines[i])
+			res[cur] = nil
+			continue
+		}
+		if i+1 >= len(lines) {
+			t.Fatalf("addr2line output ends after %q", lines[i])
+		}
+		fn, loc := lines[i], lines[i+1]
+		i++
+		if j := strings.Index(loc, " (discriminator"); j >= 0 {
+			loc = loc[:j]
+		}
+		colon := strings.LastIndexByte(loc, ':')
+		if colon < 0 {
+			t.Fatalf("addr2line location %q", loc)
+		}
+		f := frame{fn: fn, file: loc[:colon]}
+		f.line, _ = strconv.ParseInt(loc[colon+1:], 10, 64)
+		if f.fn == "??" {
+			f.fn = ""
+		}
+		if f.file == "??" {
+			f.file = ""
+		}
+		res[cur] = append(res[cur], f)
+	}
+	return res
+}
+
+// wholeFile maps bin so that runtime address = base + file offset.
+func wholeFile(t testing.TB, bin string, key trace.FileKey) *trace.Mapping {
+	t.Helper()
+	st, err := os.Stat(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const base = 0x7f00_0000_0000
+	return &trace.Mapping{Start: base, Limit: base + uint64(st.Size()), Path: bin,
+		File: trace.NewFile(key, bin, bin)}
+}
+
+// locationsAt returns leaf locations at the ELF virtual addresses vaddrs of m's file,
+// converted to file offsets through readelf's program headers.
+func locationsAt(t testing.TB, m *trace.Mapping, vaddrs []uint64) []*trace.Location {
+	t.Helper()
+	loads := readelfLoads(t, m.Path)
+	locs := make([]*trace.Location, len(vaddrs))
+	for i, a := range vaddrs {
+		off, _ := fileOffsetOf(t, loads, a)
+		locs[i] = &trace.Location{Kind: trace.FrameNative, Address: m.Start + off, Mapping: m}
+	}
+	return locs
+}
+
+func spreadText(t testing.TB, bin string, n int) []uint64 {
+	t.Helper()
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	text := f.Section(".text")
+	if text == nil {
+		t.Fatal("no .text")
+	}
+	out := make([]uint64, n)
+	for i := range out {
+		out[i] = text.Addr + uint64(i)*text.Size/uint64(n)
+	}
+	return out
+}
+
+// demangledAliases maps function addresses to the demangled names of every symbol there.
+func demangledAliases(t testing.TB, bin string) map[uint64][]string {
+	t.Helper()
+	m := map[uint64][]string{}
+	for _, s := range nmSymbols(t, bin) {
+		if isText(s.typ) {
+			m[s.addr] = append(m[s.addr], demangle.Filter(s.name))
+		}
+	}
+	return m
+}
+
+// Names, files and lines of a C++ binary with inlining, built at -O2 -g, equal what
+// binutils' addr2line -f -i -C prints, with the tolerances its lookup-order-dependent
+// naming needs (see dwarf's compareFrames): the outermost frame may be named by the
+// demangled DW_AT_name or by the symbol at the function's entry, and the innermost
+// frame of inlined code by the symbol enclosing the address.
+func TestSymbolizerMatchesAddr2line(t *testing.T) {
+	bin := buildCXX(t, append([]string{"-O2", "-g"}, pieArgs...)...)
+	m := wholeFile(t, bin, trace.FileKey{Dev: 1, Inode: 10})
+	vaddrs := spreadText(t, bin, 200)
+	locs := locationsAt(t, m, vaddrs)
+	want := binutilsAddr2line(t, bin, vaddrs)
+	ef, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ef.Close()
+	dw, err := dwarf.Load(ef, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	aliases := demangledAliases(t, bin)
+
+	s := New(Options{})
+	if errs := s.Symbolize(&trace.Profile{Locations: locs}); len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	named, inlined, tolerated, padding := 0, 0, 0, 0
+	for i, loc := range locs {
+		a := vaddrs[i]
+		w := want[a]
+		if len(w) == 0 || w[0].fn == "" {
+			if len(loc.Lines) != 0 {
+				t.Errorf("%#x: %+v where addr2line knows nothing", a, loc.Lines)
+			}
+			continue
+		}
+		raw := dw.Lookup(a)
+		if loc.NameSource != SourceDWARF {
+			switch {
+			case len(w) == 1 && len(loc.Lines) == 1 && loc.Lines[0].Function == w[0].fn:
+				// addr2line names PLT stubs and crt code from the symbol table too.
+			case len(loc.Lines) == 0 && (len(raw) == 0 || raw[0].Name == ""):
+				// Padding past a function's end: binutils names it after the symbol
+				// before it, sonde after nothing (see SymbolTable).
+				padding++
+			default:
+				t.Errorf("%#x: source %q, lines %+v; addr2line %+v", a, loc.NameSource, loc.Lines, w)
+			}
+			continue
+		}
+		if len(loc.Lines) != len(w) || len(raw) != len(w) {
+			t.Errorf("%#x: %d frames, addr2line %d:\n%+v\n%+v", a, len(loc.Lines), len(w), loc.Lines, w)
+			continue
+		}
+		outer := raw[len(raw)-1]
+		quirk := false
+		for j, got := range loc.Lines {
+			if got.Function != w[j].fn {
+				switch {
+				case j == len(w)-1 && w[j].fn == raw[j].Name:
+				case j == 0 && len(w) > 1 && !raw[0].Linkage && slices.Contains(aliases[outer.Entry], w[0].fn):
+				case j == len(w)-1 && slices.Contains(aliases[outer.Entry], w[j].fn):
+				default:
+					t.Errorf("%#x frame %d: function %q, addr2line %q", a, j, got.Function, w[j].fn)
+				}
+				quirk = true
+			}
+			if got.SystemName != got.Function && !strings.HasPrefix(got.SystemName, "_Z") {
+				t.Errorf("%#x frame %d: system name %q for %q, want the mangled name", a, j, got.SystemName, got.Function)
+			}
+			gf, wf := path.Clean(got.File), path.Clean(w[j].file)
+			if (gf != wf && !strings.HasSuffix(wf, "/"+gf)) || got.Line != w[j].line {
+				t.Errorf("%#x frame %d: %s:%d, addr2line %s:%d", a, j, got.File, got.Line, w[j].file, w[j].line)
+			}
+		}
+		named++
+		if len(w) > 1 {
+			inlined++
+		}
+		if quirk {
+			tolerated++
+		}
+	}
+	if named < 150 || inlined < 50 || tolerated > named/2 || padding > len(vaddrs)/20 {
+		t.Errorf("%d of %d named from DWARF, %d inlined, %d by a tolerated naming", named, len(vaddrs), inlined, tolerated)
+	}
+	t.Logf("%d named from DWARF, %d inside inlined code, %d named as binutils does on another lookup order, %d in padding", named, inlined, tolerated, padding)
+}
+
+// goProgram inlines small functions into a loop.
+const goProgram = `package main
+
+import (
+	"fmt"
+	"os"
+)
+
+type point struct{ x, y int }
+
+func (p point) add(q point) point { return point{p.x + q.x, p.y + q.y} }
+func sq(x int) int                 { return x * x }
+func norm(p point) int             { return sq(p.x) + sq(p.y) }
+
+//go:noinline
+func work(n int) int {
+	s := 0
+	p := point{1, 2}
+	for i := 0; i < n; i++ {
+		p = p.add(point{i, -i})
+		s += norm(p)
+	}
+	return s
+}
+
+func main() { fmt.Println(work(len(os.Args) * 1000)) }
+`
+
+func buildGo(t testing.TB, flags ...string) string {
+	t.Helper()
+	goTool := testenv.RequireTool(t, "go")
+	dir := t.TempDir()
+	for name, content := range map[string]string{"main.go": goProgram, "go.mod": "module example.com/prog\n\ngo 1.22\n"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(dir, "prog")
+	cmd := exec.Command(goTool, append(append([]string{"build", "-o", bin}, flags...), ".")...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-buildvcs=false")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %v: %v\n%s", flags, err, out)
+	}
+	return bin
+}
+
+// goAddr2line runs go tool addr2line: the physical function and innermost file:line.
+func goAddr2line(t testing.TB, bin string, vaddrs []uint64) map[uint64]frame {
+	t.Helper()
+	goTool := testenv.RequireTool(t, "go")
+	var in bytes.Buffer
+	for _, a := range vaddrs {
+		fmt.Fprintf(&in, "%#x\n", a)
+	}
+	cmd := exec.Command(goTool, "tool", "addr2line", bin)
+	cmd.Stdin = &in
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go tool addr2line: %v", err)
+	}
+	res := map[uint64]frame{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for _, a := range vaddrs {
+		if !sc.Scan() {
+			t.Fatal("go tool addr2line output ends early")
+		}
+		fn := sc.Text()
+		if !sc.Scan() {
+			t.Fatal("go tool addr2line output ends early")
+		}
+		loc := sc.Text()
+		colon := strings.LastIndexByte(loc, ':')
+		n, err := strconv.ParseInt(loc[colon+1:], 10, 64)
+		if colon < 0 || err != nil {
+			t.Fatalf("go tool addr2line location %q", loc)
+		}
+		f := frame{fn: fn, file: loc[:colon], line: n}
+		if n < 0 { // padding inside a function: no line
+			f.file, f.line = "", 0
+		}
+		res[a] = f
+	}
+	return res
+}
+
+// Go binaries, stripped or not, are named from pclntab: the innermost file and line
+// and the physical function equal what go tool addr2line prints, and inlined calls
+// add frames.
+func TestSymbolizerGo(t *testing.T) {
+	full := buildGo(t)
+	strip := testenv.RequireTool(t, "strip")
+	stripped := full + ".stripped"
+	if out, err := exec.Command(strip, "-s", "-o", stripped, full).CombinedOutput(); err != nil {
+		t.Fatalf("strip: %v\n%s", err, out)
+	}
+	for i, bin := range []string{full, buildGo(t, "-ldflags=-s -w"), stripped} {
+		t.Run(filepath.Base(bin)+strconv.Itoa(i), func(t *testing.T) {
+			m := wholeFile(t, bin, trace.FileKey{Dev: 1, Inode: uint64(20 + i)})
+			m.File.IsGo = true
+			vaddrs := spreadText(t, bin, 200)
+			locs := locationsAt(t, m, vaddrs)
+			want := goAddr2line(t, bin, vaddrs)
+			for _, mode := range []Mode{ModeFull, ModeSymtab} {
+				for _, l := range locs {
+					l.Lines, l.NameSource = nil, ""
+				}
+				s := New(Options{Mode: mode})
+				if errs := s.Symbolize(&trace.Profile{Locations: locs}); len(errs) != 0 {
+					t.Fatal(errs)
+				}
+				inlined := 0
+				for j, loc := range locs {
+					w := want[vaddrs[j]]
+					if w.fn == "?" {
+						continue
+					}
+					if loc.NameSource != SourceGopclntab || len(loc.Lines) == 0 {
+						t.Errorf("%s %#x: %+v from %q, want %s", mode, vaddrs[j], loc.Lines, loc.NameSource, w.fn)
+						continue
+					}
+					inner, outer := loc.Lines[0], loc.Lines[len(loc.Lines)-1]
+					if outer.Function != w.fn || inner.File != w.file || inner.Line != w.line {
+						t.Errorf("%s %#x: %+v, want %s at %s:%d", mode, vaddrs[j], loc.Lines, w.fn, w.file, w.line)
+					}
+					if len(loc.Lines) > 1 {
+						inlined++
+					}
+				}
+				if inlined < 10 {
+					t.Errorf("%s: only %d of %d addresses inside inlined code", mode, inlined, len(vaddrs))
+				}
+			}
+		})
+	}
+}

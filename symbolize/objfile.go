@@ -1,0 +1,183 @@
+package symbolize
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/ianlancetaylor/demangle"
+	"github.com/sonde-profiler/sonde/symbolize/dwarf"
+	"github.com/sonde-profiler/sonde/symbolize/gopclntab"
+	"github.com/sonde-profiler/sonde/trace"
+)
+
+// Where a location's name came from, as trace.Location.NameSource records it.
+const (
+	SourceSymtab    = "symtab"    // the ELF .symtab, of the file or of its separate debug file
+	SourceDynsym    = "dynsym"    // the ELF .dynsym: exported names only
+	SourceDWARF     = "dwarf"     // DWARF line tables and inlined subroutines
+	SourceGopclntab = "gopclntab" // Go's runtime tables
+	SourceKallsyms  = "kallsyms"  // /proc/kallsyms
+	SourceNone      = "none"      // nothing named it: the frame keeps its address and build ID
+)
+
+// objFile is everything one object file's names come from, read once and kept while
+// the file cache holds it. Its tables are immutable.
+type objFile struct {
+	syms   *ELFSymbols
+	dwarf  *dwarf.Table     // nil without DWARF, or in symtab mode
+	gopcln *gopclntab.Table // nil unless a Go binary
+	// debugPath is the separate debug file the names came from too, if any.
+	debugPath string
+	size      int64 // estimated bytes held
+}
+
+type loadOptions struct {
+	mode         Mode
+	debugDirs    []string
+	maxDebugInfo int64
+}
+
+// loadObjFile reads f. It returns a nil objFile when f cannot be read at all, and a
+// usable one with an error when only debug information could not be used: the
+// symbol tables still name its frames.
+func loadObjFile(f *trace.File, o loadOptions) (*objFile, error) {
+	r, err := f.Open()
+	if err != nil {
+		return nil, err // names the path already
+	}
+	defer r.Close()
+	ef, err := openELF(r)
+	if err != nil {
+		return nil, fmt.Errorf("read symbols of %s: %w", f.Path, err)
+	}
+	obj := &objFile{}
+	var errs []error
+	cands, err := symbolCandidates(ef, true)
+	if err != nil {
+		if len(cands) == 0 && ef.Section(".gopclntab") == nil {
+			return nil, fmt.Errorf("read symbols of %s: %w", f.Path, err)
+		}
+		errs = append(errs, fmt.Errorf("read symbols of %s: %w", f.Path, err))
+	}
+	// Go's tables are complete and cheap next to a Go binary's DWARF, and they
+	// survive stripping, so Go binaries are named from them alone; cgo's C code
+	// falls back to the symbol table.
+	if ef.Section(".gopclntab") != nil || f.IsGo {
+		t, err := gopclntab.Load(ef)
+		switch {
+		case err == nil:
+			obj.gopcln = t
+		case errors.Is(err, gopclntab.ErrNotGo):
+		default:
+			errs = append(errs, fmt.Errorf("read go tables of %s: %w", f.Path, err))
+		}
+	}
+	if obj.gopcln == nil {
+		dwarfFrom := ef
+		needDebugFile := ef.Section(".symtab") == nil || (o.mode == ModeFull && !dwarf.HasDWARF(ef))
+		if needDebugFile {
+			d, err := findDebugFile(ef, f.GNUBuildID, r.Name(), f.Path, o.debugDirs)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("find debug file of %s: %w", f.Path, err))
+			}
+			if d != nil {
+				defer d.Close()
+				// A debug file's .dynsym is empty (NOBITS): its .symtab is what adds names.
+				more, err := symbolCandidates(d.elf, false)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("read symbols of %s: %w", d.path, err))
+				}
+				cands = append(cands, more...)
+				obj.debugPath, dwarfFrom = d.path, d.elf
+			}
+		}
+		if o.mode == ModeFull && dwarf.HasDWARF(dwarfFrom) {
+			t, err := dwarf.Load(dwarfFrom, o.maxDebugInfo)
+			if err != nil {
+				where := f.Path
+				if dwarfFrom != ef {
+					where = obj.debugPath
+				}
+				errs = append(errs, fmt.Errorf("read dwarf of %s: %w", where, err))
+			} else {
+				obj.dwarf = t
+			}
+		}
+	}
+	obj.syms = &ELFSymbols{Funcs: newSymbolTable(cands), loads: loadSegments(ef)}
+	obj.size = obj.syms.Funcs.sizeBytes() + int64(len(obj.syms.loads))*32
+	if obj.dwarf != nil {
+		obj.size += obj.dwarf.SizeBytes()
+	}
+	if obj.gopcln != nil {
+		obj.size += obj.gopcln.SizeBytes()
+	}
+	return obj, errors.Join(errs...)
+}
+
+// lookup names the code at an offset in the file, innermost frame first.
+func (o *objFile) lookup(off uint64) ([]trace.Line, string) {
+	vaddr, ok := o.syms.Vaddr(off)
+	if !ok {
+		return nil, SourceNone
+	}
+	if o.gopcln != nil {
+		if frames := o.gopcln.Lookup(vaddr); len(frames) > 0 {
+			lines := make([]trace.Line, len(frames))
+			for i, f := range frames {
+				// Go's names are not mangled: the stored name is the readable one.
+				lines[i] = trace.Line{Function: f.Function, SystemName: f.Function, File: f.File, Line: f.Line}
+			}
+			return lines, SourceGopclntab
+		}
+	}
+	sym, hasSym := o.syms.Funcs.Lookup(vaddr)
+	// A symbol's name points into the table's one string of all names; the address
+	// cache outlives the file's entry, and must not keep that whole string alive.
+	sym.Name = strings.Clone(sym.Name)
+	if o.dwarf != nil {
+		if lines, src := o.dwarfLines(vaddr, sym, hasSym); lines != nil {
+			return lines, src
+		}
+	}
+	if hasSym {
+		return namedLine(sym.Name), symbolSource(sym)
+	}
+	return nil, SourceNone
+}
+
+func (o *objFile) dwarfLines(vaddr uint64, sym Symbol, hasSym bool) ([]trace.Line, string) {
+	frames := o.dwarf.Lookup(vaddr)
+	if len(frames) == 0 {
+		return nil, ""
+	}
+	src := SourceDWARF
+	outer := &frames[len(frames)-1]
+	switch {
+	case outer.Name == "" && hasSym:
+		// A line without a function, as assembly has: the symbol names it.
+		outer.Name = sym.Name
+		if len(frames) == 1 {
+			src = symbolSource(sym)
+		}
+	case outer.Name == "":
+		return nil, ""
+	case hasSym && !outer.Linkage && sym.Value == outer.Entry:
+		// A plain DW_AT_name lacks the namespaces, parameters and clone suffixes a
+		// C++ symbol spells; binutils prefers the symbol starting at the function too.
+		outer.Name = sym.Name
+	}
+	lines := make([]trace.Line, len(frames))
+	for i, f := range frames {
+		lines[i] = trace.Line{Function: demangle.Filter(f.Name), SystemName: f.Name, File: f.File, Line: f.Line}
+	}
+	return lines, src
+}
+
+func symbolSource(s Symbol) string {
+	if s.Dynamic {
+		return SourceDynsym
+	}
+	return SourceSymtab
+}
