@@ -31,7 +31,7 @@ const (
 	keyFrameType      = "profile.frame.type"
 	// keySymbolSource says where a frame's name came from (symtab, dynsym, dwarf,
 	// gopclntab, kallsyms, none), so users can see why a frame is unnamed.
-	keySymbolSource = "sonde.frame.symbol_source"
+	keySymbolSource   = "sonde.frame.symbol_source"
 	keyBuildIDGNU     = "process.executable.build_id.gnu"
 	keyBuildIDGo      = "process.executable.build_id.go"
 	keyBuildIDHTLHash = "process.executable.build_id.htlhash"
