@@ -105,6 +105,9 @@ struct unwind_state {
 	__u32 end;
 	__u8 used_fp; /* a frame was walked by frame pointer for lack of a table */
 	__u8 done;
+	/* pc is the interrupted instruction, not a return address: the leaf, or the frame a
+	 * signal interrupted. Return addresses are looked up one byte back, inside the call. */
+	__u8 pc_exact;
 };
 
 static __always_inline int read_user(__u64 *dst, __u64 addr)
@@ -204,7 +207,7 @@ static long unwind_step(__u32 i, void *ctx)
 		struct exec_mapping *m = find_mapping(proc, st->pid, st->pc);
 		if (m && m->rows_count) {
 			/* A return address points after the call; the call itself belongs to the caller's row. */
-			__u64 vaddr = st->pc - m->bias - (st->n > 1 ? 1 : 0);
+			__u64 vaddr = st->pc - m->bias - (st->pc_exact ? 0 : 1);
 			row = find_row(m->rows_first, m->rows_count, (__u32)vaddr);
 			if (!row)
 				return finish(st, UNWIND_INVALID);
@@ -238,6 +241,7 @@ static long unwind_step(__u32 i, void *ctx)
 			st->pc = ra;
 			st->sp = cfa;
 			st->fp = fp;
+			st->pc_exact = 1;
 			return 0;
 		case CFA_END_OF_STACK:
 			return finish(st, UNWIND_COMPLETE);
@@ -256,6 +260,7 @@ static long unwind_step(__u32 i, void *ctx)
 	/* The stack grows down: a caller's frame lies above its callee's. */
 	if (cfa <= st->sp && st->n > 1)
 		return finish(st, UNWIND_INVALID);
+	st->pc_exact = 0;
 	st->pc = ra;
 	st->sp = cfa;
 	st->fp = fp;
@@ -278,6 +283,7 @@ static __always_inline void unwind_user(struct sample_event *e, __u32 tgid)
 		.sp = regs.rsp,
 		.fp = regs.rbp,
 		.pid = tgid,
+		.pc_exact = 1,
 	};
 	bpf_loop(MAX_USER_DEPTH + 1, unwind_step, &st, 0);
 	if (!st.done)

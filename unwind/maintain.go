@@ -187,7 +187,8 @@ func readTable(f *trace.File) ([]Row, []elf.ProgHeader, error) {
 			loads = append(loads, p.ProgHeader)
 		}
 	}
-	if ef.Section(".eh_frame") == nil && ef.Section(".debug_frame") == nil {
+	// A file without section headers may still have PT_GNU_EH_FRAME, which FromELF reads.
+	if len(ef.Sections) > 0 && ef.Section(".eh_frame") == nil && ef.Section(".debug_frame") == nil {
 		return nil, loads, nil // nothing to unwind by: frame pointers
 	}
 	t, err := FromELF(ef)

@@ -33,6 +33,24 @@ int main(int argc,char**argv){double end=now()+atof(argv[1]); const char*mode=ar
  while(now()<end){ if(!strcmp(mode,"sort")) sorter(); else acc+=level(40,200000); } return 0;}
 `
 
+// signalC spends most of its time in a signal handler, whose stack runs through libc's
+// signal trampoline (__restore_rt) back into the interrupted code.
+const signalC = `#include <signal.h>
+#include <stdlib.h>
+#include <sys/time.h>
+#include <time.h>
+#define KEEP __attribute__((noinline))
+static volatile unsigned long acc;
+static double now(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec+t.tv_nsec/1e9;}
+KEEP void handler_spin(void){for(int i=0;i<3000000;i++) acc=acc*31+i;}
+KEEP void on_alarm(int sig){handler_spin();}
+KEEP void interrupted(void){for(int i=0;i<1000;i++) acc+=i;}
+int main(int argc,char**argv){double end=now()+atof(argv[1]);
+ struct sigaction sa={0}; sa.sa_handler=on_alarm; sigaction(SIGALRM,&sa,0);
+ struct itimerval it={{0,20000},{0,20000}}; setitimer(ITIMER_REAL,&it,0);
+ while(now()<end) interrupted(); return 0;}
+`
+
 // dlopenMain loads its hot code from a library only after a delay, when sonde already runs.
 const (
 	dlopenMain = `#include <dlfcn.h>
@@ -132,10 +150,12 @@ func TestUnwindWithoutFramePointers(t *testing.T) {
 		if out, err := exec.Command(strip, "-s", stripped).CombinedOutput(); err != nil {
 			t.Fatalf("strip: %v\n%s", err, out)
 		}
+		signal := buildWorkload(t, "signal-"+name, signalC, flags...)
 		for _, tc := range []struct{ bin, mode, hot string }{
 			{bin, "sort", "cmp_slow"},
 			{bin, "deep", "deep_hot"},
 			{stripped, "sort", "cmp_slow"},
+			{signal, "signal", "handler_spin"},
 		} {
 			t.Run(fmt.Sprintf("%s/%s/%s", name, filepath.Base(tc.bin), tc.mode), func(t *testing.T) {
 				p, pid := profileWorkload(t, tc.bin, "30", tc.mode)

@@ -1,0 +1,174 @@
+package unwind
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/sonde-profiler/sonde/internal/testenv"
+)
+
+// fakeStack is a sparse memory image; addresses not in it cannot be read.
+type fakeStack map[uint64]uint64
+
+func (m fakeStack) read(addr uint64) (uint64, bool) {
+	v, ok := m[addr]
+	return v, ok
+}
+
+func TestStepWalk(t *testing.T) {
+	// A stack of: leaf (CFA on rsp) → a function with rbp as frame pointer → a PLT stub
+	// → a signal handler's return into __restore_rt → the interrupted function → _start.
+	mem := fakeStack{
+		0x7000: 0x402005, // leaf's return address
+		0x7100: 0x7300,   // fp-based frame's saved rbp
+		0x7108: 0x40301b, // its return address, into a PLT entry at offset 11
+		0x7118: 0x404000, // PLT's return address: pushed word at 0x7110, RA above it
+	}
+	const uc = 0x7120      // the PLT frame's CFA: where the handler's ret left rsp
+	mem[uc+168] = 0x405055 // interrupted PC
+	mem[uc+160] = 0x9000   // interrupted SP
+	mem[uc+120] = 0x9100   // interrupted FP
+	mem[0x9000+24-8] = 0x406000
+
+	steps := []struct {
+		row  Row
+		want Regs
+		res  StepResult
+	}{
+		{Row{CFA: CFASP, CFAOffset: 8}, Regs{PC: 0x402005, SP: 0x7008, FP: 0x7100}, StepOK},
+		{Row{CFA: CFAFP, CFAOffset: 16, FP: FPAtCFA, FPOffset: -16}, Regs{PC: 0x40301b, SP: 0x7110, FP: 0x7300}, StepOK},
+		{Row{CFA: CFAPLT}, Regs{PC: 0x404000, SP: 0x7120, FP: 0x7300}, StepOK},
+		{Row{CFA: CFASignal}, Regs{PC: 0x405055, SP: 0x9000, FP: 0x9100}, StepOK},
+		{Row{CFA: CFASP, CFAOffset: 24}, Regs{PC: 0x406000, SP: 0x9018, FP: 0x9100}, StepOK},
+		{Row{CFA: CFAEndOfStack}, Regs{PC: 0x406000, SP: 0x9018, FP: 0x9100}, StepEnd},
+	}
+	regs := Regs{PC: 0x401000, SP: 0x7000, FP: 0x7100}
+	for i, s := range steps {
+		got, res := Step(s.row, regs, mem.read)
+		if got != s.want || res != s.res {
+			t.Fatalf("step %d (%s) from %+v: got %+v %s, want %+v %s", i, ruleString(s.row), regs, got, res, s.want, s.res)
+		}
+		regs = got
+	}
+}
+
+func TestStepPLT(t *testing.T) {
+	// Before the pushq completes (offsets 0-10) the CFA is rsp+8, after it rsp+16.
+	mem := fakeStack{0x7000: 1, 0x7008: 2}
+	for off := uint64(0); off < 16; off++ {
+		regs := Regs{PC: 0x401020 + off, SP: 0x7008, FP: 7}
+		want := Regs{PC: 2, SP: 0x7010, FP: 7}
+		if off >= 11 {
+			regs.SP = 0x7000
+		}
+		got, res := Step(Row{CFA: CFAPLT}, regs, mem.read)
+		if res != StepOK || got != want {
+			t.Errorf("PLT offset %d: got %+v %s, want %+v", off, got, res, want)
+		}
+	}
+}
+
+func TestStepFailures(t *testing.T) {
+	mem := fakeStack{0x7008: 0x401000}
+	regs := Regs{PC: 0x400000, SP: 0x7000, FP: 0x7100}
+	for _, tc := range []struct {
+		name   string
+		row    Row
+		regs   Regs
+		res    StepResult
+		wantFP uint64
+	}{
+		{"invalid", Row{}, regs, StepInvalid, 0},
+		{"end", Row{CFA: CFAEndOfStack}, regs, StepEnd, 0},
+		{"unreadable return address", Row{CFA: CFASP, CFAOffset: 24}, regs, StepBadRead, 0},
+		{"unreadable saved rbp", Row{CFA: CFASP, CFAOffset: 16, FP: FPAtCFA, FPOffset: -16}, regs, StepBadRead, 0},
+		{"unreadable ucontext", Row{CFA: CFASignal}, regs, StepBadRead, 0},
+		{"fp lost", Row{CFA: CFASP, CFAOffset: 16, FP: FPInvalid}, regs, StepOK, 0},
+		{"fp kept", Row{CFA: CFASP, CFAOffset: 16}, regs, StepOK, 0x7100},
+		{"cfa on lost fp", Row{CFA: CFAFP, CFAOffset: 16}, Regs{PC: 1, SP: 0x7000}, StepBadRead, 0},
+		{"unknown rule", Row{CFA: 200}, regs, StepInvalid, 0},
+	} {
+		got, res := Step(tc.row, tc.regs, mem.read)
+		if res != tc.res {
+			t.Errorf("%s: got %s, want %s", tc.name, res, tc.res)
+			continue
+		}
+		if res != StepOK && got != tc.regs {
+			t.Errorf("%s: registers changed on failure: %+v", tc.name, got)
+		}
+		if res == StepOK && got.FP != tc.wantFP {
+			t.Errorf("%s: FP %#x, want %#x", tc.name, got.FP, tc.wantFP)
+		}
+	}
+	// A partly readable ucontext is no better than an unreadable one.
+	mem = fakeStack{0x7000 + signalPCOffset: 1, 0x7000 + signalSPOffset: 2}
+	if _, res := Step(Row{CFA: CFASignal}, regs, mem.read); res != StepBadRead {
+		t.Errorf("partial ucontext: got %s", res)
+	}
+}
+
+// TestSignalFrameOffsets ties Step's ucontext offsets to glibc's headers and to the CFI
+// glibc itself gives __restore_rt.
+func TestSignalFrameOffsets(t *testing.T) {
+	want := map[string]int{"rip": signalPCOffset, "rsp": signalSPOffset, "rbp": signalFPOffset}
+	t.Run("headers", func(t *testing.T) {
+		gcc := testenv.RequireTool(t, "gcc")
+		dir := t.TempDir()
+		src := filepath.Join(dir, "uc.c")
+		const prog = `#define _GNU_SOURCE
+#include <stddef.h>
+#include <stdio.h>
+#include <ucontext.h>
+int main(void) {
+	printf("rip %zu\nrsp %zu\nrbp %zu\n",
+		offsetof(ucontext_t, uc_mcontext.gregs[REG_RIP]),
+		offsetof(ucontext_t, uc_mcontext.gregs[REG_RSP]),
+		offsetof(ucontext_t, uc_mcontext.gregs[REG_RBP]));
+	return 0;
+}
+`
+		if err := os.WriteFile(src, []byte(prog), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		bin := filepath.Join(dir, "uc")
+		if out, err := exec.Command(gcc, "-o", bin, src).CombinedOutput(); err != nil {
+			t.Fatalf("gcc: %v\n%s", err, out)
+		}
+		out, err := exec.Command(bin).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkOffsets(t, string(out), regexp.MustCompile(`(?m)^(rip|rsp|rbp) ([0-9]+)$`), want)
+	})
+	t.Run("libc", func(t *testing.T) {
+		readelf := testenv.RequireTool(t, "readelf")
+		requireFile(t, libcPath)
+		out, _ := exec.Command(readelf, "-W", "--debug-dump=frames", libcPath).Output()
+		// The signal frame's CIE is the one with 'S'; its FDE gives each register as
+		// DW_CFA_expression: rN (name) (DW_OP_breg7 (rsp): offset).
+		_, sig, ok := strings.Cut(string(out), `Augmentation:          "zRS"`)
+		if !ok {
+			t.Fatal("no signal frame CIE in libc")
+		}
+		fde, _, _ := strings.Cut(sig[strings.Index(sig, "FDE"):], "\n\n")
+		checkOffsets(t, fde, regexp.MustCompile(`DW_CFA_expression: r[0-9]+ \((rip|rsp|rbp)\) \(DW_OP_breg7 \(rsp\): ([0-9]+)\)`), want)
+	})
+}
+
+func checkOffsets(t *testing.T, text string, re *regexp.Regexp, want map[string]int) {
+	t.Helper()
+	got := map[string]string{}
+	for _, m := range re.FindAllStringSubmatch(text, -1) {
+		got[m[1]] = m[2]
+	}
+	for reg, off := range want {
+		if got[reg] != strconv.Itoa(off) {
+			t.Errorf("%s at %q, Step uses %d", reg, got[reg], off)
+		}
+	}
+}
