@@ -4,7 +4,7 @@ VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 
 LDFLAGS     := -X main.version=$(VERSION)
 RUN_SECONDS ?= 30
 
-.PHONY: build generate test run bench lint check-generated clean
+.PHONY: build generate test run bench lint fuzz check-generated clean
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/sonde ./cmd/agent
@@ -21,6 +21,17 @@ check-generated: generate
 test: build
 	$(GO) test -count=1 ./...
 	cd test/e2e && $(GO) test -count=1 -timeout 30m ./...
+
+# Each fuzz target of the file readers, briefly: CI runs this beside the seed corpora that
+# plain go test already runs. FUZZTIME=5m for a longer look.
+FUZZTIME ?= 10s
+FUZZ_TARGETS := ./unwind:FuzzRead ./symbolize:FuzzELFTable ./symbolize/dwarf:FuzzTable ./symbolize/dwarf:FuzzLoad ./symbolize/gopclntab:FuzzTable
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "fuzz $$pkg $$fn"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s -parallel 2 $$pkg; \
+	done
 
 run: build
 	bin/sonde --duration $(RUN_SECONDS)s --output profile.pb.gz
