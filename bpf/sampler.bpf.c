@@ -19,6 +19,8 @@ const volatile __u8 filter_pids = 0;
 const volatile __u8 collect_kernel = 1;
 /* 0: user stacks by bpf_get_stack's frame-pointer walk only; 1: table-driven unwinding. */
 const volatile __u8 unwind_tables = 1;
+/* Wake the reader once this much waits in the ring (a quarter of it). */
+const volatile __u64 ring_wakeup_bytes = 1 << 18;
 
 /* tgids to sample when filter_pids is set; sized by the loader from --pid. */
 struct {
@@ -99,6 +101,7 @@ static __always_inline int wanted(__u32 tgid)
 
 struct unwind_state {
 	struct sample_event *e;
+	struct proc_info *proc; /* looked up once per sample; NULL: walk by frame pointer */
 	__u64 pc, sp, fp;
 	__u32 pid;
 	__u32 n;
@@ -119,17 +122,15 @@ static __always_inline int read_user(__u64 *dst, __u64 addr)
  * an unrolled search is explored branch by branch and exceeds its instruction budget. */
 struct search {
 	__u64 key;
-	__u32 pid; /* find_mapping: whose mappings */
+	struct proc_info *proc; /* find_mapping: whose mappings */
 	__u32 lo, hi;
 };
 
 static long mapping_search_step(__u32 i, void *ctx)
 {
 	struct search *s = ctx;
-	if (s->lo >= s->hi)
-		return 1;
-	struct proc_info *proc = bpf_map_lookup_elem(&proc_maps, &s->pid);
-	if (!proc)
+	struct proc_info *proc = s->proc;
+	if (s->lo >= s->hi || !proc)
 		return 1;
 	__u32 mid = s->lo + (s->hi - s->lo) / 2;
 	if (proc->maps[mid & (MAX_PROC_MAPPINGS - 1)].start <= s->key)
@@ -140,9 +141,9 @@ static long mapping_search_step(__u32 i, void *ctx)
 }
 
 /* find_mapping returns the mapping of proc covering pc. */
-static __always_inline struct exec_mapping *find_mapping(struct proc_info *proc, __u32 pid, __u64 pc)
+static __always_inline struct exec_mapping *find_mapping(struct proc_info *proc, __u64 pc)
 {
-	struct search s = {.key = pc, .pid = pid, .lo = 0, .hi = proc->count};
+	struct search s = {.key = pc, .proc = proc, .lo = 0, .hi = proc->count};
 	if (s.hi > MAX_PROC_MAPPINGS)
 		s.hi = MAX_PROC_MAPPINGS;
 	bpf_loop(10, mapping_search_step, &s, 0); /* 2^9 > MAX_PROC_MAPPINGS */
@@ -202,9 +203,9 @@ static long unwind_step(__u32 i, void *ctx)
 	st->n++;
 
 	struct unwind_row *row = NULL;
-	struct proc_info *proc = bpf_map_lookup_elem(&proc_maps, &st->pid);
+	struct proc_info *proc = st->proc;
 	if (proc) {
-		struct exec_mapping *m = find_mapping(proc, st->pid, st->pc);
+		struct exec_mapping *m = find_mapping(proc, st->pc);
 		if (m && m->rows_count) {
 			/* A return address points after the call; the call itself belongs to the caller's row. */
 			__u64 vaddr = st->pc - m->bias - (st->pc_exact ? 0 : 1);
@@ -284,6 +285,7 @@ static __always_inline void unwind_user(struct sample_event *e, __u32 tgid)
 		.fp = regs.rbp,
 		.pid = tgid,
 		.pc_exact = 1,
+		.proc = bpf_map_lookup_elem(&proc_maps, &tgid),
 	};
 	bpf_loop(MAX_USER_DEPTH + 1, unwind_step, &st, 0);
 	if (!st.done)
@@ -331,7 +333,12 @@ int sample(struct bpf_perf_event_data *ctx)
 		if (e->kernel_len < 0)
 			count(COUNTER_KERNEL_STACK_ERR);
 	}
-	if (bpf_ringbuf_output(&events, e, sizeof(*e), 0)) {
+	/* Waking the reader for every sample costs more than the sample; it polls instead,
+	 * and is woken only when the ring starts to fill. */
+	__u64 flags = BPF_RB_NO_WAKEUP;
+	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > ring_wakeup_bytes)
+		flags = BPF_RB_FORCE_WAKEUP;
+	if (bpf_ringbuf_output(&events, e, sizeof(*e), flags)) {
 		count(COUNTER_RINGBUF_FULL);
 		return 0;
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/bits"
+	"os"
 	"sync"
 	"time"
 	"unsafe"
@@ -16,6 +17,9 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
 )
+
+// pollInterval is how long records may wait in the ring before the reader collects them.
+const pollInterval = 50 * time.Millisecond
 
 // MaxUserDepth and MaxKernelDepth are the deepest stacks the kernel records per sample.
 const (
@@ -210,6 +214,9 @@ func Load(cfg Config) (*Sampler, error) {
 		ringSize = ringBufferSize(cfg.Frequency, len(cpus))
 	}
 	spec.Maps["events"].MaxEntries = uint32(ringSize)
+	if err := spec.Variables["ring_wakeup_bytes"].Set(uint64(ringSize / 4)); err != nil {
+		return nil, fmt.Errorf("set ring_wakeup_bytes: %w", err)
+	}
 
 	s := &Sampler{rowsCap: uint32(rowsCap)}
 	if cfg.CollectStats {
@@ -317,11 +324,14 @@ func (s *Sampler) Run(ctx context.Context, h Handler) error {
 		sample Sample
 	)
 	for {
+		// The kernel wakes the reader only when the ring fills up; otherwise records are
+		// collected on this poll interval.
+		s.ring.SetDeadline(time.Now().Add(pollInterval))
 		err := s.ring.ReadInto(&rec)
 		switch {
 		case errors.Is(err, ringbuf.ErrFlushed) && ctx.Err() != nil:
 			return nil
-		case errors.Is(err, ringbuf.ErrFlushed):
+		case errors.Is(err, ringbuf.ErrFlushed), errors.Is(err, os.ErrDeadlineExceeded):
 			continue
 		case err != nil:
 			return fmt.Errorf("read ring buffer: %w", err)

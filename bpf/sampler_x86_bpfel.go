@@ -126,6 +126,7 @@ const (
 	samplerProgSample            = "sample"
 	samplerVarCollectKernel      = "collect_kernel"
 	samplerVarFilterPids         = "filter_pids"
+	samplerVarRingWakeupBytes    = "ring_wakeup_bytes"
 	samplerVarUnusedCfaRule      = "unused_cfa_rule"
 	samplerVarUnusedCounter      = "unused_counter"
 	samplerVarUnusedEventKind    = "unused_event_kind"
@@ -203,6 +204,7 @@ type samplerMapSpecs struct {
 type samplerVariableSpecs struct {
 	CollectKernel      *ebpf.VariableSpec `ebpf:"collect_kernel"`
 	FilterPids         *ebpf.VariableSpec `ebpf:"filter_pids"`
+	RingWakeupBytes    *ebpf.VariableSpec `ebpf:"ring_wakeup_bytes"`
 	UnusedCfaRule      *ebpf.VariableSpec `ebpf:"unused_cfa_rule"`
 	UnusedCounter      *ebpf.VariableSpec `ebpf:"unused_counter"`
 	UnusedEventKind    *ebpf.VariableSpec `ebpf:"unused_event_kind"`
@@ -260,6 +262,7 @@ func (m *samplerMaps) Close() error {
 type samplerVariables struct {
 	CollectKernel      *ebpf.Variable `ebpf:"collect_kernel"`
 	FilterPids         *ebpf.Variable `ebpf:"filter_pids"`
+	RingWakeupBytes    *ebpf.Variable `ebpf:"ring_wakeup_bytes"`
 	UnusedCfaRule      *ebpf.Variable `ebpf:"unused_cfa_rule"`
 	UnusedCounter      *ebpf.Variable `ebpf:"unused_counter"`
 	UnusedEventKind    *ebpf.Variable `ebpf:"unused_event_kind"`

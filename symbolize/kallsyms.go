@@ -66,14 +66,18 @@ func LoadKallsyms(path string) (*KernelSymbols, error) {
 // ParseKallsyms reads kernel symbols in /proc/kallsyms format, keeping text symbols.
 // It returns ErrKernelAddressesHidden when every address is zero.
 func ParseKallsyms(r io.Reader) (*KernelSymbols, error) {
+	// Names go into one buffer as they are read: a slice per symbol, or a string per
+	// comparison while sorting, would cost millions of allocations for a kernel's 100k+.
 	type ksym struct {
-		name   []byte
-		addr   uint64
-		rank   int
-		module uint16
+		addr    uint64
+		nameOff uint32
+		nameLen uint16
+		module  uint16
+		rank    int
 	}
 	var (
 		syms     []ksym
+		all      []byte
 		modules  = []string{""}
 		moduleOf = map[string]uint16{"": 0}
 		nonZero  bool
@@ -126,7 +130,11 @@ func ParseKallsyms(r io.Reader) (*KernelSymbols, error) {
 			}
 			modIdx = idx
 		}
-		syms = append(syms, ksym{name: bytes.Clone(name), addr: addr, rank: rank, module: modIdx})
+		if len(all)+len(name) > math.MaxUint32 {
+			return nil, errors.New("kernel symbol names exceed 4 GiB")
+		}
+		syms = append(syms, ksym{addr: addr, nameOff: uint32(len(all)), nameLen: uint16(len(name)), module: modIdx, rank: rank})
+		all = append(all, name...)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, err
@@ -137,32 +145,31 @@ func ParseKallsyms(r io.Reader) (*KernelSymbols, error) {
 	if len(syms) == 0 {
 		return nil, errors.New("no kernel text symbols")
 	}
+	nameOf := func(s ksym) []byte { return all[s.nameOff : s.nameOff+uint32(s.nameLen)] }
 
 	slices.SortFunc(syms, func(a, b ksym) int {
 		if c := cmp.Compare(a.addr, b.addr); c != 0 {
 			return c
 		}
-		return preferAlias(a.rank, b.rank, string(a.name), string(b.name))
+		// Aliases only: rare enough for the strings.
+		return preferAlias(a.rank, b.rank, string(nameOf(a)), string(nameOf(b)))
 	})
 	blob := 0
 	for i, s := range syms {
 		if i == 0 || s.addr != syms[i-1].addr {
-			blob += len(s.name)
+			blob += int(s.nameLen)
 		}
 	}
-	if blob > math.MaxUint32 {
-		return nil, errors.New("kernel symbol names exceed 4 GiB")
-	}
-	ks := &KernelSymbols{modules: modules}
+	ks := &KernelSymbols{modules: modules, entries: make([]kernelEntry, 0, len(syms))}
 	names := make([]byte, 0, blob)
 	for i, s := range syms {
 		if i > 0 && s.addr == syms[i-1].addr {
 			continue
 		}
 		ks.entries = append(ks.entries, kernelEntry{
-			addr: s.addr, nameOff: uint32(len(names)), nameLen: uint16(len(s.name)), module: s.module,
+			addr: s.addr, nameOff: uint32(len(names)), nameLen: s.nameLen, module: s.module,
 		})
-		names = append(names, s.name...)
+		names = append(names, nameOf(s)...)
 	}
 	ks.names = string(names)
 	return ks, nil
