@@ -3,17 +3,18 @@ package trace
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"fmt"
 	"hash/maphash"
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 )
 
 // RawSample is one sample as the kernel recorded it. The collector copies what it keeps,
@@ -38,6 +39,9 @@ type Config struct {
 	KeepTimestamps bool
 	// OnFileError is told, once per file, why a mapped file could not be identified.
 	OnFileError func(path string, err error)
+	// ChunkSize and ChunkCapacity tune the interning of stack chunks: frames per chunk and
+	// chunks kept in the hash-LRU; zero means DefaultChunkSize and DefaultChunkCapacity.
+	ChunkSize, ChunkCapacity int
 	// Observer, when set, hears of every new reading of a process's mappings and of
 	// processes the collector forgets: the kernel unwinder's tables follow them.
 	Observer MappingObserver
@@ -60,6 +64,12 @@ type Stats struct {
 	FileErrors       uint64
 	Processes        int // processes currently tracked
 	Files            int // files currently tracked
+	Traces           int // distinct stacks aggregated in the current interval
+	Chunks           int // chunks in the intern cache
+	ChunkHits        uint64
+	ChunkMisses      uint64
+	ChunkEvictions   uint64
+	ChunkCollisions  uint64
 }
 
 // mapsRereadInterval rate-limits re-reading a process's maps when addresses miss every
@@ -75,9 +85,16 @@ type Collector struct {
 	files  map[FileKey]*File
 	failed map[FileKey]bool
 	agg    map[uint64][]*entry
+	traces int
 	start  time.Time
 	stats  Stats
 	seed   maphash.Seed
+
+	chunks *chunker
+	epoch  uint64 // counts flushes: chunk locations are resolved once per epoch
+	spaces uint64 // numbers mapping snapshots
+	frames []uint64
+	bounds [][2]int
 }
 
 type procState struct {
@@ -94,6 +111,7 @@ type procState struct {
 // keep the snapshot they were taken under, so an exec or a re-read never changes them.
 type snapshot struct {
 	mappings []*Mapping
+	space    uint64 // identifies this reading for chunk interning
 }
 
 func (s *snapshot) find(addr uint64) *Mapping {
@@ -104,22 +122,30 @@ func (s *snapshot) find(addr uint64) *Mapping {
 	return nil
 }
 
+// entry is one distinct (process, thread, stack) of the interval. The stack is a list of
+// interned chunks, root first: entries sharing a prefix share its chunks, and an entry keeps
+// its chunks alive whatever the cache evicts until the interval is flushed.
 type entry struct {
-	proc         *Process
-	maps         *snapshot
-	tid          uint32
-	comm         string
-	user, kernel []uint64
-	count        int64
-	times        []time.Time
+	proc   *Process
+	maps   *snapshot
+	tid    uint32
+	comm   string
+	chunks []*chunk
+	count  int64
+	times  []time.Time
 }
 
 // NewCollector starts an empty aggregation whose first interval begins at start.
-func NewCollector(cfg Config, start time.Time) *Collector {
+func NewCollector(cfg Config, start time.Time) (*Collector, error) {
 	if cfg.ProcFS == "" {
 		cfg.ProcFS = "/proc"
 	}
+	chunks, err := newChunker(cmp.Or(cfg.ChunkSize, DefaultChunkSize), cmp.Or(cfg.ChunkCapacity, DefaultChunkCapacity))
+	if err != nil {
+		return nil, err
+	}
 	return &Collector{
+		chunks: chunks,
 		cfg:    cfg,
 		procs:  map[uint32]*procState{},
 		files:  map[FileKey]*File{},
@@ -127,7 +153,7 @@ func NewCollector(cfg Config, start time.Time) *Collector {
 		agg:    map[uint64][]*entry{},
 		start:  start.Round(0),
 		seed:   maphash.MakeSeed(),
-	}
+	}, nil
 }
 
 // Add counts one sample.
@@ -147,10 +173,18 @@ func (c *Collector) Add(s RawSample) {
 		c.readMaps(ps)
 	}
 
-	h := c.hash(ps, s)
+	c.aggregate(ps, s)
+}
+
+// aggregate counts the sample's stack in the interval. Most samples repeat a stack already
+// counted: they cost one hash of the frames and one comparison. Only a stack new to the
+// interval is cut into chunks and interned.
+func (c *Collector) aggregate(ps *procState, s RawSample) {
+	// The stack, leaf first: kernel frames, then user frames.
+	c.frames = append(append(c.frames[:0], s.Kernel...), s.User...)
+	h := c.traceHash(ps, s)
 	for _, e := range c.agg[h] {
-		if e.maps == ps.maps && e.tid == s.TID && e.comm == s.Comm &&
-			slices.Equal(e.user, s.User) && slices.Equal(e.kernel, s.Kernel) {
+		if e.maps == ps.maps && e.tid == s.TID && e.comm == s.Comm && sameStack(e.chunks, c.frames) {
 			e.count++
 			if c.cfg.KeepTimestamps {
 				e.times = append(e.times, s.Time)
@@ -158,41 +192,27 @@ func (c *Collector) Add(s RawSample) {
 			return
 		}
 	}
-	e := &entry{
-		proc:   ps.proc,
-		maps:   ps.maps,
-		tid:    s.TID,
-		comm:   s.Comm,
-		user:   slices.Clone(s.User),
-		kernel: slices.Clone(s.Kernel),
-		count:  1,
+	c.bounds = chunkBounds(len(c.frames), c.chunks.size, c.bounds)
+	e := &entry{proc: ps.proc, maps: ps.maps, tid: s.TID, comm: s.Comm, count: 1, chunks: make([]*chunk, len(c.bounds))}
+	for i, b := range c.bounds {
+		run := c.frames[b[0]:b[1]]
+		e.chunks[i] = c.chunks.intern(ps.maps.space, c.chunks.hashFrames(ps.maps.space, run), run)
 	}
 	if c.cfg.KeepTimestamps {
 		e.times = []time.Time{s.Time}
 	}
 	c.agg[h] = append(c.agg[h], e)
+	c.traces++
 }
 
-func (c *Collector) hash(ps *procState, s RawSample) uint64 {
-	var h maphash.Hash
-	h.SetSeed(c.seed)
-	var buf [8]byte
-	put := func(v uint64) {
-		for i := range buf {
-			buf[i] = byte(v >> (8 * i))
-		}
-		h.Write(buf[:])
+// traceHash identifies a (thread, stack). Candidates with the same hash are compared frame
+// by frame, so a collision costs a comparison, never a wrong count.
+func (c *Collector) traceHash(ps *procState, s RawSample) uint64 {
+	h := mix(ps.maps.space ^ uint64(s.TID)<<32 ^ maphash.String(c.seed, s.Comm))
+	if len(c.frames) > 0 {
+		h ^= maphash.Bytes(c.seed, unsafe.Slice((*byte)(unsafe.Pointer(&c.frames[0])), len(c.frames)*8))
 	}
-	put(uint64(s.PID)<<32 | uint64(s.TID))
-	h.WriteString(s.Comm)
-	put(uint64(len(s.User)))
-	for _, a := range s.User {
-		put(a)
-	}
-	for _, a := range s.Kernel {
-		put(a)
-	}
-	return h.Sum64()
+	return mix(h)
 }
 
 func (c *Collector) hasUnknownAddress(s *snapshot, addrs []uint64) bool {
@@ -220,7 +240,8 @@ func (c *Collector) process(pid uint32, comm string) *procState {
 	if b, err := os.ReadFile(filepath.Join(dir, "cgroup")); err == nil {
 		proc.ContainerID = containerID(b)
 	}
-	ps := &procState{proc: proc, maps: &snapshot{}}
+	c.spaces++
+	ps := &procState{proc: proc, maps: &snapshot{space: c.spaces}}
 	c.readMaps(ps)
 	c.procs[pid] = ps
 	return ps
@@ -242,7 +263,8 @@ func (c *Collector) readMaps(ps *procState) {
 		c.stats.MapsErrors++
 		return
 	}
-	snap := &snapshot{mappings: make([]*Mapping, 0, len(lines))}
+	c.spaces++
+	snap := &snapshot{mappings: make([]*Mapping, 0, len(lines)), space: c.spaces}
 	for _, l := range lines {
 		m := &Mapping{Start: l.Start, Limit: l.Limit, Offset: l.Offset, Path: l.Path}
 		if l.Inode != 0 && strings.HasPrefix(l.Path, "/") {
@@ -359,10 +381,11 @@ func (c *Collector) Flush(end time.Time) *Profile {
 	// durations and timestamps disagree by the clocks' drift.
 	end = end.Round(0)
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	agg, start := c.agg, c.start
-	c.agg, c.start = map[uint64][]*entry{}, end
+	c.agg, c.start, c.traces = map[uint64][]*entry{}, end, 0
 	c.forgetIdle(start)
-	c.mu.Unlock()
+	c.epoch++
 
 	p := &Profile{Start: start, End: end, Period: c.cfg.Period}
 	locs := map[locationKey]*Location{}
@@ -379,34 +402,56 @@ func (c *Collector) Flush(end time.Time) *Profile {
 		p.Locations = append(p.Locations, l)
 		return l
 	}
-	var unresolved uint64
+	// Each chunk is resolved once per interval, however many stacks share it.
+	resolve := func(ch *chunk, maps *snapshot) []*Location {
+		if ch.epoch == c.epoch {
+			return ch.locs
+		}
+		ch.epoch, ch.locs = c.epoch, make([]*Location, len(ch.frames))
+		for i, a := range ch.frames {
+			if c.isKernel(a) {
+				ch.locs[i] = location(FrameKernel, a, c.cfg.Kernel)
+				continue
+			}
+			m := maps.find(a)
+			if m == nil {
+				c.stats.UnresolvedFrames++
+			}
+			ch.locs[i] = location(FrameNative, a, m)
+		}
+		return ch.locs
+	}
 	for _, chain := range agg {
 		for _, e := range chain {
+			n := 0
+			for _, ch := range e.chunks {
+				n += len(ch.frames)
+			}
 			s := &Sample{
 				Process:    e.proc,
 				TID:        e.tid,
 				ThreadName: e.comm,
 				Count:      e.count,
 				Timestamps: e.times,
-				Locations:  make([]*Location, 0, len(e.kernel)+len(e.user)),
+				Locations:  make([]*Location, 0, n),
 			}
-			for _, a := range e.kernel {
-				s.Locations = append(s.Locations, location(FrameKernel, a, c.cfg.Kernel))
-			}
-			for _, a := range e.user {
-				m := e.maps.find(a)
-				if m == nil {
-					unresolved++
-				}
-				s.Locations = append(s.Locations, location(FrameNative, a, m))
+			for i := len(e.chunks) - 1; i >= 0; i-- { // leaf chunk first
+				s.Locations = append(s.Locations, resolve(e.chunks[i], e.maps)...)
 			}
 			p.Samples = append(p.Samples, s)
 		}
 	}
-	c.mu.Lock()
-	c.stats.UnresolvedFrames += unresolved
-	c.mu.Unlock()
 	return p
+}
+
+// kernelStart is where the kernel half of the address space begins on amd64 and arm64.
+const kernelStart = 0xffff800000000000
+
+func (c *Collector) isKernel(addr uint64) bool {
+	if c.cfg.Kernel != nil {
+		return addr >= c.cfg.Kernel.Start
+	}
+	return addr >= kernelStart
 }
 
 type locationKey struct {
@@ -447,5 +492,8 @@ func (c *Collector) Stats() Stats {
 	defer c.mu.Unlock()
 	st := c.stats
 	st.Processes, st.Files = len(c.procs), len(c.files)
+	st.Traces, st.Chunks = c.traces, c.chunks.lru.Len()
+	m := c.chunks.lru.Metrics()
+	st.ChunkHits, st.ChunkMisses, st.ChunkEvictions, st.ChunkCollisions = m.Hits, m.Misses, m.Evictions, c.chunks.collisions
 	return st
 }

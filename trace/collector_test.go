@@ -40,8 +40,11 @@ func TestCollectorAggregatesAndResolves(t *testing.T) {
 	kernel := &Mapping{Start: 0xffff800000000000, Limit: ^uint64(0), Path: KernelPath}
 	start := time.Unix(1000, 0)
 	var fileErrs []string
-	c := NewCollector(Config{ProcFS: procfs, Period: time.Second / 19, Kernel: kernel, KeepTimestamps: true,
+	c, err := NewCollector(Config{ProcFS: procfs, Period: time.Second / 19, Kernel: kernel, KeepTimestamps: true,
 		OnFileError: func(p string, err error) { fileErrs = append(fileErrs, p) }}, start)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	leafA := []uint64{0x400100, 0x400200}
 	leafB := []uint64{0x400300, 0x400200}
@@ -130,7 +133,10 @@ func TestCollectorExecAndExit(t *testing.T) {
 	}
 	fakeProc(t, procfs, 7, "before", bin, line(0x1000))
 	now := time.Now()
-	c := NewCollector(Config{ProcFS: procfs}, now)
+	c, err := NewCollector(Config{ProcFS: procfs}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
 	c.Add(RawSample{PID: 7, TID: 7, Comm: "before", Time: now, User: []uint64{0x1010}})
 
 	// exec: new image at another address; the old sample keeps its old mapping.
@@ -170,7 +176,10 @@ func unixMinor(dev uint64) uint64 { return dev&0xff | (dev>>12)&^0xff }
 
 func TestCollectorIntervalClock(t *testing.T) {
 	start := time.Now() // carries a monotonic reading
-	c := NewCollector(Config{ProcFS: t.TempDir(), KeepTimestamps: true}, start)
+	c, err := NewCollector(Config{ProcFS: t.TempDir(), KeepTimestamps: true}, start)
+	if err != nil {
+		t.Fatal(err)
+	}
 	p1 := c.Flush(start.Add(time.Second))
 	late := RawSample{PID: 1, TID: 1, Time: p1.End.Add(-time.Millisecond), User: []uint64{1}}
 	c.Add(late)

@@ -15,6 +15,7 @@ import (
 	"github.com/sonde-profiler/sonde/bpf"
 	"github.com/sonde-profiler/sonde/reporter/otlp"
 	"github.com/sonde-profiler/sonde/symbolize"
+	"github.com/sonde-profiler/sonde/trace"
 )
 
 // usageError marks errors in how sonde was invoked: they exit with status 2.
@@ -31,6 +32,8 @@ type config struct {
 	top          int
 	bpfStats     bool
 	symbolize    symbolize.Options
+	chunkSize    int
+	chunkCache   int
 	unwind       string // "tables" or "fp"
 	unwindRows   int
 	interval     time.Duration
@@ -84,6 +87,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.StringVar(&symMode, "symbolize", "full", "naming on the host: `full` (DWARF lines and inlines, Go pclntab, symbol tables), symtab (symbol tables and pclntab), none (addresses and build IDs only)")
 	fs.IntVar(&c.symbolize.FileCacheSize, "symbol-cache-files", 128, "parsed object files kept for naming (LRU)")
 	fs.IntVar(&c.symbolize.AddressCacheSize, "symbol-cache-addresses", 65536, "named addresses kept (LRU)")
+	fs.IntVar(&c.chunkSize, "chunk-size", trace.DefaultChunkSize, "frames per interned stack chunk; stacks sharing a prefix share its chunks")
+	fs.IntVar(&c.chunkCache, "chunk-cache", trace.DefaultChunkCapacity, "stack chunks kept in the intern cache (LRU)")
 	fs.StringVar(&c.unwind, "unwind", "tables", "how user stacks are walked: `tables` (.eh_frame, no frame pointers needed; frame pointers where a file has none) or fp (frame pointers only)")
 	fs.IntVar(&c.unwindRows, "unwind-rows", bpf.DefaultUnwindRows, "capacity of the kernel's unwind tables, in rows (12 bytes each) over all files")
 	fs.DurationVar(&c.interval, "interval", 10*time.Second, "how often collected samples are symbolized and sent (±10% jitter)")
@@ -117,6 +122,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	}
 	if c.symbolize.FileCacheSize < 1 || c.symbolize.AddressCacheSize < 0 {
 		return nil, usageError{fmt.Errorf("--symbol-cache-files must be positive and --symbol-cache-addresses not negative")}
+	}
+	if c.chunkSize < 1 || c.chunkCache < 1 {
+		return nil, usageError{fmt.Errorf("--chunk-size %d and --chunk-cache %d must be positive", c.chunkSize, c.chunkCache)}
 	}
 	if c.unwind != "tables" && c.unwind != "fp" {
 		return nil, usageError{fmt.Errorf("--unwind %q: want tables or fp", c.unwind)}

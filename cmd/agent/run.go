@@ -70,15 +70,20 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	if err != nil {
 		log.Debug("kernel build id unavailable", "err", err)
 	}
-	collector := trace.NewCollector(trace.Config{
+	collector, err := trace.NewCollector(trace.Config{
 		Period:         time.Second / time.Duration(cfg.frequency),
 		Kernel:         kernel,
 		KeepTimestamps: cfg.timestamps,
 		OnFileError: func(path string, err error) {
 			log.Info("cannot identify mapped file; its frames keep addresses only", "file", path, "err", err)
 		},
-		Observer: observer(tables),
+		Observer:      observer(tables),
+		ChunkSize:     cfg.chunkSize,
+		ChunkCapacity: cfg.chunkCache,
 	}, time.Now())
+	if err != nil {
+		return usageError{err}
+	}
 	// Targets named in advance get their tables before the first sample.
 	for _, pid := range cfg.pids {
 		collector.Prime(pid)
@@ -284,7 +289,8 @@ func logSummary(log *slog.Logger, s *bpf.Sampler, c *trace.Collector, sym *symbo
 	}
 	cs := c.Stats()
 	ss := sym.Stats()
-	attrs = append(attrs, "samples", cs.Samples, "unresolved_frames", cs.UnresolvedFrames, "maps_errors", cs.MapsErrors,
+	attrs = append(attrs, "samples", cs.Samples, "chunks", cs.Chunks, "chunk_hits", cs.ChunkHits, "chunk_misses", cs.ChunkMisses,
+		"chunk_evictions", cs.ChunkEvictions, "unresolved_frames", cs.UnresolvedFrames, "maps_errors", cs.MapsErrors,
 		"files_unidentified", cs.FileErrors, "symbol_files", ss.FilesLoaded, "symbol_files_failed", ss.FilesFailed,
 		"locations_named", ss.LocationsNamed, "locations_unnamed", ss.LocationsUnnamed)
 	if exp != nil {

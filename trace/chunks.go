@@ -1,0 +1,115 @@
+package trace
+
+import (
+	"fmt"
+	"hash/maphash"
+	"slices"
+	"unsafe"
+
+	"github.com/elastic/go-freelru"
+)
+
+// Defaults for chunk interning. Eight frames per chunk keep a stack of typical depth (15-30)
+// to two to four chunks, while the long shared prefixes of deep stacks collapse into a few
+// shared chunks; the cache holds the chunks of tens of thousands of distinct stacks.
+const (
+	DefaultChunkSize     = 8
+	DefaultChunkCapacity = 1 << 16
+)
+
+// chunk is a run of consecutive frames of a stack, cut at fixed positions counted from
+// the root, so that stacks sharing a prefix share whole chunks. Chunks are interned: one
+// object per distinct run in an address space, shared by every stack that contains it.
+type chunk struct {
+	hash uint64
+	// space is the address space the frames belong to: user addresses mean something only
+	// within one reading of one process's mappings.
+	space  uint64
+	frames []uint64 // leaf first, like the stack
+
+	// Locations resolved for the profile being flushed (epoch), so that each chunk is
+	// resolved, and its locations later named, once per interval rather than per sample.
+	epoch uint64
+	locs  []*Location
+}
+
+// chunker cuts stacks into chunks and interns them in a hash-LRU. It is not safe for
+// concurrent use; the Collector's lock guards it.
+type chunker struct {
+	size int
+	lru  *freelru.LRU[uint64, *chunk]
+	seed maphash.Seed
+	// collisions counts distinct chunks that hashed alike: the later one stays out of the
+	// cache, correct but unshared.
+	collisions uint64
+}
+
+func newChunker(size, capacity int) (*chunker, error) {
+	if size < 1 || capacity < 1 {
+		return nil, fmt.Errorf("chunk size %d and cache capacity %d must be positive", size, capacity)
+	}
+	seed := maphash.MakeSeed()
+	lru, err := freelru.New[uint64, *chunk](uint32(capacity), func(h uint64) uint32 { return uint32(h ^ h>>32) })
+	if err != nil {
+		return nil, fmt.Errorf("chunk cache: %w", err)
+	}
+	return &chunker{size: size, lru: lru, seed: seed}, nil
+}
+
+// bounds returns the [lo, hi) index ranges of a leaf-first stack of n frames cut into
+// chunks of size frames anchored at the root (index n-1): the root chunk first, the
+// leaf chunk, possibly shorter, last.
+func chunkBounds(n, size int, dst [][2]int) [][2]int {
+	dst = dst[:0]
+	for hi := n; hi > 0; hi -= size {
+		dst = append(dst, [2]int{max(hi-size, 0), hi})
+	}
+	return dst
+}
+
+// hashFrames hashes a run of frames together with its address space.
+func (c *chunker) hashFrames(space uint64, frames []uint64) uint64 {
+	var h uint64
+	if len(frames) > 0 {
+		h = maphash.Bytes(c.seed, unsafe.Slice((*byte)(unsafe.Pointer(&frames[0])), len(frames)*8))
+	}
+	return mix(h ^ space*0x9e3779b97f4a7c15)
+}
+
+// mix is a 64-bit finalizer (murmur3's fmix64): a bijection that spreads every input bit
+// over the output, enough to combine hashes that are already uniform.
+func mix(h uint64) uint64 {
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
+	return h
+}
+
+// intern returns the shared chunk for frames, creating it on a miss.
+func (c *chunker) intern(space, hash uint64, frames []uint64) *chunk {
+	if ch, ok := c.lru.Get(hash); ok {
+		if ch.space == space && slices.Equal(ch.frames, frames) {
+			return ch
+		}
+		c.collisions++
+		return &chunk{hash: hash, space: space, frames: slices.Clone(frames)}
+	}
+	ch := &chunk{hash: hash, space: space, frames: slices.Clone(frames)}
+	c.lru.Add(hash, ch)
+	return ch
+}
+
+// sameStack reports whether chunks (root first) hold exactly frames (leaf first).
+func sameStack(chunks []*chunk, frames []uint64) bool {
+	hi := len(frames)
+	for _, ch := range chunks {
+		lo := hi - len(ch.frames)
+		if lo < 0 || !slices.Equal(ch.frames, frames[lo:hi]) {
+			return false
+		}
+		hi = lo
+	}
+	return hi == 0
+}

@@ -1,0 +1,213 @@
+package trace
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+	"unsafe"
+)
+
+func TestChunkBounds(t *testing.T) {
+	for _, tc := range []struct {
+		n, size int
+		want    [][2]int
+	}{
+		{0, 4, nil},
+		{3, 4, [][2]int{{0, 3}}},                   // shorter than a chunk
+		{4, 4, [][2]int{{0, 4}}},                   // exactly one
+		{8, 4, [][2]int{{4, 8}, {0, 4}}},           // a multiple
+		{10, 4, [][2]int{{6, 10}, {2, 6}, {0, 2}}}, // root chunks full, leaf chunk short
+	} {
+		if got := chunkBounds(tc.n, tc.size, nil); !slices.Equal(got, tc.want) {
+			t.Errorf("chunkBounds(%d, %d) = %v, want %v", tc.n, tc.size, got, tc.want)
+		}
+	}
+}
+
+// Stacks that share a root-side prefix share its chunks, whatever their leaves.
+func TestChunksShareRootPrefix(t *testing.T) {
+	c := newTestCollector(t, 4, 1024)
+	prefix := []uint64{0x1008, 0x1007, 0x1006, 0x1005, 0x1004, 0x1003, 0x1002, 0x1001} // leaf first
+	c.Add(RawSample{PID: 1, TID: 1, User: append([]uint64{0x2001}, prefix...)})
+	c.Add(RawSample{PID: 1, TID: 1, User: append([]uint64{0x3001, 0x3002}, prefix...)})
+	st := c.Stats()
+	// Root chunks (8 frames) are shared: 2 of them, plus one leaf chunk each.
+	if st.Traces != 2 || st.Chunks != 4 {
+		t.Errorf("2 stacks over a shared 8-frame prefix: %d traces, %d chunks; want 2 and 4", st.Traces, st.Chunks)
+	}
+}
+
+func newTestCollector(t testing.TB, size, capacity int) *Collector {
+	t.Helper()
+	c, err := NewCollector(Config{ProcFS: t.TempDir(), ChunkSize: size, ChunkCapacity: capacity}, time.Unix(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// stackKey renders a profile sample's identity for comparison with the naive count.
+func stackKey(tid uint32, addrs []uint64) string {
+	return fmt.Sprint(tid, addrs)
+}
+
+func counts(p *Profile) map[string]int64 {
+	out := map[string]int64{}
+	for _, s := range p.Samples {
+		addrs := make([]uint64, len(s.Locations))
+		for i, l := range s.Locations {
+			addrs[i] = l.Address
+		}
+		out[stackKey(s.TID, addrs)] += s.Count
+	}
+	return out
+}
+
+// randomStack draws from a tree of stacks: a few roots, shared middles, varied leaves, and
+// depths around and across chunk boundaries.
+func randomStack(r *rand.Rand) (tid uint32, kernel, user []uint64) {
+	depth := 1 + r.IntN(40)
+	user = make([]uint64, depth)
+	root := uint64(r.IntN(3))
+	for i := range depth { // from the root
+		branch := uint64(0)
+		if i > depth-4 {
+			branch = uint64(r.IntN(5))
+		}
+		user[depth-1-i] = 0x400000 + root<<20 + uint64(i)<<8 + branch
+	}
+	if r.IntN(4) == 0 {
+		kernel = []uint64{0xffffffff81000000 + uint64(r.IntN(3))*16, 0xffffffff81001000}
+	}
+	return uint32(1 + r.IntN(2)), kernel, user
+}
+
+// Interning must never change what is counted: every flushed stack and count equals a
+// naive whole-stack count, also when a tiny cache evicts chunks that live stacks still use.
+func TestInterningMatchesNaiveUnderEviction(t *testing.T) {
+	for _, capacity := range []int{1, 3, 64, 4096} {
+		for _, size := range []int{1, 3, 8} {
+			r := rand.New(rand.NewPCG(uint64(capacity), uint64(size)))
+			c := newTestCollector(t, size, capacity)
+			for interval := range 4 {
+				naive := map[string]int64{}
+				for range 3000 {
+					tid, kernel, user := randomStack(r)
+					c.Add(RawSample{PID: 7, TID: tid, Comm: "w", User: user, Kernel: kernel})
+					naive[stackKey(tid, append(slices.Clone(kernel), user...))]++
+				}
+				got := counts(c.Flush(time.Unix(int64(interval+1), 0)))
+				if len(got) != len(naive) {
+					t.Fatalf("size %d capacity %d interval %d: %d distinct stacks, naive count has %d", size, capacity, interval, len(got), len(naive))
+				}
+				for k, n := range naive {
+					if got[k] != n {
+						t.Fatalf("size %d capacity %d: stack %s counted %d, want %d", size, capacity, k, got[k], n)
+					}
+				}
+			}
+			if st := c.Stats(); capacity == 1 && st.ChunkEvictions == 0 {
+				t.Errorf("capacity 1 saw no eviction: %+v", st)
+			}
+		}
+	}
+}
+
+// naiveAggregator is the baseline the issue measures against: a map from the whole stack
+// (and thread) to its count, each distinct stack stored in full.
+type naiveAggregator struct {
+	m   map[string]*naiveEntry
+	buf []byte
+}
+
+type naiveEntry struct {
+	frames []uint64
+	count  int64
+}
+
+func (a *naiveAggregator) add(tid uint32, frames []uint64) {
+	a.buf = append(a.buf[:0], byte(tid), byte(tid>>8), byte(tid>>16), byte(tid>>24))
+	a.buf = append(a.buf, unsafe.Slice((*byte)(unsafe.Pointer(&frames[0])), len(frames)*8)...)
+	if e, ok := a.m[string(a.buf)]; ok {
+		e.count++
+		return
+	}
+	a.m[string(a.buf)] = &naiveEntry{frames: slices.Clone(frames), count: 1}
+}
+
+// benchStacks makes n distinct stacks of the given depth shaped like a real program's:
+// a common start-up prefix, a handful of request paths, and leaves that differ.
+func benchStacks(n, depth int) [][]uint64 {
+	r := rand.New(rand.NewPCG(1, 2))
+	out := make([][]uint64, n)
+	for i := range out {
+		s := make([]uint64, depth)
+		path := uint64(r.IntN(8))
+		for j := range depth { // j counts from the root
+			switch {
+			case j < depth/2:
+				s[depth-1-j] = 0x400000 + uint64(j)*16
+			case j < depth-3:
+				s[depth-1-j] = 0x500000 + path<<12 + uint64(j)*16
+			default:
+				s[depth-1-j] = 0x600000 + uint64(i)<<8 + uint64(j)
+			}
+		}
+		out[i] = s
+	}
+	return out
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// BenchmarkAggregate compares chunk interning with the naive whole-stack map: CPU per sample
+// (ns/op, each op one sample, most of them repeats of stacks already seen) and the memory
+// each distinct stack costs.
+func BenchmarkAggregate(b *testing.B) {
+	const distinct = 2000
+	for _, depth := range []int{15, 120} {
+		stacks := benchStacks(distinct, depth)
+		b.Run(fmt.Sprintf("depth%d/interned", depth), func(b *testing.B) {
+			before := heapInUse()
+			c := newTestCollector(b, DefaultChunkSize, 8192)
+			for _, s := range stacks {
+				c.Add(RawSample{PID: 1, TID: 1, User: s})
+			}
+			perTrace := float64(heapInUse()-before) / distinct
+			// The aggregation step alone: process lookup and mapping checks are the same
+			// whatever the aggregation, and the naive baseline has none.
+			ps := c.procs[1]
+			i := 0
+			for b.Loop() {
+				c.aggregate(ps, RawSample{PID: 1, TID: 1, User: stacks[i%distinct]})
+				i++
+			}
+			b.ReportMetric(perTrace, "B/trace")
+			runtime.KeepAlive(c)
+		})
+		b.Run(fmt.Sprintf("depth%d/naive", depth), func(b *testing.B) {
+			before := heapInUse()
+			a := &naiveAggregator{m: map[string]*naiveEntry{}}
+			for _, s := range stacks {
+				a.add(1, s)
+			}
+			perTrace := float64(heapInUse()-before) / distinct
+			i := 0
+			for b.Loop() {
+				a.add(1, stacks[i%distinct])
+				i++
+			}
+			b.ReportMetric(perTrace, "B/trace")
+			runtime.KeepAlive(a)
+		})
+	}
+}
