@@ -434,9 +434,12 @@ func (c *Collector) Flush(end time.Time) *Profile {
 				Count:      e.count,
 				Timestamps: e.times,
 				Locations:  make([]*Location, 0, n),
+				Chunks:     make([][]*Location, 0, len(e.chunks)),
 			}
 			for i := len(e.chunks) - 1; i >= 0; i-- { // leaf chunk first
-				s.Locations = append(s.Locations, resolve(e.chunks[i], e.maps)...)
+				locs := resolve(e.chunks[i], e.maps)
+				s.Chunks = append(s.Chunks, locs)
+				s.Locations = append(s.Locations, locs...)
 			}
 			p.Samples = append(p.Samples, s)
 		}

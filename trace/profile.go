@@ -136,6 +136,10 @@ type Sample struct {
 	TID        uint32
 	ThreadName string
 	Locations  []*Location // leaf first: kernel frames, then user frames
+	// Chunks is Locations cut into the collector's interned chunks, leaf chunk first. A
+	// chunk's slice is shared by every sample in the profile that contains the chunk, so
+	// consumers can do per-chunk work once (see reporter/otlp). Empty for hand-built samples.
+	Chunks [][]*Location
 	Count      int64
 	// Timestamps of each sample, when the collector keeps them.
 	Timestamps []time.Time

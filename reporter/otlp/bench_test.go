@@ -15,8 +15,14 @@ import (
 // about 20 frames deep, from 5 processes, and reports per-sample costs: time,
 // allocations, and request size raw and gzipped (as sent).
 func BenchmarkEncode(b *testing.B) {
+	p := synthetic(7, 5, 10000, 2000, 20, 24, t0)
+	b.Run("frames", func(b *testing.B) { benchEncode(b, p) })
+	// As the collector delivers them: cut into 8-frame interned chunks.
+	b.Run("chunks", func(b *testing.B) { benchEncode(b, withChunks(p, 8)) })
+}
+
+func benchEncode(b *testing.B, p *trace.Profile) {
 	const samples = 10000
-	p := synthetic(7, 5, samples, 2000, 20, 24, t0)
 	profiles := []*trace.Profile{p}
 	opts := EncodeOptions{Version: "bench"}
 

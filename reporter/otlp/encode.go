@@ -83,11 +83,17 @@ type encoder struct {
 	// threadAttrs caches the attribute_indices of a thread; samples share the slices.
 	threadAttrs map[threadKey][]int32
 
-	samples    map[sampleKey]*profilespb.Sample
-	stackBuf   []byte
-	stackLocs  []int32
-	sampleType *profilespb.ValueType
-	periodType *profilespb.ValueType
+	samples   map[sampleKey]*profilespb.Sample
+	stackBuf  []byte
+	stackKey  []byte
+	stackLocs []int32
+	// Per-chunk work for samples that come in chunks: ids by the chunk's shared slice,
+	// each chunk's location indices, and stacks keyed by their chunk ids.
+	chunkIDs    map[**trace.Location]int32
+	chunkLocs   [][]int32
+	chunkStacks map[string]int32
+	sampleType  *profilespb.ValueType
+	periodType  *profilespb.ValueType
 }
 
 type threadKey struct {
@@ -114,6 +120,8 @@ func newEncoder(host Resource, opts EncodeOptions) *encoder {
 		scopes:      make(map[trace.Process]*profilespb.ScopeProfiles),
 		threadAttrs: make(map[threadKey][]int32),
 		samples:     make(map[sampleKey]*profilespb.Sample),
+		chunkIDs:    make(map[**trace.Location]int32),
+		chunkStacks: make(map[string]int32),
 	}
 	if e.rand == nil {
 		e.rand = rand.Reader
@@ -228,7 +236,7 @@ func (e *encoder) processAttributes(proc trace.Process, known bool) []*commonpb.
 }
 
 func (e *encoder) addSample(prof *profilespb.Profile, s *trace.Sample, slot *profilespb.Sample, value []int64) {
-	stack := e.stack(s.Locations)
+	stack := e.stackOf(s)
 	thread := threadKey{tid: s.TID, name: s.ThreadName}
 	timestamped := e.opts.Timestamps && s.Count > 0 && len(s.Timestamps) == int(s.Count)
 	key := sampleKey{profile: prof, stack: stack, thread: thread, timestamped: timestamped}
@@ -265,15 +273,68 @@ func (e *encoder) threadAttributes(t threadKey) []int32 {
 	return idx
 }
 
-func (e *encoder) stack(locs []*trace.Location) int32 {
-	buf := e.stackBuf[:0]
+// stackOf returns the sample's stack_table index. Samples from the collector come cut into
+// interned chunks: then the location indices are worked out once per chunk, and a stack is
+// looked up by its chunks, a few per stack, rather than by every frame. The stack table
+// itself still lists every frame of each distinct stack: that is the wire format.
+func (e *encoder) stackOf(s *trace.Sample) int32 {
+	if len(s.Chunks) == 0 {
+		return e.stack(s.Locations)
+	}
+	key := e.stackBuf[:0]
+	for _, ch := range s.Chunks {
+		if len(ch) == 0 {
+			continue
+		}
+		key = binary.LittleEndian.AppendUint32(key, uint32(e.chunkID(ch)))
+	}
+	e.stackBuf = key
+	if si, ok := e.chunkStacks[string(key)]; ok {
+		return si
+	}
 	idx := e.stackLocs[:0]
-	for _, l := range locs {
-		li := e.d.location(l)
-		idx = append(idx, li)
+	for _, ch := range s.Chunks {
+		if len(ch) > 0 {
+			idx = append(idx, e.chunkLocs[e.chunkIDs[&ch[0]]]...)
+		}
+	}
+	e.stackLocs = idx
+	si := e.stack(nil, idx...)
+	e.chunkStacks[string(key)] = si
+	return si
+}
+
+// chunkID numbers a chunk (a location slice shared by the samples that contain it) and
+// works out its location indices on first sight.
+func (e *encoder) chunkID(ch []*trace.Location) int32 {
+	if id, ok := e.chunkIDs[&ch[0]]; ok {
+		return id
+	}
+	id := int32(len(e.chunkLocs))
+	locs := make([]int32, len(ch))
+	for i, l := range ch {
+		locs[i] = e.d.location(l)
+	}
+	e.chunkLocs = append(e.chunkLocs, locs)
+	e.chunkIDs[&ch[0]] = id
+	return id
+}
+
+// stack returns the stack_table index of locs, or of the location indices idx when locs
+// is nil.
+func (e *encoder) stack(locs []*trace.Location, idx ...int32) int32 {
+	if locs != nil {
+		idx = e.stackLocs[:0]
+		for _, l := range locs {
+			idx = append(idx, e.d.location(l))
+		}
+		e.stackLocs = idx
+	}
+	buf := e.stackKey[:0]
+	for _, li := range idx {
 		buf = binary.LittleEndian.AppendUint32(buf, uint32(li))
 	}
-	e.stackBuf, e.stackLocs = buf, idx
+	e.stackKey = buf
 	if si, ok := e.d.stacks[string(buf)]; ok {
 		return si
 	}
