@@ -140,7 +140,7 @@ type Sample struct {
 	// chunk's slice is shared by every sample in the profile that contains the chunk, so
 	// consumers can do per-chunk work once (see reporter/otlp). Empty for hand-built samples.
 	Chunks [][]*Location
-	Count      int64
+	Count  int64
 	// Timestamps of each sample, when the collector keeps them.
 	Timestamps []time.Time
 }
