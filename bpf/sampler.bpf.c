@@ -199,7 +199,7 @@ static long unwind_step(__u32 i, void *ctx)
 		return finish(st, UNWIND_COMPLETE);
 	if (st->n >= MAX_USER_DEPTH)
 		return finish(st, UNWIND_TRUNCATED);
-	e->user[st->n & (MAX_USER_DEPTH - 1)] = st->pc;
+	e->frames[st->n & (MAX_USER_DEPTH - 1)] = st->pc;
 	st->n++;
 
 	struct unwind_row *row = NULL;
@@ -322,23 +322,32 @@ int sample(struct bpf_perf_event_data *ctx)
 		count(COUNTER_UNWIND_BASE + (e->unwind_end < 6 ? e->unwind_end : 4));
 	} else {
 		/* User registers come from the task, so this works when the tick lands in the kernel too. */
-		e->user_len = bpf_get_stack(ctx, e->user, sizeof(e->user), BPF_F_USER_STACK);
+		e->user_len = bpf_get_stack(ctx, e->frames, MAX_USER_DEPTH * sizeof(__u64), BPF_F_USER_STACK);
 		e->unwind_end = UNWIND_NO_TABLE;
 		if (e->user_len < 0)
 			count(COUNTER_USER_STACK_ERR);
 	}
+	__u32 user_frames = e->user_len > 0 ? (__u32)e->user_len / sizeof(__u64) : 0;
+	if (user_frames > MAX_USER_DEPTH)
+		user_frames = MAX_USER_DEPTH;
 	e->kernel_len = 0;
 	if (collect_kernel) {
-		e->kernel_len = bpf_get_stack(ctx, e->kernel, sizeof(e->kernel), 0);
+		e->kernel_len = bpf_get_stack(ctx, &e->frames[user_frames], MAX_STACK_DEPTH * sizeof(__u64), 0);
 		if (e->kernel_len < 0)
 			count(COUNTER_KERNEL_STACK_ERR);
 	}
+	__u32 kernel_frames = e->kernel_len > 0 ? (__u32)e->kernel_len / sizeof(__u64) : 0;
+	if (kernel_frames > MAX_STACK_DEPTH)
+		kernel_frames = MAX_STACK_DEPTH;
+	__u64 size = __builtin_offsetof(struct sample_event, frames) + (user_frames + kernel_frames) * sizeof(__u64);
+	if (size > sizeof(*e))
+		size = sizeof(*e);
 	/* Waking the reader for every sample costs more than the sample; it polls instead,
 	 * and is woken only when the ring starts to fill. */
 	__u64 flags = BPF_RB_NO_WAKEUP;
 	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > ring_wakeup_bytes)
 		flags = BPF_RB_FORCE_WAKEUP;
-	if (bpf_ringbuf_output(&events, e, sizeof(*e), flags)) {
+	if (bpf_ringbuf_output(&events, e, size, flags)) {
 		count(COUNTER_RINGBUF_FULL);
 		return 0;
 	}

@@ -9,6 +9,7 @@ import (
 	"math/bits"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -23,8 +24,8 @@ const pollInterval = 50 * time.Millisecond
 
 // MaxUserDepth and MaxKernelDepth are the deepest stacks the kernel records per sample.
 const (
-	MaxUserDepth   = len(samplerSampleEvent{}.User)
-	MaxKernelDepth = len(samplerSampleEvent{}.Kernel)
+	MaxUserDepth   = 128 // MAX_USER_DEPTH in types.h
+	MaxKernelDepth = len(samplerSampleEvent{}.Frames) - MaxUserDepth
 	// MaxProcessMappings is how many executable mappings of a process the unwinder knows.
 	MaxProcessMappings = len(samplerProcInfo{}.Maps)
 )
@@ -168,6 +169,7 @@ type Sampler struct {
 
 	cpus      []int
 	frequency int
+	ringBytes atomic.Uint64
 
 	rowsMu   sync.Mutex
 	rowsUsed uint32
@@ -336,6 +338,7 @@ func (s *Sampler) Run(ctx context.Context, h Handler) error {
 		case err != nil:
 			return fmt.Errorf("read ring buffer: %w", err)
 		}
+		s.ringBytes.Add(uint64(len(rec.RawSample)))
 		s.dispatch(rec.RawSample, &sample, h)
 	}
 }
@@ -346,7 +349,8 @@ func (s *Sampler) dispatch(raw []byte, sample *Sample, h Handler) {
 	}
 	switch samplerEventKind(*(*uint32)(unsafe.Pointer(&raw[0]))) {
 	case samplerEventKindEVENT_SAMPLE:
-		if len(raw) < int(unsafe.Sizeof(samplerSampleEvent{})) {
+		// Records end after their last frame: only the header is sure to be there.
+		if len(raw) < headerSize {
 			return
 		}
 		e := (*samplerSampleEvent)(unsafe.Pointer(&raw[0]))
@@ -357,8 +361,9 @@ func (s *Sampler) dispatch(raw []byte, sample *Sample, h Handler) {
 			Comm: commString(&e.Comm),
 			Time: s.wallTime(e.KtimeNs),
 		}
-		sample.User, sample.UserErr = stackSlice(e.User[:], e.UserLen)
-		sample.Kernel, sample.KernelErr = stackSlice(e.Kernel[:], e.KernelLen)
+		frames := unsafe.Slice((*uint64)(unsafe.Pointer(&raw[headerSize])), (len(raw)-headerSize)/8)
+		sample.User, sample.UserErr = stackSlice(frames, e.UserLen, MaxUserDepth)
+		sample.Kernel, sample.KernelErr = stackSlice(frames[len(sample.User):], e.KernelLen, MaxKernelDepth)
 		sample.UnwindEnd = UnwindEnd(e.UnwindEnd)
 		h.HandleSample(sample)
 	case samplerEventKindEVENT_EXEC, samplerEventKindEVENT_EXIT:
@@ -383,12 +388,15 @@ func (s *Sampler) wallTime(ktimeNs uint64) time.Time {
 	return s.wallStart.Add(time.Duration(ktimeNs) - s.monoStart)
 }
 
-// stackSlice turns bpf_get_stack's result (bytes written, or -errno) into frames.
-func stackSlice(frames []uint64, n int32) ([]uint64, error) {
+// headerSize is where a sample record's frames begin.
+var headerSize = int(unsafe.Offsetof(samplerSampleEvent{}.Frames))
+
+// stackSlice turns a stack walk's result (bytes written, or -errno) into frames.
+func stackSlice(frames []uint64, n int32, limit int) ([]uint64, error) {
 	if n < 0 {
 		return nil, unix.Errno(-n)
 	}
-	return frames[:min(int(n)/8, len(frames))], nil
+	return frames[:min(int(n)/8, limit, len(frames))], nil
 }
 
 func commString(c *[16]int8) string {
@@ -400,6 +408,9 @@ func commString(c *[16]int8) string {
 	}
 	return string(b)
 }
+
+// RingBytes is how many bytes of records the reader has taken from the ring buffer.
+func (s *Sampler) RingBytes() uint64 { return s.ringBytes.Load() }
 
 // Counters sums the kernel-side counters over all CPUs.
 func (s *Sampler) Counters() (Counters, error) {

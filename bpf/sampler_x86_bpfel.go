@@ -87,8 +87,7 @@ type samplerSampleEvent struct {
 	KernelLen int32
 	UnwindEnd uint32
 	Pad       uint32
-	User      [128]uint64
-	Kernel    [127]uint64
+	Frames    [255]uint64
 }
 
 type samplerUnwindEnd uint32

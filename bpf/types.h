@@ -90,8 +90,9 @@ struct sample_event {
 	__s32 kernel_len;
 	__u32 unwind_end; /* enum unwind_end */
 	__u32 pad;
-	__u64 user[MAX_USER_DEPTH];
-	__u64 kernel[MAX_STACK_DEPTH];
+	/* user_len bytes of user frames, then kernel_len bytes of kernel frames; the ring
+	 * record ends there, so a shallow stack costs a short record. */
+	__u64 frames[MAX_USER_DEPTH + MAX_STACK_DEPTH];
 };
 
 /* exec and exit of a thread group, so user space can drop stale mappings at once. */

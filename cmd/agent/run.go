@@ -273,6 +273,9 @@ func watchCounters(ctx context.Context, s *bpf.Sampler, log *slog.Logger) {
 func logSummary(log *slog.Logger, s *bpf.Sampler, c *trace.Collector, sym *symbolize.Symbolizer, exp *otlp.Exporter, tables *unwind.Maintainer, bpfStats bool) {
 	attrs := []any{}
 	if kc, err := s.Counters(); err == nil {
+		if kc.Samples > 0 {
+			attrs = append(attrs, "ring_bytes_per_sample", s.RingBytes()/kc.Samples)
+		}
 		attrs = append(attrs, "kernel_samples", kc.Samples, "ring_buffer_full", kc.RingBufferFull,
 			"user_stack_errors", kc.UserStackErrors, "kernel_stack_errors", kc.KernelStackErrors)
 		for end, n := range kc.UnwindEnds {
