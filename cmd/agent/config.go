@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sonde-profiler/sonde/bpf"
 	"github.com/sonde-profiler/sonde/reporter/otlp"
 	"github.com/sonde-profiler/sonde/symbolize"
 	"github.com/sonde-profiler/sonde/trace"
@@ -90,7 +89,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.IntVar(&c.chunkSize, "chunk-size", trace.DefaultChunkSize, "frames per interned stack chunk; stacks sharing a prefix share its chunks")
 	fs.IntVar(&c.chunkCache, "chunk-cache", trace.DefaultChunkCapacity, "stack chunks kept in the intern cache (LRU)")
 	fs.StringVar(&c.unwind, "unwind", "tables", "how user stacks are walked: `tables` (.eh_frame, no frame pointers needed; frame pointers where a file has none) or fp (frame pointers only)")
-	fs.IntVar(&c.unwindRows, "unwind-rows", bpf.DefaultUnwindRows, "capacity of the kernel's unwind tables, in rows (12 bytes each) over all files")
+	fs.IntVar(&c.unwindRows, "unwind-rows", 0, "capacity of the kernel's unwind tables, in rows (12 bytes each) over all files (0: sized from the files the profiled processes map)")
 	fs.DurationVar(&c.interval, "interval", 10*time.Second, "how often collected samples are symbolized and sent (±10% jitter)")
 	fs.BoolVar(&c.timestamps, "timestamps", false, "send each sample's time, not only counts per stack")
 	var endpoint string
@@ -129,8 +128,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	if c.unwind != "tables" && c.unwind != "fp" {
 		return nil, usageError{fmt.Errorf("--unwind %q: want tables or fp", c.unwind)}
 	}
-	if c.unwindRows < 1 {
-		return nil, usageError{fmt.Errorf("--unwind-rows %d: must be positive", c.unwindRows)}
+	if c.unwindRows < 0 {
+		return nil, usageError{fmt.Errorf("--unwind-rows %d: must not be negative", c.unwindRows)}
 	}
 	if c.otlp.QueueSize < 1 {
 		return nil, usageError{fmt.Errorf("--otlp-queue %d: must be at least 1", c.otlp.QueueSize)}

@@ -73,7 +73,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"--frequency", "0"}, {"--frequency", "100000000"}, {"--pid", "0"}, {"--pid", "1,,2"},
 		{"--duration", "-1s"}, {"--log-level", "loud"}, {"--output", "p.json"}, {"--top", "-1"}, {"stray"},
 		{"--interval", "1ms"}, {"--otlp-queue", "0"}, {"--symbolize", "some"}, {"--symbol-cache-files", "0"},
-		{"--unwind", "guess"}, {"--unwind-rows", "0"},
+		{"--unwind", "guess"}, {"--unwind-rows", "-1"},
 	} {
 		_, err := parseConfig(args, noEnv, io.Discard)
 		var uerr usageError

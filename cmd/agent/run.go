@@ -47,6 +47,9 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		}
 	}
 
+	if cfg.unwind == "tables" && cfg.unwindRows == 0 {
+		cfg.unwindRows = unwind.EstimateRows(unwind.MappedExecutables("/proc", cfg.pids))
+	}
 	sampler, err := bpf.Load(bpf.Config{
 		PIDs:              cfg.pids,
 		Frequency:         cfg.frequency,
