@@ -18,5 +18,6 @@
 //
 // The package is a measurement, not a wire format sonde speaks: nothing outside its
 // tests and benchmarks imports it. It also simulates a kernel-side variant, chunk
-// hashes remembered in a BPF LRU map, to size the ring-buffer saving (see Simulate).
+// hashes remembered in a BPF LRU map, to size the ring-buffer saving (see
+// SimulateKernel).
 package encoding

@@ -102,12 +102,63 @@ func handleSearch(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(hits)
 }
 
+// Middleware as most services stack it: each adds a frame or two under every handler.
+func withRecover(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				http.Error(w, fmt.Sprint(v), http.StatusInternalServerError)
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int) { s.status = code; s.ResponseWriter.WriteHeader(code) }
+
+var (
+	mu       sync.Mutex
+	requests = map[string]int{}
+	latency  = map[string]time.Duration{}
+)
+
+func withMetrics(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w, status: 200}
+		next.ServeHTTP(sw, r)
+		key := fmt.Sprintf("%s %s %d", r.Method, r.URL.Path, sw.status)
+		mu.Lock()
+		requests[key]++
+		latency[key] += time.Since(start)
+		mu.Unlock()
+	})
+}
+
+func withRequestID(next http.Handler) http.Handler {
+	var n uint64
+	var idMu sync.Mutex
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		idMu.Lock()
+		n++
+		id := n
+		idMu.Unlock()
+		w.Header().Set("X-Request-Id", fmt.Sprintf("%016x", id))
+		next.ServeHTTP(w, r)
+	})
+}
+
 func serve(addr string) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/order", handleOrder)
 	mux.HandleFunc("/page", handlePage)
 	mux.HandleFunc("/search", handleSearch)
-	log.Fatal(http.ListenAndServe(addr, mux))
+	log.Fatal(http.ListenAndServe(addr, withRecover(withRequestID(withMetrics(mux)))))
 }
 
 func body(n int) []byte {
