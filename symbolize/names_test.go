@@ -21,9 +21,6 @@ import (
 	"github.com/sonde-profiler/sonde/trace"
 )
 
-
-
-
 // frame is one frame as a tool prints it.
 type frame struct {
 	fn, file string

@@ -16,9 +16,6 @@ import (
 	"github.com/sonde-profiler/sonde/internal/testprog"
 )
 
-
-
-
 // addr2line runs binutils' addr2line -a -f -i over addrs and returns the frames of
 // each, innermost first.
 func addr2line(t testing.TB, bin string, demangle bool, addrs []uint64) map[uint64][]Frame {
