@@ -372,3 +372,25 @@ func cpuTime(b *testing.B, pid int) time.Duration {
 	const ticksPerSecond = 100 // USER_HZ on Linux
 	return time.Duration(utime+stime) * time.Second / ticksPerSecond
 }
+
+// An idle target still gets a valid, empty profile covering the run, not an error.
+func TestEndToEndIdleTarget(t *testing.T) {
+	testenv.RequireRoot(t)
+	idle := exec.Command("sleep", "30")
+	if err := idle.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { idle.Process.Kill(); idle.Wait() }()
+	out := filepath.Join(t.TempDir(), "idle.pb.gz")
+	_, stderr, err := runSonde(t, "--pid", strconv.Itoa(idle.Process.Pid), "--duration", "1s", "--output", out)
+	if err != nil {
+		t.Fatalf("sonde on an idle process: %v\n%s", err, stderr)
+	}
+	p := readProfile(t, out)
+	if len(p.Sample) != 0 || p.DurationNanos < 9e8 || p.Period == 0 {
+		t.Errorf("idle profile: %d samples over %d ns, period %d", len(p.Sample), p.DurationNanos, p.Period)
+	}
+	if !strings.Contains(stderr, "no samples were collected") {
+		t.Errorf("no word about the empty profile:\n%s", stderr)
+	}
+}

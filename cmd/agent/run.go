@@ -73,8 +73,10 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	if err != nil {
 		log.Debug("kernel build id unavailable", "err", err)
 	}
+	period := time.Second / time.Duration(cfg.frequency)
+	runStart := time.Now().Round(0)
 	collector, err := trace.NewCollector(trace.Config{
-		Period:         time.Second / time.Duration(cfg.frequency),
+		Period:         period,
 		Kernel:         kernel,
 		KeepTimestamps: cfg.timestamps,
 		OnFileError: func(path string, err error) {
@@ -83,7 +85,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		Observer:      observer(tables),
 		ChunkSize:     cfg.chunkSize,
 		ChunkCapacity: cfg.chunkCache,
-	}, time.Now())
+	}, runStart)
 	if err != nil {
 		return usageError{err}
 	}
@@ -166,6 +168,11 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	logSummary(log, sampler, collector, symbolizer, exporter, tables, cfg.bpfStats)
 
 	if out != nil {
+		if len(kept) == 0 {
+			// An idle target or host: still a valid profile, covering the run.
+			log.Warn("no samples were collected: the profiled processes did not run on a CPU")
+			kept = []*trace.Profile{{Start: runStart, End: time.Now().Round(0), Period: period}}
+		}
 		if err := writeOutput(out, cfg, kept, resource, encodeOpts); err != nil {
 			return err
 		}
@@ -201,9 +208,6 @@ func jittered(d time.Duration) time.Duration {
 }
 
 func writeOutput(out *pendingFile, cfg *config, profiles []*trace.Profile, resource otlp.Resource, opts otlp.EncodeOptions) error {
-	if len(profiles) == 0 {
-		return fmt.Errorf("write %s: no samples were collected", cfg.output)
-	}
 	format, err := cfg.outputFormat()
 	if err != nil {
 		return err
