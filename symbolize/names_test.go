@@ -1,8 +1,6 @@
 package symbolize
 
 import (
-	"bufio"
-	"bytes"
 	"debug/elf"
 	"fmt"
 	"os"
@@ -15,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/ianlancetaylor/demangle"
+
 	"github.com/sonde-profiler/sonde/internal/testenv"
 	"github.com/sonde-profiler/sonde/internal/testprog"
 	"github.com/sonde-profiler/sonde/symbolize/dwarf"
@@ -245,81 +244,23 @@ func work(n int) int {
 func main() { fmt.Println(work(len(os.Args) * 1000)) }
 `
 
-func buildGo(t testing.TB, flags ...string) string {
-	t.Helper()
-	goTool := testenv.RequireTool(t, "go")
-	dir := t.TempDir()
-	for name, content := range map[string]string{"main.go": goProgram, "go.mod": "module example.com/prog\n\ngo 1.22\n"} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	bin := filepath.Join(dir, "prog")
-	cmd := exec.Command(goTool, append(append([]string{"build", "-o", bin}, flags...), ".")...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-buildvcs=false")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %v: %v\n%s", flags, err, out)
-	}
-	return bin
-}
-
-// goAddr2line runs go tool addr2line: the physical function and innermost file:line.
-func goAddr2line(t testing.TB, bin string, vaddrs []uint64) map[uint64]frame {
-	t.Helper()
-	goTool := testenv.RequireTool(t, "go")
-	var in bytes.Buffer
-	for _, a := range vaddrs {
-		fmt.Fprintf(&in, "%#x\n", a)
-	}
-	cmd := exec.Command(goTool, "tool", "addr2line", bin)
-	cmd.Stdin = &in
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go tool addr2line: %v", err)
-	}
-	res := map[uint64]frame{}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for _, a := range vaddrs {
-		if !sc.Scan() {
-			t.Fatal("go tool addr2line output ends early")
-		}
-		fn := sc.Text()
-		if !sc.Scan() {
-			t.Fatal("go tool addr2line output ends early")
-		}
-		loc := sc.Text()
-		colon := strings.LastIndexByte(loc, ':')
-		n, err := strconv.ParseInt(loc[colon+1:], 10, 64)
-		if colon < 0 || err != nil {
-			t.Fatalf("go tool addr2line location %q", loc)
-		}
-		f := frame{fn: fn, file: loc[:colon], line: n}
-		if n < 0 { // padding inside a function: no line
-			f.file, f.line = "", 0
-		}
-		res[a] = f
-	}
-	return res
-}
-
 // Go binaries, stripped or not, are named from pclntab: the innermost file and line
 // and the physical function equal what go tool addr2line prints, and inlined calls
 // add frames.
 func TestSymbolizerGo(t *testing.T) {
-	full := buildGo(t)
+	full := testprog.BuildGo(t, goProgram)
 	strip := testenv.RequireTool(t, "strip")
 	stripped := full + ".stripped"
 	if out, err := exec.Command(strip, "-s", "-o", stripped, full).CombinedOutput(); err != nil {
 		t.Fatalf("strip: %v\n%s", err, out)
 	}
-	for i, bin := range []string{full, buildGo(t, "-ldflags=-s -w"), stripped} {
+	for i, bin := range []string{full, testprog.BuildGo(t, goProgram, "-ldflags=-s -w"), stripped} {
 		t.Run(filepath.Base(bin)+strconv.Itoa(i), func(t *testing.T) {
 			m := wholeFile(t, bin, trace.FileKey{Dev: 1, Inode: uint64(20 + i)})
 			m.File.IsGo = true
 			vaddrs := spreadText(t, bin, 200)
 			locs := locationsAt(t, m, vaddrs)
-			want := goAddr2line(t, bin, vaddrs)
+			want := testprog.GoAddr2line(t, bin, vaddrs)
 			for _, mode := range []Mode{ModeFull, ModeSymtab} {
 				for _, l := range locs {
 					l.Lines, l.NameSource = nil, ""
@@ -331,16 +272,16 @@ func TestSymbolizerGo(t *testing.T) {
 				inlined := 0
 				for j, loc := range locs {
 					w := want[vaddrs[j]]
-					if w.fn == "?" {
+					if w.Func == "?" {
 						continue
 					}
 					if loc.NameSource != SourceGopclntab || len(loc.Lines) == 0 {
-						t.Errorf("%s %#x: %+v from %q, want %s", mode, vaddrs[j], loc.Lines, loc.NameSource, w.fn)
+						t.Errorf("%s %#x: %+v from %q, want %s", mode, vaddrs[j], loc.Lines, loc.NameSource, w.Func)
 						continue
 					}
 					inner, outer := loc.Lines[0], loc.Lines[len(loc.Lines)-1]
-					if outer.Function != w.fn || inner.File != w.file || inner.Line != w.line {
-						t.Errorf("%s %#x: %+v, want %s at %s:%d", mode, vaddrs[j], loc.Lines, w.fn, w.file, w.line)
+					if outer.Function != w.Func || inner.File != w.File || inner.Line != w.Line {
+						t.Errorf("%s %#x: %+v, want %s at %s:%d", mode, vaddrs[j], loc.Lines, w.Func, w.File, w.Line)
 					}
 					if len(loc.Lines) > 1 {
 						inlined++

@@ -3,9 +3,13 @@
 package testprog
 
 import (
+	"bufio"
+	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -99,4 +103,71 @@ func BuildCXX(t testing.TB, flags ...string) string {
 		t.Fatalf("g++ %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return bin
+}
+
+// BuildGo builds a one-file Go main package from src with the given go build flags.
+func BuildGo(t testing.TB, src string, flags ...string) string {
+	t.Helper()
+	goTool := testenv.RequireTool(t, "go")
+	dir := t.TempDir()
+	for name, content := range map[string]string{"main.go": src, "go.mod": "module example.com/prog\n\ngo 1.22\n"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(dir, "prog")
+	cmd := exec.Command(goTool, append(append([]string{"build", "-o", bin}, flags...), ".")...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-buildvcs=false")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %v: %v\n%s", flags, err, out)
+	}
+	return bin
+}
+
+// GoLine is what go tool addr2line prints for an address: the physical function and
+// the innermost file and line. Func is "?" where it knows nothing.
+type GoLine struct {
+	Func, File string
+	Line       int64
+}
+
+// GoAddr2line asks go tool addr2line about each of addrs.
+func GoAddr2line(t testing.TB, bin string, addrs []uint64) map[uint64]GoLine {
+	t.Helper()
+	goTool := testenv.RequireTool(t, "go")
+	var in bytes.Buffer
+	for _, a := range addrs {
+		fmt.Fprintf(&in, "%#x\n", a)
+	}
+	cmd := exec.Command(goTool, "tool", "addr2line", bin)
+	cmd.Stdin = &in
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go tool addr2line: %v", err)
+	}
+	res := map[uint64]GoLine{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for _, a := range addrs {
+		if !sc.Scan() {
+			t.Fatal("go tool addr2line: output ends early")
+		}
+		fn := sc.Text()
+		if !sc.Scan() {
+			t.Fatal("go tool addr2line: output ends early")
+		}
+		loc := sc.Text()
+		colon := strings.LastIndexByte(loc, ':')
+		n, err := strconv.ParseInt(loc[colon+1:], 10, 64)
+		if colon < 0 || err != nil {
+			t.Fatalf("go tool addr2line location %q", loc)
+		}
+		// Padding inside a function's extent has no line: ":-1" or "?:-1".
+		line := GoLine{Func: fn, File: loc[:colon], Line: n}
+		if n < 0 {
+			line.File, line.Line = "", 0
+		}
+		res[a] = line
+	}
+	return res
 }

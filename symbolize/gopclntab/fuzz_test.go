@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"os/exec"
 	"testing"
+
+	"github.com/sonde-profiler/sonde/internal/testprog"
 )
 
 // FuzzTable feeds mutated pclntabs to the decoder and probes the result: corrupt
@@ -12,7 +14,7 @@ import (
 func FuzzTable(f *testing.F) {
 	f.Add([]byte{0xf1, 0xff, 0xff, 0xff, 0, 0, 1, 8}, uint64(0x401000))
 	if _, err := exec.LookPath("go"); err == nil {
-		ef, tab := load(f, buildGo(f, "-ldflags=-s -w"))
+		ef, tab := load(f, testprog.BuildGo(f, goProgram, "-ldflags=-s -w"))
 		data, err := ef.Section(".gopclntab").Data()
 		if err != nil {
 			f.Fatal(err)

@@ -1,19 +1,13 @@
 package gopclntab
 
 import (
-	"bufio"
-	"bytes"
 	"debug/elf"
-	"fmt"
-	"os"
 	"os/exec"
 	"path"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/sonde-profiler/sonde/internal/testenv"
+	"github.com/sonde-profiler/sonde/internal/testprog"
 	"github.com/sonde-profiler/sonde/symbolize/dwarf"
 )
 
@@ -51,29 +45,6 @@ func main() {
 }
 `
 
-// buildGo builds goProgram with the given go build flags.
-func buildGo(t testing.TB, flags ...string) string {
-	t.Helper()
-	goTool := testenv.RequireTool(t, "go")
-	dir := t.TempDir()
-	for name, content := range map[string]string{
-		"main.go": goProgram,
-		"go.mod":  "module example.com/prog\n\ngo 1.22\n",
-	} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	bin := filepath.Join(dir, "prog")
-	cmd := exec.Command(goTool, append(append([]string{"build", "-o", bin}, flags...), ".")...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-buildvcs=false")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %v: %v\n%s", flags, err, out)
-	}
-	return bin
-}
-
 func load(t testing.TB, bin string) (*elf.File, *Table) {
 	t.Helper()
 	f, err := elf.Open(bin)
@@ -101,54 +72,8 @@ func spread(t testing.TB, f *elf.File, n int) []uint64 {
 	return addrs
 }
 
-type goLine struct {
-	fn, file string
-	line     int64
-}
-
-// goAddr2line asks go tool addr2line, which prints the physical function and the
-// innermost file:line of each address.
-func goAddr2line(t testing.TB, bin string, addrs []uint64) map[uint64]goLine {
-	t.Helper()
-	goTool := testenv.RequireTool(t, "go")
-	var in bytes.Buffer
-	for _, a := range addrs {
-		fmt.Fprintf(&in, "%#x\n", a)
-	}
-	cmd := exec.Command(goTool, "tool", "addr2line", bin)
-	cmd.Stdin = &in
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go tool addr2line: %v", err)
-	}
-	res := map[uint64]goLine{}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for _, a := range addrs {
-		if !sc.Scan() {
-			t.Fatal("go tool addr2line: output ends early")
-		}
-		fn := sc.Text()
-		if !sc.Scan() {
-			t.Fatal("go tool addr2line: output ends early")
-		}
-		loc := sc.Text()
-		colon := strings.LastIndexByte(loc, ':')
-		n, err := strconv.ParseInt(loc[colon+1:], 10, 64)
-		if colon < 0 || err != nil {
-			t.Fatalf("go tool addr2line location %q", loc)
-		}
-		// Padding inside a function's extent has no line: ":-1" or "?:-1".
-		file := loc[:colon]
-		if n < 0 {
-			file, n = "", 0
-		}
-		res[a] = goLine{fn: fn, file: file, line: n}
-	}
-	return res
-}
-
 func TestLookupMatchesGoAddr2line(t *testing.T) {
-	full := buildGo(t)
+	full := testprog.BuildGo(t, goProgram)
 	strippedByStrip := full + ".strip"
 	strip := testenv.RequireTool(t, "strip")
 	if out, err := exec.Command(strip, "-s", "-o", strippedByStrip, full).CombinedOutput(); err != nil {
@@ -156,9 +81,9 @@ func TestLookupMatchesGoAddr2line(t *testing.T) {
 	}
 	for _, tc := range []struct{ name, bin string }{
 		{"unstripped", full},
-		{"ldflags-s-w", buildGo(t, "-ldflags=-s -w")},
+		{"ldflags-s-w", testprog.BuildGo(t, goProgram, "-ldflags=-s -w")},
 		{"strip-s", strippedByStrip},
-		{"pie", buildGo(t, "-buildmode=pie")},
+		{"pie", testprog.BuildGo(t, goProgram, "-buildmode=pie")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, tab := load(t, tc.bin)
@@ -169,19 +94,19 @@ func TestLookupMatchesGoAddr2line(t *testing.T) {
 				t.Error("no inline trees found")
 			}
 			addrs := spread(t, f, 200)
-			want := goAddr2line(t, tc.bin, addrs)
+			want := testprog.GoAddr2line(t, tc.bin, addrs)
 			named, inlined := 0, 0
 			for _, a := range addrs {
 				got, w := tab.Lookup(a), want[a]
 				if len(got) == 0 {
-					if w.fn != "?" {
+					if w.Func != "?" {
 						t.Errorf("%#x: no frames, go tool addr2line says %+v", a, w)
 					}
 					continue
 				}
 				inner, outer := got[0], got[len(got)-1]
-				if outer.Function != w.fn || inner.File != w.file || inner.Line != w.line {
-					t.Errorf("%#x: %+v\nwant function %s at %s:%d", a, got, w.fn, w.file, w.line)
+				if outer.Function != w.Func || inner.File != w.File || inner.Line != w.Line {
+					t.Errorf("%#x: %+v\nwant function %s at %s:%d", a, got, w.Func, w.File, w.Line)
 				}
 				named++
 				if len(got) > 1 {
@@ -199,7 +124,7 @@ func TestLookupMatchesGoAddr2line(t *testing.T) {
 // go tool addr2line shows one frame per address; the compiler's DWARF shows the
 // whole inline chain, and the tables here must tell the same chain from pclntab.
 func TestInlineChainMatchesDWARF(t *testing.T) {
-	bin := buildGo(t)
+	bin := testprog.BuildGo(t, goProgram)
 	f, tab := load(t, bin)
 	dw, err := dwarf.Load(f, 0)
 	if err != nil {
