@@ -100,16 +100,3 @@ func (c *chunker) intern(space, hash uint64, frames []uint64) *chunk {
 	c.lru.Add(hash, ch)
 	return ch
 }
-
-// sameStack reports whether chunks (root first) hold exactly frames (leaf first).
-func sameStack(chunks []*chunk, frames []uint64) bool {
-	hi := len(frames)
-	for _, ch := range chunks {
-		lo := hi - len(ch.frames)
-		if lo < 0 || !slices.Equal(ch.frames, frames[lo:hi]) {
-			return false
-		}
-		hi = lo
-	}
-	return hi == 0
-}
