@@ -25,8 +25,12 @@ type Sample struct {
 	Stack []int32
 	Count int64
 	// Times are the capture times (Unix ns) of the Count samples when the fixture has
-	// them; only the kernel-side simulation reads them, to replay arrival order.
+	// them; only the kernel-side simulation and the collector's interval benchmark read
+	// them, to replay arrival order.
 	Times []uint64
+	// PID and TID say where the sample was taken, for replays that keep address spaces
+	// and threads apart; the encodings ignore them.
+	PID, TID uint32
 }
 
 // Corpus is a captured profile reduced to what every encoding must carry.
@@ -85,6 +89,7 @@ func FromProfilesData(name string, pd *profilespb.ProfilesData) (*Corpus, error)
 	cp := newCompactor(src)
 	c := &Corpus{Name: name, Dict: cp.dst}
 	for _, rp := range pd.ResourceProfiles {
+		pid := uint32(intAttr(rp.GetResource().GetAttributes(), "process.pid"))
 		for _, sp := range rp.ScopeProfiles {
 			for _, p := range sp.Profiles {
 				if c.Period == 0 {
@@ -103,7 +108,7 @@ func FromProfilesData(name string, pd *profilespb.ProfilesData) (*Corpus, error)
 						}
 						stack[i] = li
 					}
-					out := Sample{Stack: stack}
+					out := Sample{Stack: stack, PID: pid, TID: uint32(sampleIntAttr(src, s.AttributeIndices, "thread.id"))}
 					if n := len(s.TimestampsUnixNano); n > 0 {
 						out.Count = int64(n)
 						out.Times = append([]uint64(nil), s.TimestampsUnixNano...)
@@ -330,4 +335,26 @@ func (c *Corpus) Stats() Stats {
 		}
 	}
 	return st
+}
+
+func intAttr(attrs []*commonpb.KeyValue, key string) int64 {
+	for _, a := range attrs {
+		if a.GetKey() == key {
+			return a.GetValue().GetIntValue()
+		}
+	}
+	return 0
+}
+
+func sampleIntAttr(d *profilespb.ProfilesDictionary, idx []int32, key string) int64 {
+	for _, i := range idx {
+		if i <= 0 || int(i) >= len(d.AttributeTable) {
+			continue
+		}
+		a := d.AttributeTable[i]
+		if int(a.KeyStrindex) < len(d.StringTable) && d.StringTable[a.KeyStrindex] == key {
+			return a.GetValue().GetIntValue()
+		}
+	}
+	return 0
 }
