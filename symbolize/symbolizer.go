@@ -254,9 +254,12 @@ type fileRef struct {
 	looked bool // obj was fetched or loaded
 }
 
-// Symbolize fills the Lines of every location of p that has none and can be named,
-// and records in NameSource where each name came from; the others keep empty Lines
-// and get NameSource "none", and reporters show them as addresses with build IDs.
+// Symbolize fills the Lines of every location of p not symbolized before (NameSource
+// empty) that can be named, and records in NameSource where each name came from; the
+// others keep empty Lines and get NameSource "none", and reporters show them as
+// addresses with build IDs. The collector hands a location to every profile that reports
+// it while it lives: it is named once, and never written again, so that profiles already
+// handed on can be read while the next one is symbolized.
 //
 // Return addresses, the frames below the innermost of each stack, are looked up one
 // byte earlier, inside the call instruction: the address after a call may start
@@ -273,7 +276,7 @@ func (s *Symbolizer) Symbolize(p *trace.Profile) []error {
 	defer s.mu.Unlock()
 	if s.mode == ModeNone {
 		for _, loc := range p.Locations {
-			if loc != nil && len(loc.Lines) == 0 {
+			if loc != nil && loc.NameSource == "" && len(loc.Lines) == 0 {
 				loc.NameSource = SourceNone
 				s.stats.LocationsUnnamed++
 			}
@@ -284,7 +287,7 @@ func (s *Symbolizer) Symbolize(p *trace.Profile) []error {
 	refs := map[*trace.File]*fileRef{}
 	var errs []error
 	for _, loc := range p.Locations {
-		if loc == nil || len(loc.Lines) > 0 {
+		if loc == nil || loc.NameSource != "" || len(loc.Lines) > 0 {
 			continue
 		}
 		back := uint64(0)
@@ -325,7 +328,8 @@ func (s *Symbolizer) Symbolize(p *trace.Profile) []error {
 }
 
 // returnAddresses returns the locations p's samples pass as callers: every kernel
-// frame but the first of a stack, and every user frame but the first.
+// frame but the first of a stack, and every user frame but the first. Only locations
+// still to be named are of interest.
 func returnAddresses(p *trace.Profile) map[*trace.Location]bool {
 	callers := make(map[*trace.Location]bool, len(p.Locations))
 	for _, smp := range p.Samples {
@@ -337,12 +341,12 @@ func returnAddresses(p *trace.Profile) map[*trace.Location]bool {
 			switch {
 			case l == nil:
 			case l.Kind == trace.FrameKernel:
-				if !kernelLeaf {
+				if !kernelLeaf && l.NameSource == "" {
 					callers[l] = true
 				}
 				kernelLeaf = false
 			default:
-				if !userLeaf {
+				if !userLeaf && l.NameSource == "" {
 					callers[l] = true
 				}
 				userLeaf = false

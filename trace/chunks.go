@@ -27,10 +27,15 @@ type chunk struct {
 	space  uint64
 	frames []uint64 // leaf first, like the stack
 
-	// Locations resolved for the profile being flushed (epoch), so that each chunk is
-	// resolved, and its locations later named, once per interval rather than per sample.
-	epoch uint64
-	locs  []*Location
+	// locs are the frames resolved to locations by the first flush that reports the
+	// chunk, and kept with it: a chunk is resolved, and its locations named, once while it
+	// stays cached, however many samples and intervals report it.
+	locs []*Location
+	// listed is the last flush whose Profile lists the chunk's locations.
+	listed uint64
+	// cached is true while the chunk cache holds the chunk, and with it a reference to
+	// each of its locations.
+	cached bool
 }
 
 // chunker cuts stacks into chunks and interns them in a hash-LRU. It is not safe for
@@ -42,6 +47,8 @@ type chunker struct {
 	// collisions counts distinct chunks that hashed alike: the later one stays out of the
 	// cache, correct but unshared.
 	collisions uint64
+	// onEvict hears of each chunk the cache lets go of.
+	onEvict func(*chunk)
 }
 
 func newChunker(size, capacity int) (*chunker, error) {
@@ -53,7 +60,14 @@ func newChunker(size, capacity int) (*chunker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chunk cache: %w", err)
 	}
-	return &chunker{size: size, lru: lru, seed: seed}, nil
+	c := &chunker{size: size, lru: lru, seed: seed}
+	lru.SetOnEvict(func(_ uint64, ch *chunk) {
+		ch.cached = false
+		if c.onEvict != nil {
+			c.onEvict(ch)
+		}
+	})
+	return c, nil
 }
 
 // bounds returns the [lo, hi) index ranges of a leaf-first stack of n frames cut into
@@ -96,7 +110,7 @@ func (c *chunker) intern(space, hash uint64, frames []uint64) *chunk {
 		c.collisions++
 		return &chunk{hash: hash, space: space, frames: slices.Clone(frames)}
 	}
-	ch := &chunk{hash: hash, space: space, frames: slices.Clone(frames)}
+	ch := &chunk{hash: hash, space: space, frames: slices.Clone(frames), cached: true}
 	c.lru.Add(hash, ch)
 	return ch
 }

@@ -258,3 +258,62 @@ func TestTraceIDsKeepEntriesApart(t *testing.T) {
 		t.Errorf("%d samples in an interval with none", n)
 	}
 }
+
+// A cached chunk is resolved once: later intervals report the very same locations, each
+// profile lists every location its samples use exactly once, and evicted chunks give
+// their locations up, so the locations held stay within what the cache can hold.
+func TestLocationsOutliveIntervals(t *testing.T) {
+	const size, capacity = 4, 64
+	c := newTestCollector(t, size, capacity)
+	shared := []uint64{0x1040, 0x1030, 0x1020, 0x1010} // one root chunk
+	c.Add(RawSample{PID: 1, TID: 1, User: append([]uint64{0x2010}, shared...)})
+	c.Add(RawSample{PID: 1, TID: 1, User: append([]uint64{0x2020, 0x1030}, shared...)}) // 0x1030 twice
+	first := c.Flush(time.Unix(1, 0))
+	c.Add(RawSample{PID: 1, TID: 1, User: append([]uint64{0x2010}, shared...)})
+	second := c.Flush(time.Unix(2, 0))
+
+	byAddr := func(p *Profile) map[uint64]*Location {
+		listed := map[*Location]bool{}
+		out := map[uint64]*Location{}
+		for _, l := range p.Locations {
+			if listed[l] {
+				t.Fatalf("location %#x listed twice", l.Address)
+			}
+			listed[l] = true
+		}
+		for _, s := range p.Samples {
+			for _, l := range s.Locations {
+				if !listed[l] {
+					t.Fatalf("sample uses location %#x the profile does not list", l.Address)
+				}
+				if have, ok := out[l.Address]; ok && have != l {
+					t.Fatalf("address %#x has two locations in one profile", l.Address)
+				}
+				out[l.Address] = l
+			}
+		}
+		return out
+	}
+	one, two := byAddr(first), byAddr(second)
+	if len(one) != 6 || len(two) != 5 || len(second.Locations) != 5 {
+		t.Fatalf("%d and %d locations (%d listed); want 6 and 5", len(one), len(two), len(second.Locations))
+	}
+	for addr, l := range two {
+		if one[addr] != l {
+			t.Errorf("address %#x resolved again in the second interval", addr)
+		}
+	}
+
+	r := rand.New(rand.NewPCG(5, 6))
+	for range 5 {
+		for range 2000 {
+			_, kernel, user := randomStack(r)
+			c.Add(RawSample{PID: 1, TID: 1, User: user, Kernel: kernel})
+		}
+		byAddr(c.Flush(time.Unix(3, 0)))
+	}
+	if st := c.Stats(); st.ChunkEvictions == 0 || st.Locations > capacity*size || st.Locations == 0 {
+		t.Errorf("after churn: %d evictions, %d locations held; want evictions and at most %d locations",
+			st.ChunkEvictions, st.Locations, capacity*size)
+	}
+}

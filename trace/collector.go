@@ -68,6 +68,7 @@ type Stats struct {
 	Files            int // files currently tracked
 	Traces           int // distinct stacks aggregated in the current interval
 	Chunks           int // chunks in the intern cache
+	Locations        int // locations the cached chunks hold
 	ChunkHits        uint64
 	ChunkMisses      uint64
 	ChunkEvictions   uint64
@@ -93,10 +94,14 @@ type Collector struct {
 	stats  Stats
 
 	chunks *chunker
-	epoch  uint64 // counts flushes: chunk locations are resolved once per epoch
-	spaces uint64 // numbers mapping snapshots
-	frames []uint64
-	bounds [][2]int
+	epoch  uint64 // counts flushes: a profile lists each location once
+	// locations are the locations of cached chunks, one per frame kind, address and
+	// mapping, shared by the chunks that hold them.
+	locations map[locationKey]*Location
+	unheld    []locationKey // locations that lost their last reference since the last flush
+	spaces    uint64        // numbers mapping snapshots
+	frames    []uint64
+	bounds    [][2]int
 }
 
 type procState struct {
@@ -145,7 +150,7 @@ func NewCollector(cfg Config, start time.Time) (*Collector, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Collector{
+	c := &Collector{
 		chunks: chunks,
 		cfg:    cfg,
 		procs:  map[uint32]*procState{},
@@ -154,7 +159,11 @@ func NewCollector(cfg Config, start time.Time) (*Collector, error) {
 		start:  start.Round(0),
 		agg:    newTraceTable(0),
 		seed:   maphash.MakeSeed(),
-	}, nil
+
+		locations: map[locationKey]*Location{},
+	}
+	chunks.onEvict = c.release
+	return c, nil
 }
 
 // Add counts one sample.
@@ -468,49 +477,85 @@ func (c *Collector) Flush(end time.Time) *Profile {
 	c.epoch++
 
 	p := &Profile{Start: start, End: end, Period: c.cfg.Period}
-	locs := map[locationKey]*Location{}
-	location := func(kind FrameKind, addr uint64, m *Mapping) *Location {
-		k := locationKey{addr: addr, mapping: m, kind: kind}
-		if l, ok := locs[k]; ok {
-			return l
-		}
-		if kind == FrameNative && m != nil && m.File != nil && m.File.IsGo {
-			kind = FrameGo
-		}
-		l := &Location{Kind: kind, Address: addr, Mapping: m}
-		locs[k] = l
-		p.Locations = append(p.Locations, l)
-		return l
-	}
-	// Each chunk is resolved once per interval, however many stacks share it.
-	resolve := func(ch *chunk, maps *snapshot) []*Location {
-		if ch.epoch == c.epoch {
-			return ch.locs
-		}
-		ch.epoch, ch.locs = c.epoch, make([]*Location, len(ch.frames))
-		for i, a := range ch.frames {
-			if c.isKernel(a) {
-				ch.locs[i] = location(FrameKernel, a, c.cfg.Kernel)
-				continue
-			}
-			m := maps.find(a)
-			if m == nil {
-				c.stats.UnresolvedFrames++
-			}
-			ch.locs[i] = location(FrameNative, a, m)
-		}
-		return ch.locs
-	}
 	for _, sl := range agg.slots {
 		if sl.e != nil {
-			p.Samples = append(p.Samples, c.sample(sl.e, sl.count, resolve))
+			p.Samples = append(p.Samples, c.sample(p, sl.e, sl.count))
 		}
 	}
+	c.forgetUnheld()
 	return p
 }
 
+// resolve returns the chunk's locations, resolving its frames the first time, and lists
+// in p those that p does not list yet.
+func (c *Collector) resolve(p *Profile, ch *chunk, maps *snapshot) []*Location {
+	if ch.locs == nil {
+		ch.locs = make([]*Location, len(ch.frames))
+		for i, a := range ch.frames {
+			kind, m := FrameKernel, c.cfg.Kernel
+			if !c.isKernel(a) {
+				kind, m = FrameNative, maps.find(a)
+				if m == nil {
+					c.stats.UnresolvedFrames++
+				} else if m.File != nil && m.File.IsGo {
+					kind = FrameGo
+				}
+			}
+			ch.locs[i] = c.location(locationKey{addr: a, mapping: m, kind: kind}, ch.cached)
+		}
+	}
+	if ch.listed != c.epoch {
+		ch.listed = c.epoch
+		for _, l := range ch.locs {
+			if l.listed != c.epoch {
+				l.listed = c.epoch
+				p.Locations = append(p.Locations, l)
+			}
+		}
+	}
+	return ch.locs
+}
+
+// location returns the one location of a frame, shared by every chunk with that frame.
+// Cached chunks hold references; a location no cached chunk holds stays until the end of
+// the next flush, so that chunks evicted while their stacks were counted still share it
+// with the rest: a profile never has two locations for one frame.
+func (c *Collector) location(k locationKey, cached bool) *Location {
+	l, ok := c.locations[k]
+	if !ok {
+		l = &Location{Kind: k.kind, Address: k.addr, Mapping: k.mapping}
+		c.locations[k] = l
+		if !cached {
+			c.unheld = append(c.unheld, k)
+		}
+	}
+	if cached {
+		l.refs++
+	}
+	return l
+}
+
+// release drops an evicted chunk's references.
+func (c *Collector) release(ch *chunk) {
+	for _, l := range ch.locs {
+		if l.refs--; l.refs == 0 {
+			c.unheld = append(c.unheld, locationKey{addr: l.Address, mapping: l.Mapping, kind: l.Kind})
+		}
+	}
+}
+
+// forgetUnheld drops the locations no cached chunk took up again since they were let go.
+func (c *Collector) forgetUnheld() {
+	for _, k := range c.unheld {
+		if l, ok := c.locations[k]; ok && l.refs == 0 {
+			delete(c.locations, k)
+		}
+	}
+	c.unheld = c.unheld[:0]
+}
+
 // sample turns an entry into the Sample it reports, its chunks resolved to locations.
-func (c *Collector) sample(e *entry, count int64, resolve func(*chunk, *snapshot) []*Location) *Sample {
+func (c *Collector) sample(p *Profile, e *entry, count int64) *Sample {
 	n := 0
 	for _, ch := range e.chunks {
 		n += len(ch.frames)
@@ -525,7 +570,7 @@ func (c *Collector) sample(e *entry, count int64, resolve func(*chunk, *snapshot
 		Chunks:     make([][]*Location, 0, len(e.chunks)),
 	}
 	for i := len(e.chunks) - 1; i >= 0; i-- { // leaf chunk first
-		locs := resolve(e.chunks[i], e.maps)
+		locs := c.resolve(p, e.chunks[i], e.maps)
 		s.Chunks = append(s.Chunks, locs)
 		s.Locations = append(s.Locations, locs...)
 	}
@@ -580,7 +625,7 @@ func (c *Collector) Stats() Stats {
 	defer c.mu.Unlock()
 	st := c.stats
 	st.Processes, st.Files = len(c.procs), len(c.files)
-	st.Traces, st.Chunks = c.traces, c.chunks.lru.Len()
+	st.Traces, st.Chunks, st.Locations = c.traces, c.chunks.lru.Len(), len(c.locations)
 	m := c.chunks.lru.Metrics()
 	st.ChunkHits, st.ChunkMisses, st.ChunkEvictions, st.ChunkCollisions = m.Hits, m.Misses, m.Evictions, c.chunks.collisions
 	return st

@@ -120,6 +120,12 @@ type Location struct {
 	// "dwarf", "gopclntab", "kallsyms", or "none" when nothing named the location;
 	// empty when it was not symbolized.
 	NameSource string
+
+	// A location outlives its interval: it belongs to the cached chunks that hold it and
+	// is reported, and named, again each interval one of them is sampled. refs counts
+	// those chunks; listed is the last flush whose Profile lists the location.
+	refs   int32
+	listed uint64
 }
 
 // FileOffset is the location's offset in its mapped file, the address symbolization needs.

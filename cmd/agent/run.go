@@ -299,7 +299,7 @@ func logSummary(log *slog.Logger, s *bpf.Sampler, c *trace.Collector, sym *symbo
 	}
 	cs := c.Stats()
 	ss := sym.Stats()
-	attrs = append(attrs, "samples", cs.Samples, "chunks", cs.Chunks, "chunk_hits", cs.ChunkHits, "chunk_misses", cs.ChunkMisses,
+	attrs = append(attrs, "samples", cs.Samples, "chunks", cs.Chunks, "locations", cs.Locations, "chunk_hits", cs.ChunkHits, "chunk_misses", cs.ChunkMisses,
 		"chunk_evictions", cs.ChunkEvictions, "unresolved_frames", cs.UnresolvedFrames, "maps_errors", cs.MapsErrors,
 		"files_unidentified", cs.FileErrors, "symbol_files", ss.FilesLoaded, "symbol_files_failed", ss.FilesFailed,
 		"locations_named", ss.LocationsNamed, "locations_unnamed", ss.LocationsUnnamed)
