@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"io"
 	"path/filepath"
+	"slices"
 
 	collectorpb "go.opentelemetry.io/proto/otlp/collector/profiles/v1development"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
@@ -62,12 +63,36 @@ type EncodeOptions struct {
 // Other samples carry their count as their single value.
 func Encode(profiles []*trace.Profile, host Resource, opts EncodeOptions) *collectorpb.ExportProfilesServiceRequest {
 	e := newEncoder(host, opts)
+	e.reserve(profiles)
 	for _, p := range profiles {
 		if p != nil {
 			e.addProfile(p)
 		}
 	}
 	return e.req
+}
+
+// reserve sizes the tables for the profiles up front: grown from empty, their maps would
+// rehash a dozen times on a busy host's interval.
+func (e *encoder) reserve(profiles []*trace.Profile) {
+	var locs, samples int
+	for _, p := range profiles {
+		if p != nil {
+			locs += len(p.Locations)
+			samples += len(p.Samples)
+		}
+	}
+	e.samples = make(map[sampleKey]*profilespb.Sample, samples)
+	e.chunkStacks = make(map[string]int32, samples)
+	e.chunkIDs = make(map[**trace.Location]int32, locs/4)
+	d := e.d
+	d.locationPtrs = make(map[*trace.Location]int32, locs)
+	d.locations = make(map[locationKey]int32, locs)
+	d.locations[locationKey{}] = 0
+	d.stacks = make(map[string]int32, samples)
+	d.stacks[""] = 0
+	d.dict.LocationTable = slices.Grow(d.dict.LocationTable, locs)
+	d.dict.StackTable = slices.Grow(d.dict.StackTable, samples)
 }
 
 type encoder struct {
