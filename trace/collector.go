@@ -89,7 +89,6 @@ type Collector struct {
 	failed map[FileKey]bool
 	agg    traceTable
 	seed   maphash.Seed
-	traces int
 	start  time.Time
 	stats  Stats
 
@@ -183,9 +182,9 @@ func (c *Collector) Add(s RawSample) {
 }
 
 // aggregate counts the sample's stack in the interval. Most samples repeat a stack already
-// counted: they cost one 128-bit hash of the frames and one map lookup. Only a stack new to
-// the interval has its addresses checked against the mappings, and is cut into chunks and
-// interned.
+// counted: they cost one 128-bit hash of the frames and one probe of the table. Only a
+// stack new to the interval has its addresses checked against the mappings, and is cut
+// into chunks and interned.
 func (c *Collector) aggregate(ps *procState, s RawSample) {
 	// The stack, leaf first: kernel frames, then user frames. Most samples of a --pid
 	// target have no kernel part, and need no copy.
@@ -218,7 +217,6 @@ func (c *Collector) aggregate(ps *procState, s RawSample) {
 		e.times = []time.Time{s.Time}
 	}
 	c.agg.insert(id, e)
-	c.traces++
 }
 
 // traceID identifies a stack of a thread in an interval. It is not checked frame by frame:
@@ -472,7 +470,7 @@ func (c *Collector) Flush(end time.Time) *Profile {
 	defer c.mu.Unlock()
 	agg, start := c.agg, c.start
 	// The next interval likely sees as many stacks: sizing for them spares the rehashes.
-	c.agg, c.start, c.traces = newTraceTable(c.traces), end, 0
+	c.agg, c.start = newTraceTable(c.agg.n), end
 	c.forgetIdle(start)
 	c.epoch++
 
@@ -625,7 +623,7 @@ func (c *Collector) Stats() Stats {
 	defer c.mu.Unlock()
 	st := c.stats
 	st.Processes, st.Files = len(c.procs), len(c.files)
-	st.Traces, st.Chunks, st.Locations = c.traces, c.chunks.lru.Len(), len(c.locations)
+	st.Traces, st.Chunks, st.Locations = c.agg.n, c.chunks.lru.Len(), len(c.locations)
 	m := c.chunks.lru.Metrics()
 	st.ChunkHits, st.ChunkMisses, st.ChunkEvictions, st.ChunkCollisions = m.Hits, m.Misses, m.Evictions, c.chunks.collisions
 	return st
