@@ -216,45 +216,17 @@ func TestSymbolizerMatchesAddr2line(t *testing.T) {
 	t.Logf("%d named from DWARF, %d inside inlined code, %d named as binutils does on another lookup order, %d in padding", named, inlined, tolerated, padding)
 }
 
-// goProgram inlines small functions into a loop.
-const goProgram = `package main
-
-import (
-	"fmt"
-	"os"
-)
-
-type point struct{ x, y int }
-
-func (p point) add(q point) point { return point{p.x + q.x, p.y + q.y} }
-func sq(x int) int                 { return x * x }
-func norm(p point) int             { return sq(p.x) + sq(p.y) }
-
-//go:noinline
-func work(n int) int {
-	s := 0
-	p := point{1, 2}
-	for i := 0; i < n; i++ {
-		p = p.add(point{i, -i})
-		s += norm(p)
-	}
-	return s
-}
-
-func main() { fmt.Println(work(len(os.Args) * 1000)) }
-`
-
 // Go binaries, stripped or not, are named from pclntab: the innermost file and line
 // and the physical function equal what go tool addr2line prints, and inlined calls
 // add frames.
 func TestSymbolizerGo(t *testing.T) {
-	full := testprog.BuildGo(t, goProgram)
+	full := testprog.BuildGo(t, testprog.GoInlining)
 	strip := testenv.RequireTool(t, "strip")
 	stripped := full + ".stripped"
 	if out, err := exec.Command(strip, "-s", "-o", stripped, full).CombinedOutput(); err != nil {
 		t.Fatalf("strip: %v\n%s", err, out)
 	}
-	for i, bin := range []string{full, testprog.BuildGo(t, goProgram, "-ldflags=-s -w"), stripped} {
+	for i, bin := range []string{full, testprog.BuildGo(t, testprog.GoInlining, "-ldflags=-s -w"), stripped} {
 		t.Run(filepath.Base(bin)+strconv.Itoa(i), func(t *testing.T) {
 			m := wholeFile(t, bin, trace.FileKey{Dev: 1, Inode: uint64(20 + i)})
 			m.File.IsGo = true

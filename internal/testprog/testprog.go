@@ -105,6 +105,40 @@ func BuildCXX(t testing.TB, flags ...string) string {
 	return bin
 }
 
+// GoInlining inlines small functions and methods into a loop, as Go code does all over.
+const GoInlining = `package main
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+)
+
+type point struct{ x, y int }
+
+func (p point) add(q point) point { return point{p.x + q.x, p.y + q.y} }
+func sq(x int) int                 { return x * x }
+func norm(p point) int             { return sq(p.x) + sq(p.y) }
+
+//go:noinline
+func work(n int) int {
+	s := 0
+	p := point{1, 2}
+	for i := 0; i < n; i++ {
+		p = p.add(point{i, -i})
+		s += norm(p)
+	}
+	return s
+}
+
+func main() {
+	words := strings.Fields(strings.Repeat("b a c ", len(os.Args)*10))
+	sort.Strings(words)
+	fmt.Println(work(len(words)), strings.Join(words[:3], ","))
+}
+`
+
 // BuildGo builds a one-file Go main package from src with the given go build flags.
 func BuildGo(t testing.TB, src string, flags ...string) string {
 	t.Helper()

@@ -14,7 +14,7 @@ import (
 func FuzzTable(f *testing.F) {
 	f.Add([]byte{0xf1, 0xff, 0xff, 0xff, 0, 0, 1, 8}, uint64(0x401000))
 	if _, err := exec.LookPath("go"); err == nil {
-		ef, tab := load(f, testprog.BuildGo(f, goProgram, "-ldflags=-s -w"))
+		ef, tab := load(f, testprog.BuildGo(f, testprog.GoInlining, "-ldflags=-s -w"))
 		data, err := ef.Section(".gopclntab").Data()
 		if err != nil {
 			f.Fatal(err)

@@ -11,40 +11,6 @@ import (
 	"github.com/sonde-profiler/sonde/symbolize/dwarf"
 )
 
-// goProgram inlines small functions and methods into a loop, as Go code does all over.
-const goProgram = `package main
-
-import (
-	"fmt"
-	"os"
-	"sort"
-	"strings"
-)
-
-type point struct{ x, y int }
-
-func (p point) add(q point) point { return point{p.x + q.x, p.y + q.y} }
-func sq(x int) int                 { return x * x }
-func norm(p point) int             { return sq(p.x) + sq(p.y) }
-
-//go:noinline
-func work(n int) int {
-	s := 0
-	p := point{1, 2}
-	for i := 0; i < n; i++ {
-		p = p.add(point{i, -i})
-		s += norm(p)
-	}
-	return s
-}
-
-func main() {
-	words := strings.Fields(strings.Repeat("b a c ", len(os.Args)*10))
-	sort.Strings(words)
-	fmt.Println(work(len(words)), strings.Join(words[:3], ","))
-}
-`
-
 func load(t testing.TB, bin string) (*elf.File, *Table) {
 	t.Helper()
 	f, err := elf.Open(bin)
@@ -73,7 +39,7 @@ func spread(t testing.TB, f *elf.File, n int) []uint64 {
 }
 
 func TestLookupMatchesGoAddr2line(t *testing.T) {
-	full := testprog.BuildGo(t, goProgram)
+	full := testprog.BuildGo(t, testprog.GoInlining)
 	strippedByStrip := full + ".strip"
 	strip := testenv.RequireTool(t, "strip")
 	if out, err := exec.Command(strip, "-s", "-o", strippedByStrip, full).CombinedOutput(); err != nil {
@@ -81,9 +47,9 @@ func TestLookupMatchesGoAddr2line(t *testing.T) {
 	}
 	for _, tc := range []struct{ name, bin string }{
 		{"unstripped", full},
-		{"ldflags-s-w", testprog.BuildGo(t, goProgram, "-ldflags=-s -w")},
+		{"ldflags-s-w", testprog.BuildGo(t, testprog.GoInlining, "-ldflags=-s -w")},
 		{"strip-s", strippedByStrip},
-		{"pie", testprog.BuildGo(t, goProgram, "-buildmode=pie")},
+		{"pie", testprog.BuildGo(t, testprog.GoInlining, "-buildmode=pie")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, tab := load(t, tc.bin)
@@ -124,7 +90,7 @@ func TestLookupMatchesGoAddr2line(t *testing.T) {
 // go tool addr2line shows one frame per address; the compiler's DWARF shows the
 // whole inline chain, and the tables here must tell the same chain from pclntab.
 func TestInlineChainMatchesDWARF(t *testing.T) {
-	bin := testprog.BuildGo(t, goProgram)
+	bin := testprog.BuildGo(t, testprog.GoInlining)
 	f, tab := load(t, bin)
 	dw, err := dwarf.Load(f, 0)
 	if err != nil {
