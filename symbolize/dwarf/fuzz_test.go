@@ -96,7 +96,7 @@ func FuzzTable(f *testing.F) {
 				return
 			}
 		}
-		tab, err := New(d)
+		tab, err := New(d, line)
 		if err != nil {
 			return
 		}
@@ -161,6 +161,25 @@ func TestLoadCorrupt(t *testing.T) {
 		{"line program longer than its section", func(b []byte) {
 			binary.LittleEndian.PutUint32(b[line.Offset:], uint32(line.Size)+100)
 		}},
+		// debug/dwarf sizes the directory table from this count before reading it:
+		// unchecked, 2³²-1 entries of 16 bytes end the process.
+		{"directory count past the end of the unit", func(b []byte) {
+			at := int(line.Offset) + dirCountOffset(t, data[line.Offset:])
+			copy(b[at:], []byte{0xff, 0xff, 0xff, 0xff, 0x0f})
+		}},
+		{"directory entries of no known form", func(b []byte) {
+			at := int(line.Offset) + dirCountOffset(t, data[line.Offset:])
+			b[at-1] = 0x01 // DW_FORM_addr, which debug/dwarf reads as nothing
+		}},
+		// debug/dwarf reads an unterminated LEB128 as 0 without moving on: a null entry,
+		// again and again.
+		{"entries of one unterminated LEB128", func(b []byte) {
+			unit := b[info.Offset:]
+			end := 4 + int(binary.LittleEndian.Uint32(unit))
+			for i := 12; i < end; i++ {
+				unit[i] = 0xfa
+			}
+		}},
 		{"info section past the end of the file", func(b []byte) {
 			binary.LittleEndian.PutUint64(b[shoff+uint64(infoIdx)*64+24:], uint64(len(b))-8)
 		}},
@@ -175,6 +194,27 @@ func TestLoadCorrupt(t *testing.T) {
 			t.Errorf("%s: Load succeeded", tc.name)
 		}
 	}
+}
+
+// dirCountOffset finds the directory count in the first DWARF 5 line header of a
+// 32-bit .debug_line.
+func dirCountOffset(t *testing.T, line []byte) int {
+	t.Helper()
+	h := lineHeader{b: line, order: binary.LittleEndian}
+	h.u32()
+	if v := h.u16(); v != 5 {
+		t.Fatalf("line table version %d, want 5", v)
+	}
+	h.skip(2 + 4 + 5)
+	h.skip(int(h.u8()) - 1)
+	for range h.u8() {
+		h.uleb()
+		h.uleb()
+	}
+	if h.err != nil {
+		t.Fatal(h.err)
+	}
+	return len(line) - len(h.b)
 }
 
 // A compression header may claim any size; the bound refuses it before reading.

@@ -147,11 +147,13 @@ func Load(f *elf.File, maxBytes int64) (t *Table, err error) {
 			}
 		}
 	}
-	return New(d)
+	return New(d, data["line"])
 }
 
-// New decodes d into a Table.
-func New(d *dwarf.Data) (t *Table, err error) {
+// New decodes d into a Table. line is the .debug_line section d was made from: the
+// line headers are checked against it before debug/dwarf, which trusts their counts,
+// reads them.
+func New(d *dwarf.Data, line []byte) (t *Table, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			t, err = nil, fmt.Errorf("corrupt dwarf: %v", p)
@@ -159,6 +161,7 @@ func New(d *dwarf.Data) (t *Table, err error) {
 	}()
 	dc := &decoder{
 		d:        d,
+		line:     line,
 		t:        &Table{},
 		fileIdx:  map[string]uint32{},
 		nameIdx:  map[string]uint32{},
@@ -186,6 +189,7 @@ type pendingName struct {
 
 type decoder struct {
 	d        *dwarf.Data
+	line     []byte // raw .debug_line, for checkLineHeader
 	t        *Table
 	fileIdx  map[string]uint32
 	nameIdx  map[string]uint32
@@ -195,8 +199,14 @@ type decoder struct {
 	seek     *dwarf.Reader // for references to DIEs the walk skipped
 }
 
+// maxPadding bounds the run of null entries between units. Producers pad a unit
+// with a few zero bytes at most; debug/dwarf reads an unterminated LEB128 as a null
+// entry without moving on, so a file ending in one would otherwise yield nulls forever.
+const maxPadding = 4096
+
 func (dc *decoder) run() error {
 	r := dc.d.Reader()
+	nulls := 0
 	for {
 		cu, err := r.Next()
 		if err != nil {
@@ -205,6 +215,13 @@ func (dc *decoder) run() error {
 		if cu == nil {
 			return nil
 		}
+		if cu.Tag == 0 {
+			if nulls++; nulls > maxPadding {
+				return fmt.Errorf("read dwarf entries: more than %d null entries in a row", maxPadding)
+			}
+			continue
+		}
+		nulls = 0
 		if cu.Tag != dwarf.TagCompileUnit && cu.Tag != dwarf.TagPartialUnit {
 			r.SkipChildren()
 			continue
@@ -222,6 +239,11 @@ func (dc *decoder) run() error {
 // lineTable appends the unit's line rows and returns its file table as indexes
 // into Table.files.
 func (dc *decoder) lineTable(cu *dwarf.Entry) ([]uint32, error) {
+	if off, ok := cu.Val(dwarf.AttrStmtList).(int64); ok {
+		if err := checkLineHeader(dc.line, off); err != nil {
+			return nil, err
+		}
+	}
 	lr, err := dc.d.LineReader(cu)
 	if err != nil || lr == nil {
 		return nil, err
