@@ -180,45 +180,21 @@ func (h *lineHeader) skip(n int) {
 	h.b = h.b[n:]
 }
 
-func (h *lineHeader) u8() uint8 {
-	if len(h.b) < 1 {
+// take consumes n ≤ 8 bytes; past the end it fails and yields zeros.
+func (h *lineHeader) take(n int) []byte {
+	if n > len(h.b) {
 		h.fail()
-		return 0
+		return make([]byte, n)
 	}
-	v := h.b[0]
-	h.b = h.b[1:]
+	v := h.b[:n]
+	h.b = h.b[n:]
 	return v
 }
 
-func (h *lineHeader) u16() uint16 {
-	if len(h.b) < 2 {
-		h.fail()
-		return 0
-	}
-	v := h.order.Uint16(h.b)
-	h.b = h.b[2:]
-	return v
-}
-
-func (h *lineHeader) u32() uint32 {
-	if len(h.b) < 4 {
-		h.fail()
-		return 0
-	}
-	v := h.order.Uint32(h.b)
-	h.b = h.b[4:]
-	return v
-}
-
-func (h *lineHeader) u64() uint64 {
-	if len(h.b) < 8 {
-		h.fail()
-		return 0
-	}
-	v := h.order.Uint64(h.b)
-	h.b = h.b[8:]
-	return v
-}
+func (h *lineHeader) u8() uint8   { return h.take(1)[0] }
+func (h *lineHeader) u16() uint16 { return h.order.Uint16(h.take(2)) }
+func (h *lineHeader) u32() uint32 { return h.order.Uint32(h.take(4)) }
+func (h *lineHeader) u64() uint64 { return h.order.Uint64(h.take(8)) }
 
 func (h *lineHeader) uleb() uint64 {
 	var v uint64
