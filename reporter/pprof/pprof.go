@@ -1,5 +1,5 @@
 // Package pprof writes sonde's profiles in the pprof format that `go tool pprof` and most
-// profiling backends read.
+// profiling backends read, and reads such files back for sonde view.
 package pprof
 
 import (
