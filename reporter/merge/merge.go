@@ -1,0 +1,217 @@
+package merge
+
+import (
+	"encoding/binary"
+	"math"
+	"regexp"
+	"slices"
+
+	"github.com/sonde-profiler/sonde/reporter/internal/frames"
+	"github.com/sonde-profiler/sonde/trace"
+)
+
+// Merge returns one profile holding the samples of all the profiles, spanning all of
+// them. Samples are the same, and their counts and timestamps summed, when their
+// process (PID and name), thread (ID and name) and stack are: stacks compare by value,
+// location by location (mapping path and build ID, address, and lines), so the same
+// code read from different files, or from different intervals, merges. Frame kinds and
+// name sources do not take part: not every format keeps them. The period is the first
+// profile's that has one. Inputs are not modified; the result shares no samples with
+// them, but shares their locations and processes.
+func Merge(profiles ...*trace.Profile) *trace.Profile {
+	m := merger{
+		out:       &trace.Profile{},
+		byPtr:     make(map[*trace.Location]uint32),
+		byValue:   make(map[string]uint32),
+		processes: make(map[processKey]*trace.Process),
+		samples:   make(map[string]*trace.Sample),
+	}
+	for _, p := range profiles {
+		if p == nil {
+			continue
+		}
+		if !p.Start.IsZero() && (m.out.Start.IsZero() || p.Start.Before(m.out.Start)) {
+			m.out.Start = p.Start
+		}
+		if p.End.After(m.out.End) {
+			m.out.End = p.End
+		}
+		if m.out.Period == 0 {
+			m.out.Period = p.Period
+		}
+		for _, s := range p.Samples {
+			m.add(s)
+		}
+	}
+	return m.out
+}
+
+type processKey struct {
+	pid   uint32
+	name  string
+	known bool
+}
+
+type merger struct {
+	out *trace.Profile
+	// Locations are numbered by their index in out.Locations: byPtr remembers the
+	// number of an input location, byValue that of a location's value.
+	byPtr     map[*trace.Location]uint32
+	byValue   map[string]uint32
+	processes map[processKey]*trace.Process
+	samples   map[string]*trace.Sample
+	keyBuf    []byte
+}
+
+func (m *merger) add(s *trace.Sample) {
+	var pk processKey
+	if s.Process != nil {
+		pk = processKey{pid: s.Process.PID, name: s.Process.Name, known: true}
+	}
+	proc, ok := m.processes[pk]
+	if !ok && s.Process != nil {
+		proc = s.Process
+		m.processes[pk] = proc
+	}
+	key := appendString(m.keyBuf[:0], pk.name)
+	key = binary.LittleEndian.AppendUint32(key, pk.pid)
+	key = append(key, boolByte(pk.known))
+	key = binary.LittleEndian.AppendUint32(key, s.TID)
+	key = appendString(key, s.ThreadName)
+	for _, l := range s.Locations {
+		key = binary.LittleEndian.AppendUint32(key, m.location(l))
+	}
+	m.keyBuf = key
+	if ms, ok := m.samples[string(key)]; ok {
+		if ms.Count > math.MaxInt64-s.Count {
+			ms.Count = math.MaxInt64 // a hostile file's counts saturate rather than wrap
+		} else {
+			ms.Count += s.Count
+		}
+		ms.Timestamps = append(ms.Timestamps, s.Timestamps...)
+		return
+	}
+	ms := &trace.Sample{
+		Process:    proc,
+		TID:        s.TID,
+		ThreadName: s.ThreadName,
+		Count:      s.Count,
+		Timestamps: slices.Clone(s.Timestamps),
+		Locations:  make([]*trace.Location, len(s.Locations)),
+	}
+	for i, l := range s.Locations {
+		ms.Locations[i] = m.out.Locations[m.byPtr[l]]
+	}
+	m.samples[string(key)] = ms
+	m.out.Samples = append(m.out.Samples, ms)
+}
+
+func (m *merger) location(l *trace.Location) uint32 {
+	if id, ok := m.byPtr[l]; ok {
+		return id
+	}
+	k := string(locationKey(nil, l))
+	id, ok := m.byValue[k]
+	if !ok {
+		id = uint32(len(m.out.Locations))
+		m.out.Locations = append(m.out.Locations, l)
+		m.byValue[k] = id
+	}
+	m.byPtr[l] = id
+	return id
+}
+
+func locationKey(b []byte, l *trace.Location) []byte {
+	if l == nil {
+		return append(b, 0)
+	}
+	b = append(b, 1)
+	if mp := l.Mapping; mp != nil {
+		b = append(b, 1)
+		b = appendString(b, mp.Path)
+		if f := mp.File; f != nil {
+			b = appendString(b, f.GNUBuildID)
+			b = appendString(b, f.GoBuildID)
+			b = appendString(b, f.HTLHash)
+		}
+	}
+	b = append(b, 0)
+	b = binary.LittleEndian.AppendUint64(b, l.Address)
+	for _, ln := range l.Lines {
+		b = appendString(b, ln.Function)
+		b = appendString(b, ln.SystemName)
+		b = appendString(b, ln.File)
+		b = binary.LittleEndian.AppendUint64(b, uint64(ln.Line))
+	}
+	return b
+}
+
+// appendString appends s with its length, so that no two sequences of strings share a key.
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func boolByte(v bool) byte {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+// Filter says which samples to keep; the zero Filter keeps them all.
+type Filter struct {
+	// Focus keeps the samples with a frame whose function name matches, inlined
+	// functions and unnamed frames ("0x1234 (/lib/x.so)") included.
+	Focus *regexp.Regexp
+	// PIDs keeps the samples of these processes.
+	PIDs []uint32
+}
+
+// Apply returns a profile with the samples of p that f keeps and the locations they
+// use. The samples are p's own, not copies.
+func (f Filter) Apply(p *trace.Profile) *trace.Profile {
+	out := &trace.Profile{Start: p.Start, End: p.End, Period: p.Period}
+	// A frame's name is matched once per location, not once per sample.
+	matches := make(map[*trace.Location]bool)
+	listed := make(map[*trace.Location]bool)
+	for _, s := range p.Samples {
+		if !f.keep(s, matches) {
+			continue
+		}
+		out.Samples = append(out.Samples, s)
+		for _, l := range s.Locations {
+			if !listed[l] {
+				listed[l] = true
+				out.Locations = append(out.Locations, l)
+			}
+		}
+	}
+	return out
+}
+
+func (f Filter) keep(s *trace.Sample, matches map[*trace.Location]bool) bool {
+	if len(f.PIDs) > 0 && (s.Process == nil || !slices.Contains(f.PIDs, s.Process.PID)) {
+		return false
+	}
+	if f.Focus == nil {
+		return true
+	}
+	for _, l := range s.Locations {
+		match, ok := matches[l]
+		if !ok {
+			one := trace.Sample{Locations: []*trace.Location{l}}
+			for _, fr := range frames.Stack(nil, &one, false) {
+				if f.Focus.MatchString(fr.Name) {
+					match = true
+					break
+				}
+			}
+			matches[l] = match
+		}
+		if match {
+			return true
+		}
+	}
+	return false
+}
