@@ -25,14 +25,16 @@ const (
 	svgCharW    = 0.6 * svgFontSize
 	// svgMinW is the narrowest frame drawn: narrower siblings are drawn as one box,
 	// and nothing under them is drawn, which bounds the file however large the tree.
-	svgMinW = 0.1
+	// flamegraph.pl draws down to 0.1 px; at a quarter pixel a tree of 100k nodes
+	// still loads in a second or two rather than six.
+	svgMinW = 0.25
 )
 
 // WriteSVG writes p as a standalone SVG flame graph. Its inline script makes it
 // interactive when opened on its own in a browser: hover shows a frame's details,
 // click zooms into a frame (and its caller zooms back out), Search highlights the
 // frames whose name matches a regular expression and sums their samples. Frames
-// narrower than a tenth of a pixel are left out, their runs drawn as one hatched
+// narrower than a quarter pixel are left out, their runs drawn as one hatched
 // box, so the search sums what is drawn; every drawn frame's count is exact.
 //
 // Every profile string is escaped for XML; the output is well-formed XML whatever
