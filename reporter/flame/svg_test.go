@@ -187,3 +187,27 @@ func TestSVGEmptyProfile(t *testing.T) {
 		t.Errorf("empty profile: %d frames, total %q", len(frames), root["data-total"])
 	}
 }
+
+// FuzzSVGNames: whatever a function or file name holds, the SVG is well-formed XML
+// and gives the name back as its printable form.
+func FuzzSVGNames(f *testing.F) {
+	for _, s := range []string{"main", "]]></script><script>alert(1)</script>", "a\x00b\x1b\xff&#x0;", "\uFFFE\U0010FFFF"} {
+		f.Add(s, s)
+	}
+	f.Fuzz(func(t *testing.T, name, file string) {
+		l := &trace.Location{Lines: []trace.Line{{Function: name, File: file, Line: 1}}}
+		p := &trace.Profile{Samples: []*trace.Sample{{Count: 1, Locations: []*trace.Location{l}}}}
+		var buf bytes.Buffer
+		if err := WriteSVG(&buf, p, Facts{Host: name, Version: file}); err != nil {
+			t.Fatal(err)
+		}
+		frames, _ := parseSVG(t, buf.Bytes())
+		if len(frames) != 2 {
+			t.Fatalf("%d frames, want all and the function", len(frames))
+		}
+		got, _, _ := strings.Cut(frames[1].title, "\n")
+		if want := esc(NewTree(p).Root.Children[0].Name); esc(got) != want {
+			t.Errorf("name %q came back as %q", name, got)
+		}
+	})
+}

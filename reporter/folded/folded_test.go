@@ -235,3 +235,35 @@ func TestReadLineOfMaxLength(t *testing.T) {
 		t.Error("a line of exactly MaxLineBytes was not read whole")
 	}
 }
+
+// FuzzRead: any input either fails with an error or reads into stacks that write
+// back as valid folded lines, and reading those lines again changes nothing.
+func FuzzRead(f *testing.F) {
+	f.Add("a;b;c 3\nb 2\n")
+	f.Add("app-12;main;x 1\r\n\n;; 4\n")
+	f.Add("a\xff;\x1b[2J 9223372036854775807\n")
+	f.Add("x 1 2\ny\t3")
+	f.Fuzz(func(t *testing.T, in string) {
+		p, err := Read(strings.NewReader(in))
+		if err != nil {
+			return
+		}
+		var once, twice bytes.Buffer
+		if err := Write(&once, p); err != nil {
+			t.Fatal(err)
+		}
+		if once.Len() > 0 {
+			checkLines(t, once.String())
+		}
+		p2, err := Read(bytes.NewReader(once.Bytes()))
+		if err != nil {
+			t.Fatalf("cannot read what Write wrote: %v\n%q", err, once.String())
+		}
+		if err := Write(&twice, p2); err != nil {
+			t.Fatal(err)
+		}
+		if once.String() != twice.String() {
+			t.Fatalf("not stable:\n%q\n%q", once.String(), twice.String())
+		}
+	})
+}

@@ -204,3 +204,34 @@ func TestDecodeCorrupt(t *testing.T) {
 		t.Error("Decode of garbage protobuf: no error")
 	}
 }
+
+// FuzzDecode: no input makes Decode panic, binary or JSON.
+func FuzzDecode(f *testing.F) {
+	req := Encode([]*trace.Profile{newFixture().profile}, testHost, EncodeOptions{Rand: zeroRand{}, Timestamps: true})
+	bin, err := proto.Marshal(profilesData(req))
+	if err != nil {
+		f.Fatal(err)
+	}
+	js, err := MarshalJSON(req)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(bin, false)
+	f.Add(js, true)
+	f.Add([]byte(`{"resourceProfiles":[{"scopeProfiles":[{"profiles":[{"samples":[{"stackIndex":3}]}]}]}]}`), true)
+	f.Fuzz(func(t *testing.T, data []byte, json bool) {
+		profiles, err := Decode(data, json)
+		if err != nil {
+			return
+		}
+		for _, p := range profiles {
+			for _, s := range p.Samples {
+				for _, l := range s.Locations {
+					if l == nil {
+						t.Fatal("a sample holds a nil location")
+					}
+				}
+			}
+		}
+	})
+}
