@@ -130,9 +130,10 @@ func Stack(dst []Frame, s *trace.Sample, process bool) []Frame {
 }
 
 // Clean makes a name safe to print anywhere: invalid UTF-8 becomes U+FFFD, and control
-// characters (C0, DEL, C1, which carry newlines and terminal escapes) and the Unicode
-// line and paragraph separators become visible \xNN or \uNNNN escapes. Names that need
-// none of this, nearly all of them, are returned as they are, without allocating.
+// characters (C0, DEL, C1, which carry newlines and terminal escapes), the Unicode line
+// and paragraph separators and the bidirectional controls become visible \xNN or \uNNNN
+// escapes. Names that need none of this, nearly all of them, are returned as they are,
+// without allocating.
 func Clean(s string) string {
 	for i := 0; i < len(s); {
 		c := s[i]
@@ -150,7 +151,20 @@ func Clean(s string) string {
 }
 
 func needsEscape(r rune, size int) bool {
-	return r == utf8.RuneError && size <= 1 || unicode.IsControl(r) || r == '\u2028' || r == '\u2029'
+	return r == utf8.RuneError && size <= 1 || unicode.IsControl(r) || isSeparatorOrBidi(r)
+}
+
+// isSeparatorOrBidi reports the line and paragraph separators, which some readers take
+// for line ends, and the bidirectional formatting characters, which reorder how the
+// text around them displays and so can make one name look like another.
+func isSeparatorOrBidi(r rune) bool {
+	switch {
+	case r == '\u2028', r == '\u2029', r == '\u061c', r == '\u200e', r == '\u200f':
+		return true
+	case r >= '\u202a' && r <= '\u202e', r >= '\u2066' && r <= '\u2069':
+		return true
+	}
+	return false
 }
 
 func clean(s string, from int) string {
@@ -164,7 +178,7 @@ func clean(s string, from int) string {
 			b.WriteRune(utf8.RuneError)
 		case r < 0x80 && unicode.IsControl(r):
 			fmt.Fprintf(&b, `\x%02x`, r)
-		case unicode.IsControl(r) || r == '\u2028' || r == '\u2029':
+		case unicode.IsControl(r) || isSeparatorOrBidi(r):
 			fmt.Fprintf(&b, `\u%04x`, r)
 		default:
 			b.WriteString(s[i : i+size])

@@ -17,6 +17,8 @@ func TestClean(t *testing.T) {
 		"bad\xff\xfeutf8":                "bad\uFFFD\uFFFDutf8",
 		"c1\u009bcsi":                    `c1\u009bcsi`,
 		"line\u2028sep":                  `line\u2028sep`,
+		"evil\u202egnp.exe":              `evil\u202egnp.exe`,
+		"iso\u2066x\u2069":               `iso\u2066x\u2069`,
 		"del\x7f":                        `del\x7f`,
 		"<script>&\"'</script>;a;b":      "<script>&\"'</script>;a;b", // escaping is each format's job
 		string([]byte{0xe2, 0x82}) + "x": "\uFFFD\uFFFDx",
