@@ -182,7 +182,6 @@ type reader struct {
 	locations map[string]*trace.Location
 	processes map[trace.Process]*trace.Process
 	samples   map[string]*trace.Sample
-	names     []string
 }
 
 func (rd *reader) parse(line string) error {
@@ -210,9 +209,8 @@ func (rd *reader) parse(line string) error {
 		s.Count += count
 		return nil
 	}
-	rd.names = strings.Split(stack, ";")
 	s := &trace.Sample{Count: count}
-	names := rd.names
+	names := strings.Split(stack, ";")
 	if name, pid, ok := frames.ParseProcessName(names[0]); ok {
 		key := trace.Process{PID: pid, Name: name}
 		proc := rd.processes[key]
