@@ -102,6 +102,22 @@ func startBrowser(t *testing.T) context.Context {
 	if exe == "" {
 		exe = testenv.RequireTool(t, "chromium")
 	}
+	// A fresh profile directory per browser. It is removed after the browser's cleanups
+	// (cleanups run last registered first): chromium's helper processes may still write
+	// to it for a moment after the browser exits, which t.TempDir's cleanup fails on.
+	profileDir, err := os.MkdirTemp("", "sonde-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for range 50 {
+			if os.RemoveAll(profileDir) == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Logf("cannot remove chromium's profile directory %s", profileDir)
+	})
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(exe),
 		chromedp.Headless,
@@ -109,7 +125,7 @@ func startBrowser(t *testing.T) context.Context {
 		chromedp.DisableGPU,
 		chromedp.NoFirstRun,
 		chromedp.NoDefaultBrowserCheck,
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(profileDir),
 		chromedp.Flag("disable-quic", true),
 		chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true),
