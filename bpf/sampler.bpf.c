@@ -4,21 +4,26 @@
 /* sonde's sampler: on every cpu-clock tick, record who ran and their user and kernel stacks. */
 #include <linux/types.h>
 #include <linux/bpf.h>
-#include <linux/bpf_perf_event.h>
 #include <bpf/bpf_helpers.h>
 
-/* Opaque: only passed from bpf_get_current_task_btf to bpf_task_pt_regs. */
-struct task_struct;
-
 #include "types.h"
+#include "arch.h"
 
 char LICENSE[] SEC("license") = "GPL";
+
+/* Only what the programs read of the task, relocated against the running kernel's BTF. */
+struct task_struct {
+	__u64 self_exec_id;
+} __attribute__((preserve_access_index));
+
+/* Opaque: only passed to helpers. */
+struct bpf_perf_event_data;
 
 /* Load-time settings, rewritten by the loader before the verifier sees the program. */
 const volatile __u8 filter_pids = 0;
 const volatile __u8 collect_kernel = 1;
 /* 0: user stacks by bpf_get_stack's frame-pointer walk only; 1: table-driven unwinding. */
-const volatile __u8 unwind_tables = 1;
+const volatile __u8 table_unwinding = 1;
 /* Wake the reader once this much waits in the ring (a quarter of it). */
 const volatile __u64 ring_wakeup_bytes = 1 << 18;
 
@@ -43,13 +48,21 @@ struct {
 	__type(value, __u64);
 } counters SEC(".maps");
 
-/* Unwind rows of every file sonde has a table for; files own contiguous ranges. */
+/* One inner array of rows per file with an unwind table, created by user space at the
+ * file's size and removed when no process maps the file any more: tables are reclaimed
+ * whole, so the kernel's memory follows what runs now. */
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct unwind_row);
-} unwind_rows SEC(".maps");
+	__array(values, struct {
+		__uint(type, BPF_MAP_TYPE_ARRAY);
+		__uint(map_flags, BPF_F_INNER_MAP);
+		__uint(max_entries, 1);
+		__type(key, __u32);
+		__type(value, struct unwind_row);
+	});
+} unwind_tables SEC(".maps");
 
 /* Executable mappings per process (tgid), written by user space as it reads /proc. */
 struct {
@@ -60,6 +73,15 @@ struct {
 	__type(value, struct proc_info);
 } proc_maps SEC(".maps");
 
+/* The current self_exec_id of processes that exec'd since sonde started, so user space can
+ * tell whether a reading of /proc/PID/maps still belongs to the exec it was made for. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} exec_ids SEC(".maps");
+
 /* The event is built here, off the 512-byte BPF stack, then copied to the ring. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -68,7 +90,7 @@ struct {
 	__type(value, struct sample_event);
 } scratch SEC(".maps");
 
-/* Force the enums into BTF so bpf2go can export them. */
+/* Force the enums and structs into BTF so bpf2go can export them. */
 const enum event_kind *unused_event_kind __attribute__((unused));
 const enum counter *unused_counter __attribute__((unused));
 const struct sample_event *unused_sample_event __attribute__((unused));
@@ -93,207 +115,57 @@ static __always_inline int wanted(__u32 tgid)
 	return bpf_map_lookup_elem(&target_pids, &tgid) != NULL;
 }
 
-/* Offsets of rip, rsp and rbp in the ucontext a signal handler's frame holds (x86-64 glibc:
- * uc_mcontext.gregs starts at 40; REG_RIP=16, REG_RSP=15, REG_RBP=10). */
-#define UCONTEXT_RIP 168
-#define UCONTEXT_RSP 160
-#define UCONTEXT_RBP 120
-
-struct unwind_state {
-	struct sample_event *e;
-	struct proc_info *proc; /* looked up once per sample; NULL: walk by frame pointer */
-	__u64 pc, sp, fp;
-	__u32 pid;
-	__u32 n;
-	__u32 end;
-	__u8 used_fp; /* a frame was walked by frame pointer for lack of a table */
-	__u8 done;
-	/* pc is the interrupted instruction, not a return address: the leaf, or the frame a
-	 * signal interrupted. Return addresses are looked up one byte back, inside the call. */
-	__u8 pc_exact;
-};
-
-static __always_inline int read_user(__u64 *dst, __u64 addr)
+#if ARCH_TABLE_UNWIND
+/* The walker's helpers, as unwinder.h asks for them. */
+static __always_inline int walker_read_user(__u64 *dst, __u64 addr)
 {
 	return bpf_probe_read_user(dst, sizeof(*dst), (const void *)addr);
 }
 
-/* Binary searches run as bpf_loop callbacks: the verifier checks a callback once, where
- * an unrolled search is explored branch by branch and exceeds its instruction budget. */
-struct search {
-	__u64 key;
-	struct proc_info *proc; /* find_mapping: whose mappings */
-	__u32 lo, hi;
-};
-
-static long mapping_search_step(__u32 i, void *ctx)
+static __always_inline void *walker_table(__u32 table_id)
 {
-	struct search *s = ctx;
-	struct proc_info *proc = s->proc;
-	if (s->lo >= s->hi || !proc)
-		return 1;
-	__u32 mid = s->lo + (s->hi - s->lo) / 2;
-	if (proc->maps[mid & (MAX_PROC_MAPPINGS - 1)].start <= s->key)
-		s->lo = mid + 1;
-	else
-		s->hi = mid;
-	return 0;
+	return bpf_map_lookup_elem(&unwind_tables, &table_id);
 }
 
-/* find_mapping returns the mapping of proc covering pc. */
-static __always_inline struct exec_mapping *find_mapping(struct proc_info *proc, __u64 pc)
+static __always_inline struct unwind_row *walker_row(void *table, __u32 i)
 {
-	struct search s = {.key = pc, .proc = proc, .lo = 0, .hi = proc->count};
-	if (s.hi > MAX_PROC_MAPPINGS)
-		s.hi = MAX_PROC_MAPPINGS;
-	bpf_loop(10, mapping_search_step, &s, 0); /* 2^9 > MAX_PROC_MAPPINGS */
-	if (s.lo == 0 || s.lo > MAX_PROC_MAPPINGS)
-		return NULL;
-	struct exec_mapping *m = &proc->maps[(s.lo - 1) & (MAX_PROC_MAPPINGS - 1)];
-	if (pc >= m->end || pc < m->start)
-		return NULL;
-	return m;
+	return bpf_map_lookup_elem(table, &i);
 }
 
-static long row_search_step(__u32 i, void *ctx)
+#define walker_loop(n, fn, ctx) bpf_loop(n, fn, ctx, 0)
+
+#include "unwinder.h"
+#endif
+
+/* unwind_user walks the user stack from the registers the task entered the kernel with.
+ * It returns whether the process's unwinder mappings were usable, so that the first sample
+ * of a process user space does not know yet wakes the reader at once. */
+static __always_inline int unwind_user(struct sample_event *e, struct task_struct *task, __u32 tgid)
 {
-	struct search *s = ctx;
-	if (s->lo >= s->hi)
-		return 1;
-	__u32 mid = s->lo + (s->hi - s->lo) / 2;
-	struct unwind_row *r = bpf_map_lookup_elem(&unwind_rows, &mid);
-	if (!r)
-		return 1;
-	if (r->pc <= s->key)
-		s->lo = mid + 1;
-	else
-		s->hi = mid;
-	return 0;
-}
-
-/* find_row returns the last row of [first, first+count) whose pc <= vaddr. */
-static __always_inline struct unwind_row *find_row(__u32 first, __u32 count, __u32 vaddr)
-{
-	struct search s = {.key = vaddr, .lo = first, .hi = first + count};
-	bpf_loop(25, row_search_step, &s, 0); /* tables hold fewer than 2^24 rows */
-	if (s.lo == first)
-		return NULL;
-	__u32 idx = s.lo - 1;
-	return bpf_map_lookup_elem(&unwind_rows, &idx);
-}
-
-static __always_inline long finish(struct unwind_state *st, __u32 end)
-{
-	st->end = end;
-	st->done = 1;
-	return 1; /* stops bpf_loop */
-}
-
-/* step records the current frame and moves to its caller. */
-static long unwind_step(__u32 i, void *ctx)
-{
-	struct unwind_state *st = ctx;
-	struct sample_event *e = st->e;
-
-	if (st->pc == 0)
-		return finish(st, UNWIND_COMPLETE);
-	if (st->n >= MAX_USER_DEPTH)
-		return finish(st, UNWIND_TRUNCATED);
-	e->frames[st->n & (MAX_USER_DEPTH - 1)] = st->pc;
-	st->n++;
-
-	struct unwind_row *row = NULL;
-	struct proc_info *proc = st->proc;
-	if (proc) {
-		struct exec_mapping *m = find_mapping(proc, st->pc);
-		if (m && m->rows_count) {
-			/* A return address points after the call; the call itself belongs to the caller's row. */
-			__u64 vaddr = st->pc - m->bias - (st->pc_exact ? 0 : 1);
-			row = find_row(m->rows_first, m->rows_count, (__u32)vaddr);
-			if (!row)
-				return finish(st, UNWIND_INVALID);
-		}
-	}
-
-	__u64 cfa, ra, fp = st->fp;
-	if (!row) {
-		/* No table: trust the frame pointer, as bpf_get_stack would. */
-		st->used_fp = 1;
-		if (st->fp == 0)
-			return finish(st, UNWIND_NO_TABLE);
-		if (read_user(&ra, st->fp + 8) || read_user(&fp, st->fp))
-			return finish(st, UNWIND_NO_TABLE);
-		cfa = st->fp + 16;
-	} else {
-		switch (row->cfa_rule) {
-		case CFA_SP:
-			cfa = st->sp + row->cfa_offset;
-			break;
-		case CFA_FP:
-			cfa = st->fp + row->cfa_offset;
-			break;
-		case CFA_PLT:
-			cfa = st->sp + 8 + ((st->pc & 15) >= 11 ? 8 : 0);
-			break;
-		case CFA_SIGNAL:
-			if (read_user(&ra, st->sp + UCONTEXT_RIP) || read_user(&cfa, st->sp + UCONTEXT_RSP) ||
-			    read_user(&fp, st->sp + UCONTEXT_RBP))
-				return finish(st, UNWIND_BAD_READ);
-			st->pc = ra;
-			st->sp = cfa;
-			st->fp = fp;
-			st->pc_exact = 1;
-			return 0;
-		case CFA_END_OF_STACK:
-			return finish(st, UNWIND_COMPLETE);
-		default:
-			return finish(st, UNWIND_INVALID);
-		}
-		if (read_user(&ra, cfa - 8))
-			return finish(st, UNWIND_BAD_READ);
-		if (row->fp_rule == FP_AT_CFA) {
-			if (read_user(&fp, cfa + row->fp_offset))
-				return finish(st, UNWIND_BAD_READ);
-		} else if (row->fp_rule == FP_INVALID) {
-			fp = 0;
-		}
-	}
-	/* The stack grows down: a caller's frame lies above its callee's. */
-	if (cfa <= st->sp && st->n > 1)
-		return finish(st, UNWIND_INVALID);
-	st->pc_exact = 0;
-	st->pc = ra;
-	st->sp = cfa;
-	st->fp = fp;
-	return 0;
-}
-
-/* unwind_user walks the user stack from the registers the task entered the kernel with. */
-static __always_inline void unwind_user(struct sample_event *e, __u32 tgid)
-{
-	struct pt_regs regs;
-	struct task_struct *task = bpf_get_current_task_btf();
-	if (bpf_probe_read_kernel(&regs, sizeof(regs), (void *)bpf_task_pt_regs(task)) || (regs.cs & 3) != 3) {
+#if ARCH_TABLE_UNWIND
+	struct arch_regs regs;
+	if (bpf_probe_read_kernel(&regs, sizeof(regs), (void *)bpf_task_pt_regs(task)) || !ARCH_USER_MODE(&regs)) {
 		e->user_len = 0;
 		e->unwind_end = UNWIND_NO_USER;
-		return;
+		return 1;
 	}
-	struct unwind_state st = {
-		.e = e,
-		.pc = regs.rip,
-		.sp = regs.rsp,
-		.fp = regs.rbp,
-		.pid = tgid,
-		.pc_exact = 1,
-		.proc = bpf_map_lookup_elem(&proc_maps, &tgid),
-	};
-	bpf_loop(MAX_USER_DEPTH + 1, unwind_step, &st, 0);
-	if (!st.done)
-		st.end = UNWIND_TRUNCATED;
-	else if (st.end == UNWIND_COMPLETE && st.used_fp)
-		st.end = UNWIND_NO_TABLE;
-	e->user_len = st.n * sizeof(__u64);
-	e->unwind_end = st.end;
+	struct proc_info *proc = bpf_map_lookup_elem(&proc_maps, &tgid);
+	if (proc && proc->exec_id && proc->exec_id != e->exec_id) {
+		/* Written for an earlier exec: its addresses mean nothing now. Looking up tgid 0,
+		 * which never has mappings, rather than assigning NULL keeps proc one type for the
+		 * verifier, which otherwise explores the walk for each and takes 20 times longer. */
+		count(COUNTER_STALE_MAPPINGS);
+		__u32 none = 0;
+		proc = bpf_map_lookup_elem(&proc_maps, &none);
+	}
+	__u32 end = UNWIND_INVALID;
+	__u32 n = walk_user(e->frames, proc, ARCH_PC(&regs), ARCH_SP(&regs), ARCH_FP(&regs), &end);
+	e->user_len = n * sizeof(__u64);
+	e->unwind_end = end;
+	return proc != NULL;
+#else
+	return 1;
+#endif
 }
 
 SEC("perf_event")
@@ -310,16 +182,20 @@ int sample(struct bpf_perf_event_data *ctx)
 	struct sample_event *e = bpf_map_lookup_elem(&scratch, &zero);
 	if (!e)
 		return 0;
+	struct task_struct *task = bpf_get_current_task_btf();
 	e->kind = EVENT_SAMPLE;
 	e->pid = tgid;
 	e->tid = (__u32)id;
 	e->cpu = bpf_get_smp_processor_id();
 	e->ktime_ns = bpf_ktime_get_ns();
+	e->exec_id = task->self_exec_id;
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 
-	if (unwind_tables) {
-		unwind_user(e, tgid);
-		count(COUNTER_UNWIND_BASE + (e->unwind_end < 6 ? e->unwind_end : 4));
+	int known = 1;
+	if (table_unwinding && ARCH_TABLE_UNWIND) {
+		known = unwind_user(e, task, tgid);
+		__u32 end = e->unwind_end < UNWIND_END_MAX ? e->unwind_end : UNWIND_INVALID;
+		count(COUNTER_UNWIND_BASE + end);
 	} else {
 		/* User registers come from the task, so this works when the tick lands in the kernel too. */
 		e->user_len = bpf_get_stack(ctx, e->frames, MAX_USER_DEPTH * sizeof(__u64), BPF_F_USER_STACK);
@@ -342,10 +218,11 @@ int sample(struct bpf_perf_event_data *ctx)
 	__u64 size = __builtin_offsetof(struct sample_event, frames) + (user_frames + kernel_frames) * sizeof(__u64);
 	if (size > sizeof(*e))
 		size = sizeof(*e);
-	/* Waking the reader for every sample costs more than the sample; it polls instead,
-	 * and is woken only when the ring starts to fill. */
+	/* Waking the reader for every sample costs more than the sample; it polls instead, and
+	 * is woken when the ring starts to fill, or when a process it does not know yet runs:
+	 * read at once, the mappings of a short-lived process are still there. */
 	__u64 flags = BPF_RB_NO_WAKEUP;
-	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > ring_wakeup_bytes)
+	if (!known || bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > ring_wakeup_bytes)
 		flags = BPF_RB_FORCE_WAKEUP;
 	if (bpf_ringbuf_output(&events, e, size, flags)) {
 		count(COUNTER_RINGBUF_FULL);
@@ -365,6 +242,14 @@ static __always_inline int emit_process_event(__u32 kind)
 		return 0;
 	if (!wanted(tgid))
 		return 0;
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 exec_id = task->self_exec_id;
+	/* The old image's mappings are wrong from here on, whatever user space has queued. */
+	bpf_map_delete_elem(&proc_maps, &tgid);
+	if (kind == EVENT_EXEC)
+		bpf_map_update_elem(&exec_ids, &tgid, &exec_id, BPF_ANY);
+	else
+		bpf_map_delete_elem(&exec_ids, &tgid);
 	struct process_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
 		count(COUNTER_RINGBUF_FULL);
@@ -373,7 +258,9 @@ static __always_inline int emit_process_event(__u32 kind)
 	e->kind = kind;
 	e->pid = tgid;
 	e->ktime_ns = bpf_ktime_get_ns();
-	bpf_ringbuf_submit(e, 0);
+	e->exec_id = exec_id;
+	/* An exec's mappings are read best while the new image still runs: wake the reader now. */
+	bpf_ringbuf_submit(e, kind == EVENT_EXEC ? BPF_RB_FORCE_WAKEUP : 0);
 	count(COUNTER_PROCESS_EVENTS);
 	return 0;
 }

@@ -22,70 +22,6 @@ import (
 // pollInterval is how long records may wait in the ring before the reader collects them.
 const pollInterval = 50 * time.Millisecond
 
-// MaxUserDepth and MaxKernelDepth are the deepest stacks the kernel records per sample.
-const (
-	MaxUserDepth   = 128 // MAX_USER_DEPTH in types.h
-	MaxKernelDepth = len(samplerSampleEvent{}.Frames) - MaxUserDepth
-	// MaxProcessMappings is how many executable mappings of a process the unwinder knows.
-	MaxProcessMappings = len(samplerProcInfo{}.Maps)
-)
-
-// Types shared with the kernel program, as bpf2go generated them.
-type (
-	// UnwindRow is one row of an unwind table as the kernel unwinder reads it.
-	UnwindRow = samplerUnwindRow
-	// ExecMapping is an executable mapping of a process and where its file's rows are.
-	ExecMapping = samplerExecMapping
-)
-
-// Rules of an UnwindRow, as in package unwind.
-const (
-	CFAInvalid    = uint8(samplerCfaRuleCFA_INVALID)
-	CFASP         = uint8(samplerCfaRuleCFA_SP)
-	CFAFP         = uint8(samplerCfaRuleCFA_FP)
-	CFAPLT        = uint8(samplerCfaRuleCFA_PLT)
-	CFASignal     = uint8(samplerCfaRuleCFA_SIGNAL)
-	CFAEndOfStack = uint8(samplerCfaRuleCFA_END_OF_STACK)
-	FPUnchanged   = uint8(samplerFpRuleFP_UNCHANGED)
-	FPAtCFA       = uint8(samplerFpRuleFP_AT_CFA)
-	FPInvalid     = uint8(samplerFpRuleFP_INVALID)
-)
-
-// UnwindEnd says how the walk of a user stack ended.
-type UnwindEnd uint32
-
-const (
-	UnwindComplete  = UnwindEnd(samplerUnwindEndUNWIND_COMPLETE)
-	UnwindTruncated = UnwindEnd(samplerUnwindEndUNWIND_TRUNCATED)
-	UnwindNoTable   = UnwindEnd(samplerUnwindEndUNWIND_NO_TABLE)
-	UnwindBadRead   = UnwindEnd(samplerUnwindEndUNWIND_BAD_READ)
-	UnwindInvalid   = UnwindEnd(samplerUnwindEndUNWIND_INVALID)
-	UnwindNoUser    = UnwindEnd(samplerUnwindEndUNWIND_NO_USER)
-	unwindEnds      = 6
-)
-
-func (u UnwindEnd) String() string {
-	switch u {
-	case UnwindComplete:
-		return "complete"
-	case UnwindTruncated:
-		return "truncated"
-	case UnwindNoTable:
-		return "no_table"
-	case UnwindBadRead:
-		return "bad_read"
-	case UnwindInvalid:
-		return "invalid"
-	case UnwindNoUser:
-		return "no_user_stack"
-	default:
-		return "unknown"
-	}
-}
-
-// ErrTableFull: the unwind rows map has no room left for another file's table.
-var ErrTableFull = errors.New("unwind table map full")
-
 // Config holds the load-time settings of the kernel programs.
 type Config struct {
 	// PIDs, when not empty, restricts sampling to these thread groups; the check runs in the kernel.
@@ -99,13 +35,17 @@ type Config struct {
 	// CollectStats turns on the kernel's BPF run-time statistics while the sampler runs.
 	CollectStats bool
 	// FramePointersOnly walks user stacks by frame pointer (bpf_get_stack) instead of by
-	// unwind tables.
+	// unwind tables. Architectures whose unwind tables sonde cannot read yet always do.
 	FramePointersOnly bool
-	// UnwindRows is the capacity of the unwind table map, in rows of all files together.
-	UnwindRows int
+	// MaxTables bounds how many files' unwind tables the kernel holds at once.
+	MaxTables int
 	// MaxProcesses bounds how many processes' mappings the kernel unwinder holds.
 	MaxProcesses int
 }
+
+// TableUnwinding reports whether the kernel walks user stacks with unwind tables under
+// cfg: on an architecture the table walker supports, unless frame pointers were asked for.
+func (cfg Config) TableUnwinding() bool { return tableUnwinding && !cfg.FramePointersOnly }
 
 // Sample is one stack sample as the kernel recorded it. The slices alias a buffer that
 // is reused: a Handler must copy what it keeps.
@@ -116,6 +56,9 @@ type Sample struct {
 	Time     time.Time
 	User     []uint64 // leaf first
 	Kernel   []uint64 // leaf first
+	// ExecID is the thread group's self_exec_id: which of the pid's execs the user
+	// addresses belong to.
+	ExecID uint64
 	// UserErr and KernelErr are set when the kernel could not walk that stack.
 	UserErr, KernelErr error
 	// UnwindEnd says how the user stack walk ended.
@@ -135,6 +78,9 @@ type ProcessEvent struct {
 	Kind ProcessEventKind
 	PID  uint32
 	Time time.Time
+	// ExecID is the process's self_exec_id after the event: after an exec, the samples
+	// that carry it belong to the new image.
+	ExecID uint64
 }
 
 // Handler receives what the kernel records, in ring-buffer order, from one goroutine.
@@ -146,8 +92,11 @@ type Handler interface {
 // Counters are the kernel-side counts, summed over CPUs.
 type Counters struct {
 	Samples, RingBufferFull, UserStackErrors, KernelStackErrors, ProcessEvents uint64
+	// StaleMappings counts samples whose process had exec'd since user space described
+	// its mappings: walked by frame pointer.
+	StaleMappings uint64
 	// UnwindEnds counts user-stack walks by how they ended, indexed by UnwindEnd.
-	UnwindEnds [unwindEnds]uint64
+	UnwindEnds [UnwindEndCount]uint64
 }
 
 // ProgramStats is the kernel's accounting of the sampling program (needs CollectStats).
@@ -171,9 +120,8 @@ type Sampler struct {
 	frequency int
 	ringBytes atomic.Uint64
 
-	rowsMu   sync.Mutex
-	rowsUsed uint32
-	rowsCap  uint32
+	tablesMu sync.Mutex
+	slots    tableSlots
 }
 
 // ringBufferSize returns a power-of-two size holding about a second of samples.
@@ -190,6 +138,9 @@ func Load(cfg Config) (*Sampler, error) {
 	if cfg.Frequency <= 0 {
 		return nil, fmt.Errorf("frequency %d Hz: must be positive", cfg.Frequency)
 	}
+	if err := CheckFeatures(); err != nil {
+		return nil, err
+	}
 	cpus, err := OnlineCPUs()
 	if err != nil {
 		return nil, err
@@ -204,13 +155,15 @@ func Load(cfg Config) (*Sampler, error) {
 	if err := spec.Variables["collect_kernel"].Set(boolByte(cfg.KernelStacks)); err != nil {
 		return nil, fmt.Errorf("set collect_kernel: %w", err)
 	}
-	if err := spec.Variables["unwind_tables"].Set(boolByte(!cfg.FramePointersOnly)); err != nil {
-		return nil, fmt.Errorf("set unwind_tables: %w", err)
+	if err := spec.Variables["table_unwinding"].Set(boolByte(cfg.TableUnwinding())); err != nil {
+		return nil, fmt.Errorf("set table_unwinding: %w", err)
 	}
 	spec.Maps["target_pids"].MaxEntries = uint32(max(len(cfg.PIDs), 1))
-	rowsCap := cmp.Or(cfg.UnwindRows, DefaultUnwindRows)
-	spec.Maps["unwind_rows"].MaxEntries = uint32(rowsCap)
-	spec.Maps["proc_maps"].MaxEntries = uint32(cmp.Or(cfg.MaxProcesses, DefaultMaxProcesses))
+	maxTables := cmp.Or(cfg.MaxTables, DefaultMaxTables)
+	spec.Maps["unwind_tables"].MaxEntries = uint32(maxTables)
+	maxProcs := uint32(cmp.Or(cfg.MaxProcesses, DefaultMaxProcesses))
+	spec.Maps["proc_maps"].MaxEntries = maxProcs
+	spec.Maps["exec_ids"].MaxEntries = maxProcs
 	ringSize := cfg.RingBufferBytes
 	if ringSize == 0 {
 		ringSize = ringBufferSize(cfg.Frequency, len(cpus))
@@ -220,7 +173,7 @@ func Load(cfg Config) (*Sampler, error) {
 		return nil, fmt.Errorf("set ring_wakeup_bytes: %w", err)
 	}
 
-	s := &Sampler{rowsCap: uint32(rowsCap)}
+	s := &Sampler{slots: tableSlots{max: uint32(maxTables)}}
 	if cfg.CollectStats {
 		if s.stats, err = ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME)); err != nil {
 			return nil, classify("enable bpf stats", err)
@@ -355,11 +308,12 @@ func (s *Sampler) dispatch(raw []byte, sample *Sample, h Handler) {
 		}
 		e := (*samplerSampleEvent)(unsafe.Pointer(&raw[0]))
 		*sample = Sample{
-			PID:  e.Pid,
-			TID:  e.Tid,
-			CPU:  e.Cpu,
-			Comm: commString(&e.Comm),
-			Time: s.wallTime(e.KtimeNs),
+			PID:    e.Pid,
+			TID:    e.Tid,
+			CPU:    e.Cpu,
+			Comm:   commString(&e.Comm),
+			Time:   s.wallTime(e.KtimeNs),
+			ExecID: e.ExecId,
 		}
 		frames := unsafe.Slice((*uint64)(unsafe.Pointer(&raw[headerSize])), (len(raw)-headerSize)/8)
 		sample.User, sample.UserErr = stackSlice(frames, e.UserLen, MaxUserDepth)
@@ -375,7 +329,7 @@ func (s *Sampler) dispatch(raw []byte, sample *Sample, h Handler) {
 		if samplerEventKind(e.Kind) == samplerEventKindEVENT_EXIT {
 			kind = ProcessExit
 		}
-		h.HandleProcessEvent(ProcessEvent{Kind: kind, PID: e.Pid, Time: s.wallTime(e.KtimeNs)})
+		h.HandleProcessEvent(ProcessEvent{Kind: kind, PID: e.Pid, Time: s.wallTime(e.KtimeNs), ExecID: e.ExecId})
 	}
 }
 
@@ -387,9 +341,6 @@ func (s *Sampler) wallTime(ktimeNs uint64) time.Time {
 	}
 	return s.wallStart.Add(time.Duration(ktimeNs) - s.monoStart)
 }
-
-// headerSize is where a sample record's frames begin.
-var headerSize = int(unsafe.Offsetof(samplerSampleEvent{}.Frames))
 
 // stackSlice turns a stack walk's result (bytes written, or -errno) into frames.
 func stackSlice(frames []uint64, n int32, limit int) ([]uint64, error) {
@@ -415,10 +366,18 @@ func (s *Sampler) RingBytes() uint64 { return s.ringBytes.Load() }
 // Counters sums the kernel-side counters over all CPUs.
 func (s *Sampler) Counters() (Counters, error) {
 	var out Counters
-	fields := []*uint64{&out.Samples, &out.RingBufferFull, &out.UserStackErrors, &out.KernelStackErrors, &out.ProcessEvents}
-	for i := range out.UnwindEnds {
-		fields = append(fields, &out.UnwindEnds[i])
+	fields := map[samplerCounter]*uint64{
+		samplerCounterCOUNTER_SAMPLES:          &out.Samples,
+		samplerCounterCOUNTER_RINGBUF_FULL:     &out.RingBufferFull,
+		samplerCounterCOUNTER_USER_STACK_ERR:   &out.UserStackErrors,
+		samplerCounterCOUNTER_KERNEL_STACK_ERR: &out.KernelStackErrors,
+		samplerCounterCOUNTER_PROCESS_EVENTS:   &out.ProcessEvents,
+		samplerCounterCOUNTER_STALE_MAPPINGS:   &out.StaleMappings,
 	}
+	for i := range out.UnwindEnds {
+		fields[samplerCounterCOUNTER_UNWIND_BASE+samplerCounter(i)] = &out.UnwindEnds[i]
+	}
+	// The keys span the whole map: COUNTER_MAX is UNWIND_BASE plus the unwind ends.
 	for i, field := range fields {
 		var perCPU []uint64
 		if err := s.objs.Counters.Lookup(uint32(i), &perCPU); err != nil {
@@ -431,58 +390,13 @@ func (s *Sampler) Counters() (Counters, error) {
 	return out, nil
 }
 
-// Defaults for the unwinder's maps: 1 Mi rows (12 MiB) hold the tables of a few hundred
-// typical files; processes' mappings are allocated as processes appear.
+// Defaults for the unwinder's maps: a slot for each of 16384 files' tables (the slots
+// cost 8 bytes each; tables themselves are created as files appear and freed as they go),
+// and mappings for 8192 processes, allocated as processes appear.
 const (
-	DefaultUnwindRows   = 1 << 20
+	DefaultMaxTables    = 1 << 14
 	DefaultMaxProcesses = 8192
 )
-
-// AddRows appends one file's table to the unwind rows map and returns where it starts.
-// Tables are never moved or freed: a file's rows serve every process that maps it.
-func (s *Sampler) AddRows(rows []UnwindRow) (first uint32, err error) {
-	s.rowsMu.Lock()
-	defer s.rowsMu.Unlock()
-	if uint64(s.rowsUsed)+uint64(len(rows)) > uint64(s.rowsCap) {
-		return 0, fmt.Errorf("add %d rows to %d of %d: %w", len(rows), s.rowsUsed, s.rowsCap, ErrTableFull)
-	}
-	first = s.rowsUsed
-	keys := make([]uint32, len(rows))
-	for i := range keys {
-		keys[i] = first + uint32(i)
-	}
-	if _, err := s.objs.UnwindRows.BatchUpdate(keys, rows, nil); err != nil {
-		return 0, fmt.Errorf("write %d unwind rows: %w", len(rows), err)
-	}
-	s.rowsUsed += uint32(len(rows))
-	return first, nil
-}
-
-// RowsUsed reports how much of the unwind rows map is taken.
-func (s *Sampler) RowsUsed() (used, capacity uint32) {
-	s.rowsMu.Lock()
-	defer s.rowsMu.Unlock()
-	return s.rowsUsed, s.rowsCap
-}
-
-// SetProcess tells the kernel unwinder a process's executable mappings, sorted by start;
-// beyond MaxProcessMappings the rest are walked by frame pointer.
-func (s *Sampler) SetProcess(pid uint32, mappings []ExecMapping) error {
-	var info samplerProcInfo
-	info.Count = uint32(copy(info.Maps[:], mappings))
-	if err := s.objs.ProcMaps.Put(pid, &info); err != nil {
-		return fmt.Errorf("set mappings of pid %d: %w", pid, err)
-	}
-	return nil
-}
-
-// DeleteProcess forgets a process's mappings.
-func (s *Sampler) DeleteProcess(pid uint32) error {
-	if err := s.objs.ProcMaps.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return fmt.Errorf("delete mappings of pid %d: %w", pid, err)
-	}
-	return nil
-}
 
 // ProgramStats reports how often the sampling program ran and for how long in total.
 func (s *Sampler) ProgramStats() (ProgramStats, error) {

@@ -22,6 +22,7 @@ const (
 	samplerCfaRuleCFA_PLT          samplerCfaRule = 3
 	samplerCfaRuleCFA_SIGNAL       samplerCfaRule = 4
 	samplerCfaRuleCFA_END_OF_STACK samplerCfaRule = 5
+	samplerCfaRuleCFA_RULE_MAX     samplerCfaRule = 6
 )
 
 type samplerCounter uint32
@@ -32,16 +33,18 @@ const (
 	samplerCounterCOUNTER_USER_STACK_ERR   samplerCounter = 2
 	samplerCounterCOUNTER_KERNEL_STACK_ERR samplerCounter = 3
 	samplerCounterCOUNTER_PROCESS_EVENTS   samplerCounter = 4
-	samplerCounterCOUNTER_UNWIND_BASE      samplerCounter = 5
-	samplerCounterCOUNTER_MAX              samplerCounter = 11
+	samplerCounterCOUNTER_STALE_MAPPINGS   samplerCounter = 5
+	samplerCounterCOUNTER_UNWIND_BASE      samplerCounter = 6
+	samplerCounterCOUNTER_MAX              samplerCounter = 12
 )
 
 type samplerEventKind uint32
 
 const (
-	samplerEventKindEVENT_SAMPLE samplerEventKind = 1
-	samplerEventKindEVENT_EXEC   samplerEventKind = 2
-	samplerEventKindEVENT_EXIT   samplerEventKind = 3
+	samplerEventKindEVENT_SAMPLE   samplerEventKind = 1
+	samplerEventKindEVENT_EXEC     samplerEventKind = 2
+	samplerEventKindEVENT_EXIT     samplerEventKind = 3
+	samplerEventKindEVENT_KIND_MAX samplerEventKind = 4
 )
 
 type samplerExecMapping struct {
@@ -49,7 +52,7 @@ type samplerExecMapping struct {
 	Start     uint64
 	End       uint64
 	Bias      uint64
-	RowsFirst uint32
+	TableId   uint32
 	RowsCount uint32
 }
 
@@ -59,13 +62,15 @@ const (
 	samplerFpRuleFP_UNCHANGED samplerFpRule = 0
 	samplerFpRuleFP_AT_CFA    samplerFpRule = 1
 	samplerFpRuleFP_INVALID   samplerFpRule = 2
+	samplerFpRuleFP_RULE_MAX  samplerFpRule = 3
 )
 
 type samplerProcInfo struct {
-	_     structs.HostLayout
-	Count uint32
-	Pad   uint32
-	Maps  [256]samplerExecMapping
+	_      structs.HostLayout
+	ExecId uint64
+	Count  uint32
+	Pad    uint32
+	Maps   [256]samplerExecMapping
 }
 
 type samplerProcessEvent struct {
@@ -73,6 +78,7 @@ type samplerProcessEvent struct {
 	Kind    uint32
 	Pid     uint32
 	KtimeNs uint64
+	ExecId  uint64
 }
 
 type samplerSampleEvent struct {
@@ -82,6 +88,7 @@ type samplerSampleEvent struct {
 	Tid       uint32
 	Cpu       uint32
 	KtimeNs   uint64
+	ExecId    uint64
 	Comm      [16]int8
 	UserLen   int32
 	KernelLen int32
@@ -99,6 +106,7 @@ const (
 	samplerUnwindEndUNWIND_BAD_READ  samplerUnwindEnd = 3
 	samplerUnwindEndUNWIND_INVALID   samplerUnwindEnd = 4
 	samplerUnwindEndUNWIND_NO_USER   samplerUnwindEnd = 5
+	samplerUnwindEndUNWIND_END_MAX   samplerUnwindEnd = 6
 )
 
 type samplerUnwindRow struct {
@@ -116,16 +124,18 @@ type samplerUnwindRow struct {
 const (
 	samplerMapCounters           = "counters"
 	samplerMapEvents             = "events"
+	samplerMapExecIds            = "exec_ids"
 	samplerMapProcMaps           = "proc_maps"
 	samplerMapScratch            = "scratch"
 	samplerMapTargetPids         = "target_pids"
-	samplerMapUnwindRows         = "unwind_rows"
+	samplerMapUnwindTables       = "unwind_tables"
 	samplerProgOnExec            = "on_exec"
 	samplerProgOnExit            = "on_exit"
 	samplerProgSample            = "sample"
 	samplerVarCollectKernel      = "collect_kernel"
 	samplerVarFilterPids         = "filter_pids"
 	samplerVarRingWakeupBytes    = "ring_wakeup_bytes"
+	samplerVarTableUnwinding     = "table_unwinding"
 	samplerVarUnusedCfaRule      = "unused_cfa_rule"
 	samplerVarUnusedCounter      = "unused_counter"
 	samplerVarUnusedEventKind    = "unused_event_kind"
@@ -135,7 +145,6 @@ const (
 	samplerVarUnusedSampleEvent  = "unused_sample_event"
 	samplerVarUnusedUnwindEnd    = "unused_unwind_end"
 	samplerVarUnusedUnwindRow    = "unused_unwind_row"
-	samplerVarUnwindTables       = "unwind_tables"
 )
 
 // loadSampler returns the embedded CollectionSpec for sampler.
@@ -189,12 +198,13 @@ type samplerProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type samplerMapSpecs struct {
-	Counters   *ebpf.MapSpec `ebpf:"counters"`
-	Events     *ebpf.MapSpec `ebpf:"events"`
-	ProcMaps   *ebpf.MapSpec `ebpf:"proc_maps"`
-	Scratch    *ebpf.MapSpec `ebpf:"scratch"`
-	TargetPids *ebpf.MapSpec `ebpf:"target_pids"`
-	UnwindRows *ebpf.MapSpec `ebpf:"unwind_rows"`
+	Counters     *ebpf.MapSpec `ebpf:"counters"`
+	Events       *ebpf.MapSpec `ebpf:"events"`
+	ExecIds      *ebpf.MapSpec `ebpf:"exec_ids"`
+	ProcMaps     *ebpf.MapSpec `ebpf:"proc_maps"`
+	Scratch      *ebpf.MapSpec `ebpf:"scratch"`
+	TargetPids   *ebpf.MapSpec `ebpf:"target_pids"`
+	UnwindTables *ebpf.MapSpec `ebpf:"unwind_tables"`
 }
 
 // samplerVariableSpecs contains global variables before they are loaded into the kernel.
@@ -204,6 +214,7 @@ type samplerVariableSpecs struct {
 	CollectKernel      *ebpf.VariableSpec `ebpf:"collect_kernel"`
 	FilterPids         *ebpf.VariableSpec `ebpf:"filter_pids"`
 	RingWakeupBytes    *ebpf.VariableSpec `ebpf:"ring_wakeup_bytes"`
+	TableUnwinding     *ebpf.VariableSpec `ebpf:"table_unwinding"`
 	UnusedCfaRule      *ebpf.VariableSpec `ebpf:"unused_cfa_rule"`
 	UnusedCounter      *ebpf.VariableSpec `ebpf:"unused_counter"`
 	UnusedEventKind    *ebpf.VariableSpec `ebpf:"unused_event_kind"`
@@ -213,7 +224,6 @@ type samplerVariableSpecs struct {
 	UnusedSampleEvent  *ebpf.VariableSpec `ebpf:"unused_sample_event"`
 	UnusedUnwindEnd    *ebpf.VariableSpec `ebpf:"unused_unwind_end"`
 	UnusedUnwindRow    *ebpf.VariableSpec `ebpf:"unused_unwind_row"`
-	UnwindTables       *ebpf.VariableSpec `ebpf:"unwind_tables"`
 }
 
 // samplerObjects contains all objects after they have been loaded into the kernel.
@@ -236,22 +246,24 @@ func (o *samplerObjects) Close() error {
 //
 // It can be passed to loadSamplerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type samplerMaps struct {
-	Counters   *ebpf.Map `ebpf:"counters"`
-	Events     *ebpf.Map `ebpf:"events"`
-	ProcMaps   *ebpf.Map `ebpf:"proc_maps"`
-	Scratch    *ebpf.Map `ebpf:"scratch"`
-	TargetPids *ebpf.Map `ebpf:"target_pids"`
-	UnwindRows *ebpf.Map `ebpf:"unwind_rows"`
+	Counters     *ebpf.Map `ebpf:"counters"`
+	Events       *ebpf.Map `ebpf:"events"`
+	ExecIds      *ebpf.Map `ebpf:"exec_ids"`
+	ProcMaps     *ebpf.Map `ebpf:"proc_maps"`
+	Scratch      *ebpf.Map `ebpf:"scratch"`
+	TargetPids   *ebpf.Map `ebpf:"target_pids"`
+	UnwindTables *ebpf.Map `ebpf:"unwind_tables"`
 }
 
 func (m *samplerMaps) Close() error {
 	return _SamplerClose(
 		m.Counters,
 		m.Events,
+		m.ExecIds,
 		m.ProcMaps,
 		m.Scratch,
 		m.TargetPids,
-		m.UnwindRows,
+		m.UnwindTables,
 	)
 }
 
@@ -262,6 +274,7 @@ type samplerVariables struct {
 	CollectKernel      *ebpf.Variable `ebpf:"collect_kernel"`
 	FilterPids         *ebpf.Variable `ebpf:"filter_pids"`
 	RingWakeupBytes    *ebpf.Variable `ebpf:"ring_wakeup_bytes"`
+	TableUnwinding     *ebpf.Variable `ebpf:"table_unwinding"`
 	UnusedCfaRule      *ebpf.Variable `ebpf:"unused_cfa_rule"`
 	UnusedCounter      *ebpf.Variable `ebpf:"unused_counter"`
 	UnusedEventKind    *ebpf.Variable `ebpf:"unused_event_kind"`
@@ -271,7 +284,6 @@ type samplerVariables struct {
 	UnusedSampleEvent  *ebpf.Variable `ebpf:"unused_sample_event"`
 	UnusedUnwindEnd    *ebpf.Variable `ebpf:"unused_unwind_end"`
 	UnusedUnwindRow    *ebpf.Variable `ebpf:"unused_unwind_row"`
-	UnwindTables       *ebpf.Variable `ebpf:"unwind_tables"`
 }
 
 // samplerPrograms contains all programs after they have been loaded into the kernel.

@@ -1,5 +1,6 @@
 /* Types shared by the kernel programs and the Go loader. Every struct here crosses the
- * kernel boundary and is exported to Go by bpf2go -type, never copied by hand. */
+ * kernel boundary and is exported to Go by bpf2go -type, never copied by hand. Every enum
+ * ends in a _MAX sentinel: the sizes of the counters map and of Go's arrays derive from it. */
 #ifndef SONDE_TYPES_H
 #define SONDE_TYPES_H
 
@@ -14,18 +15,7 @@ enum event_kind {
 	EVENT_SAMPLE = 1,
 	EVENT_EXEC = 2,
 	EVENT_EXIT = 3,
-};
-
-/* Indices of the per-CPU counters map. */
-enum counter {
-	COUNTER_SAMPLES = 0,
-	COUNTER_RINGBUF_FULL = 1,
-	COUNTER_USER_STACK_ERR = 2,
-	COUNTER_KERNEL_STACK_ERR = 3,
-	COUNTER_PROCESS_EVENTS = 4,
-	/* How user-stack walks ended, one counter per enum unwind_end value. */
-	COUNTER_UNWIND_BASE = 5,
-	COUNTER_MAX = 5 + 6,
+	EVENT_KIND_MAX,
 };
 
 /* How a user-stack walk ended. */
@@ -36,9 +26,23 @@ enum unwind_end {
 	UNWIND_BAD_READ = 3,  /* reading the stack failed */
 	UNWIND_INVALID = 4,   /* a table row the unwinder cannot follow, or a nonsense address */
 	UNWIND_NO_USER = 5,   /* a kernel thread: no user stack */
+	UNWIND_END_MAX,
 };
 
-/* Rules, as in package unwind. */
+/* Indices of the per-CPU counters map: the fixed counters, then one per enum unwind_end. */
+enum counter {
+	COUNTER_SAMPLES = 0,
+	COUNTER_RINGBUF_FULL = 1,
+	COUNTER_USER_STACK_ERR = 2,
+	COUNTER_KERNEL_STACK_ERR = 3,
+	COUNTER_PROCESS_EVENTS = 4,
+	/* Samples of a process whose unwinder mappings belong to an earlier exec: walked by frame pointer. */
+	COUNTER_STALE_MAPPINGS = 5,
+	COUNTER_UNWIND_BASE = 6,
+	COUNTER_MAX = COUNTER_UNWIND_BASE + UNWIND_END_MAX,
+};
+
+/* How the canonical frame address of a row is found; package unwind documents each rule. */
 enum cfa_rule {
 	CFA_INVALID = 0,
 	CFA_SP = 1,
@@ -46,12 +50,15 @@ enum cfa_rule {
 	CFA_PLT = 3,
 	CFA_SIGNAL = 4,
 	CFA_END_OF_STACK = 5,
+	CFA_RULE_MAX,
 };
 
+/* Where the caller's frame pointer was saved. */
 enum fp_rule {
 	FP_UNCHANGED = 0,
 	FP_AT_CFA = 1,
 	FP_INVALID = 2,
+	FP_RULE_MAX,
 };
 
 /* One row of an unwind table: governs ELF virtual addresses from pc up to the next row. */
@@ -63,17 +70,18 @@ struct unwind_row {
 	__u8 fp_rule;
 };
 
-/* An executable mapping of a process and where its file's rows are. */
+/* An executable mapping of a process and the table of its file. */
 struct exec_mapping {
 	__u64 start;
 	__u64 end;
 	__u64 bias;       /* runtime address - ELF virtual address */
-	__u32 rows_first; /* index into unwind_rows */
+	__u32 table_id;   /* index into unwind_tables */
 	__u32 rows_count; /* 0: no table, walk by frame pointer */
 };
 
-/* A process's executable mappings, sorted by start. */
+/* A process's executable mappings, sorted by start, as read after its exec exec_id. */
 struct proc_info {
+	__u64 exec_id; /* the task's self_exec_id when user space read the mappings */
 	__u32 count;
 	__u32 pad;
 	struct exec_mapping maps[MAX_PROC_MAPPINGS];
@@ -85,6 +93,7 @@ struct sample_event {
 	__u32 tid;
 	__u32 cpu;
 	__u64 ktime_ns; /* CLOCK_MONOTONIC */
+	__u64 exec_id;  /* the task's self_exec_id: which exec of pid the addresses belong to */
 	char comm[16];  /* the sampled thread's name */
 	__s32 user_len; /* bytes written to user[], or a negative errno */
 	__s32 kernel_len;
@@ -100,6 +109,7 @@ struct process_event {
 	__u32 kind; /* EVENT_EXEC or EVENT_EXIT */
 	__u32 pid;
 	__u64 ktime_ns;
+	__u64 exec_id; /* after an exec, the task's new self_exec_id */
 };
 
 #endif

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/internal/testenv"
 	"github.com/sonde-profiler/sonde/trace"
 )
@@ -19,7 +20,7 @@ func libcLocations(b *testing.B) []*trace.Location {
 	if _, err := os.Stat(lib); err != nil {
 		testenv.Unavailable(b, "no %s", lib)
 	}
-	m := wholeFile(b, lib, trace.FileKey{Dev: 1, Inode: 90})
+	m := wholeFile(b, lib, objfile.Key{Dev: 1, Inode: 90})
 	lists := [][]nmSym{nmSymbols(b, lib, "-D")}
 	f, err := elf.Open(lib)
 	if err != nil {

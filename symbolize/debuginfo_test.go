@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/internal/testenv"
 	"github.com/sonde-profiler/sonde/trace"
 )
@@ -69,7 +70,7 @@ func TestSymbolizerSeparateDebugFile(t *testing.T) {
 	// helper is static: only .symtab names it, and only the debug file has one.
 	t.Run("gnu_debuglink", func(t *testing.T) {
 		s := New(Options{DebugDirs: []string{}})
-		m := wholeFile(t, stripped, trace.FileKey{Dev: 1, Inode: 30})
+		m := wholeFile(t, stripped, objfile.Key{Dev: 1, Inode: 30})
 		loc, errs := symbolizeAt(t, s, m, addrs["helper"])
 		if len(errs) != 0 {
 			t.Fatal(errs)
@@ -85,7 +86,7 @@ func TestSymbolizerSeparateDebugFile(t *testing.T) {
 
 	t.Run("symtab mode reads the debug file's .symtab only", func(t *testing.T) {
 		s := New(Options{Mode: ModeSymtab, DebugDirs: []string{}})
-		m := wholeFile(t, stripped, trace.FileKey{Dev: 1, Inode: 31})
+		m := wholeFile(t, stripped, objfile.Key{Dev: 1, Inode: 31})
 		loc, errs := symbolizeAt(t, s, m, addrs["helper"])
 		if len(errs) != 0 {
 			t.Fatal(errs)
@@ -122,7 +123,7 @@ func TestSymbolizerSeparateDebugFile(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := New(Options{DebugDirs: []string{debugDir}})
-		m := wholeFile(t, bin, trace.FileKey{Dev: 1, Inode: 32})
+		m := wholeFile(t, bin, objfile.Key{Dev: 1, Inode: 32})
 		m.File.GNUBuildID = id
 		loc, errs := symbolizeAt(t, s, m, addrs["helper"])
 		if len(errs) != 0 || len(loc.Lines) != 1 || loc.Lines[0].Function != "helper" || loc.NameSource != SourceDWARF {
@@ -151,7 +152,7 @@ func TestSymbolizerSeparateDebugFile(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := New(Options{DebugDirs: []string{}})
-		m := wholeFile(t, bin, trace.FileKey{Dev: 1, Inode: 33})
+		m := wholeFile(t, bin, objfile.Key{Dev: 1, Inode: 33})
 		loc, errs := symbolizeAt(t, s, m, addrs["exported_fn"])
 		if len(errs) != 1 || !strings.Contains(errs[0].Error(), "crc") {
 			t.Errorf("errors %v, want one about the crc", errs)
@@ -194,7 +195,7 @@ func TestSymbolizerLibcDebugPackage(t *testing.T) {
 		t.Fatal("nm -D lists no qsort_r")
 	}
 	s := New(Options{})
-	m := wholeFile(t, lib, trace.FileKey{Dev: 1, Inode: 40})
+	m := wholeFile(t, lib, objfile.Key{Dev: 1, Inode: 40})
 	m.File.GNUBuildID = id
 	loc, errs := symbolizeAt(t, s, m, qsort+8)
 	if len(errs) != 0 {
@@ -227,7 +228,7 @@ func TestSymbolizerModes(t *testing.T) {
 		{ModeNone, SourceNone, false},
 	} {
 		s := New(Options{Mode: tc.mode})
-		m := wholeFile(t, bin, trace.FileKey{Dev: 1, Inode: 50})
+		m := wholeFile(t, bin, objfile.Key{Dev: 1, Inode: 50})
 		loc, errs := symbolizeAt(t, s, m, addrs["helper"])
 		if len(errs) != 0 {
 			t.Fatal(errs)
@@ -274,9 +275,9 @@ func TestSymbolizerCaches(t *testing.T) {
 		t.Fatal("two programs share a build id")
 	}
 	s := New(Options{FileCacheSize: 1, AddressCacheSize: 4})
-	mA1 := wholeFile(t, a, trace.FileKey{Dev: 1, Inode: 60})
-	mA2 := wholeFile(t, a, trace.FileKey{Dev: 2, Inode: 61}) // the same binary in another container
-	mB := wholeFile(t, b, trace.FileKey{Dev: 1, Inode: 62})
+	mA1 := wholeFile(t, a, objfile.Key{Dev: 1, Inode: 60})
+	mA2 := wholeFile(t, a, objfile.Key{Dev: 2, Inode: 61}) // the same binary in another container
+	mB := wholeFile(t, b, objfile.Key{Dev: 1, Inode: 62})
 	mA1.File.GNUBuildID, mA2.File.GNUBuildID, mB.File.GNUBuildID = buildID(a), buildID(a), buildID(b)
 
 	check := func(m *trace.Mapping, vaddr uint64, want string) {
@@ -312,7 +313,7 @@ func TestSymbolizerCaches(t *testing.T) {
 func TestSymbolizerReturnAddresses(t *testing.T) {
 	bin := buildC(t, testProgram, pieArgs...)
 	addrs := symbolAddrs(t, bin)
-	m := wholeFile(t, bin, trace.FileKey{Dev: 1, Inode: 70})
+	m := wholeFile(t, bin, objfile.Key{Dev: 1, Inode: 70})
 	// A return address at the first byte of exported_fn, as after a call that never
 	// returns at the end of the function before it.
 	at := locationsAt(t, m, []uint64{addrs["exported_fn"]})
@@ -367,7 +368,7 @@ func TestSymbolizerCorruptDWARF(t *testing.T) {
 	}
 	addrs := symbolAddrs(t, bin)
 	s := New(Options{})
-	m := wholeFile(t, bad, trace.FileKey{Dev: 1, Inode: 80})
+	m := wholeFile(t, bad, objfile.Key{Dev: 1, Inode: 80})
 	loc, errs := symbolizeAt(t, s, m, addrs["helper"])
 	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "dwarf") || !strings.Contains(errs[0].Error(), bad) {
 		t.Errorf("errors %v, want one about the dwarf of %s", errs, bad)

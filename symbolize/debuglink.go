@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/sonde-profiler/sonde/internal/objfile"
 )
 
 // DefaultDebugDirs are where distributions install separate debug files: Debian's
@@ -20,19 +22,19 @@ var DefaultDebugDirs = []string{"/usr/lib/debug"}
 // debugFile is a separate debug file found for an object file.
 type debugFile struct {
 	path string
-	file *os.File
+	file *objfile.Handle
 	elf  *elf.File
 }
 
 func (d *debugFile) Close() error { return d.file.Close() }
 
-// findDebugFile looks for the separate debug information of f: first by build ID
-// in each debug directory, which identifies the file exactly, then by the name and
-// CRC in .gnu_debuglink, next to the file (as opened, so through a container's root),
-// in its .debug directory and in each debug directory under the file's own path, as
-// gdb does. It returns nil when there is none; the error says why a candidate that
-// exists could not be used.
-func findDebugFile(f *elf.File, buildID, openedPath, path string, dirs []string) (*debugFile, error) {
+// findDebugFile looks for the separate debug information of f, opened as h: first by
+// build ID in each debug directory, which identifies the file exactly, then by the name
+// and CRC in .gnu_debuglink, next to the file (inside the root of the process mapping
+// it, so a container's debug link finds the container's file), in its .debug directory
+// and in each debug directory under the file's own path, as gdb does. It returns nil
+// when there is none; the error says why a candidate that exists could not be used.
+func findDebugFile(f *elf.File, h *objfile.Handle, buildID, path string, dirs []string) (*debugFile, error) {
 	if buildID == "" {
 		buildID = gnuBuildID(f)
 	}
@@ -40,7 +42,7 @@ func findDebugFile(f *elf.File, buildID, openedPath, path string, dirs []string)
 	if len(buildID) > 2 {
 		for _, dir := range dirs {
 			p := filepath.Join(dir, ".build-id", buildID[:2], buildID[2:]+".debug")
-			d, err := openDebugFile(p, func(df *elf.File, _ *os.File) error {
+			d, err := openDebugFile(p, objfile.OpenHost, func(df *elf.File, _ *objfile.Handle) error {
 				if got := gnuBuildID(df); got != buildID {
 					return fmt.Errorf("build id %q, want %q", got, buildID)
 				}
@@ -58,18 +60,25 @@ func findDebugFile(f *elf.File, buildID, openedPath, path string, dirs []string)
 	if !ok {
 		return nil, errors.Join(errs...)
 	}
-	openedDir, fileDir := filepath.Dir(openedPath), filepath.Dir(path)
-	candidates := []string{filepath.Join(openedDir, name), filepath.Join(openedDir, ".debug", name)}
-	for _, dir := range dirs {
-		candidates = append(candidates, filepath.Join(dir, fileDir, name))
+	fileDir := filepath.Dir(path)
+	type candidate struct {
+		path string
+		open func(string) (*objfile.Handle, error)
 	}
-	for _, p := range candidates {
-		if p == openedPath {
+	candidates := []candidate{
+		{filepath.Join(fileDir, name), h.OpenSibling},
+		{filepath.Join(fileDir, ".debug", name), h.OpenSibling},
+	}
+	for _, dir := range dirs {
+		candidates = append(candidates, candidate{filepath.Join(dir, fileDir, name), objfile.OpenHost})
+	}
+	for _, c := range candidates {
+		if c.path == path {
 			continue
 		}
-		d, err := openDebugFile(p, func(_ *elf.File, r *os.File) error {
+		d, err := openDebugFile(c.path, c.open, func(_ *elf.File, r *objfile.Handle) error {
 			h := crc32.NewIEEE()
-			if _, err := io.Copy(h, io.NewSectionReader(r, 0, 1<<62)); err != nil {
+			if _, err := io.Copy(h, io.NewSectionReader(r, 0, r.Size())); err != nil {
 				return err
 			}
 			if got := h.Sum32(); got != crc {
@@ -88,15 +97,15 @@ func findDebugFile(f *elf.File, buildID, openedPath, path string, dirs []string)
 }
 
 // openDebugFile opens p if it exists and check accepts it.
-func openDebugFile(p string, check func(*elf.File, *os.File) error) (*debugFile, error) {
-	r, err := os.Open(p)
+func openDebugFile(p string, open func(string) (*objfile.Handle, error), check func(*elf.File, *objfile.Handle) error) (*debugFile, error) {
+	r, err := open(p)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	ef, err := openELF(r)
+	ef, err := r.ELF()
 	if err == nil {
 		err = check(ef, r)
 	}

@@ -16,7 +16,7 @@
 // keep their address, mapping and build ID, from which a backend with better
 // debug information can name them.
 //
-// A file is opened (through trace.File.Open, so inside containers too) and parsed
+// A file is opened (through objfile.File.Open, so inside containers too) and parsed
 // once however many processes map it: parsed files sit in an LRU cache keyed by
 // build ID, and named addresses in a second LRU cache, both bounded in entries.
 // Broken input (truncated or hostile ELF, DWARF or pclntab, files that vanished

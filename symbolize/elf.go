@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"slices"
+
+	"github.com/sonde-profiler/sonde/internal/objfile"
 )
 
 // ELFSymbols holds what naming addresses of one ELF file needs: its functions and the
@@ -25,7 +27,7 @@ type loadSegment struct {
 // ReadELF reads the function symbols and loadable segments of an ELF file. A file
 // without any symbol table is not an error: its table is empty and every lookup misses.
 func ReadELF(r io.ReaderAt) (*ELFSymbols, error) {
-	f, err := openELF(r)
+	f, err := objfile.NewELF(r)
 	if err != nil {
 		return nil, err
 	}
@@ -34,22 +36,6 @@ func ReadELF(r io.ReaderAt) (*ELFSymbols, error) {
 		return nil, err
 	}
 	return &ELFSymbols{Funcs: newSymbolTable(cands), loads: loadSegments(f)}, nil
-}
-
-// openELF parses ELF headers. debug/elf trusts header fields more than a hostile or
-// truncated file deserves and has panicked on such input before; a bad file must
-// cost one error, not the agent.
-func openELF(r io.ReaderAt) (f *elf.File, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			f, err = nil, fmt.Errorf("corrupt ELF file: %v", p)
-		}
-	}()
-	f, err = elf.NewFile(r)
-	if err != nil {
-		return nil, fmt.Errorf("parse ELF: %w", err)
-	}
-	return f, nil
 }
 
 // loadSegments returns the PT_LOAD headers of f, executable ones first: they are the

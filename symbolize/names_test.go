@@ -14,6 +14,7 @@ import (
 
 	"github.com/ianlancetaylor/demangle"
 
+	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/internal/testenv"
 	"github.com/sonde-profiler/sonde/internal/testprog"
 	"github.com/sonde-profiler/sonde/symbolize/dwarf"
@@ -73,15 +74,15 @@ func binutilsAddr2line(t testing.TB, bin string, vaddrs []uint64) map[uint64][]f
 }
 
 // wholeFile maps bin so that runtime address = base + file offset.
-func wholeFile(t testing.TB, bin string, key trace.FileKey) *trace.Mapping {
+func wholeFile(t testing.TB, bin string, key objfile.Key) *trace.Mapping {
 	t.Helper()
 	st, err := os.Stat(bin)
 	if err != nil {
 		t.Fatal(err)
 	}
 	const base = 0x7f00_0000_0000
-	return &trace.Mapping{Start: base, Limit: base + uint64(st.Size()), Path: bin,
-		File: trace.NewFile(key, bin, bin)}
+	return &trace.Mapping{Start: base, End: base + uint64(st.Size()), Path: bin,
+		File: objfile.HostFile(key, bin)}
 }
 
 // locationsAt returns leaf locations at the ELF virtual addresses vaddrs of m's file,
@@ -134,7 +135,7 @@ func demangledAliases(t testing.TB, bin string) map[uint64][]string {
 // frame of inlined code by the symbol enclosing the address.
 func TestSymbolizerMatchesAddr2line(t *testing.T) {
 	bin := testprog.BuildCXX(t, append([]string{"-O2", "-g"}, pieArgs...)...)
-	m := wholeFile(t, bin, trace.FileKey{Dev: 1, Inode: 10})
+	m := wholeFile(t, bin, objfile.Key{Dev: 1, Inode: 10})
 	vaddrs := spreadText(t, bin, 200)
 	locs := locationsAt(t, m, vaddrs)
 	want := binutilsAddr2line(t, bin, vaddrs)
@@ -228,7 +229,7 @@ func TestSymbolizerGo(t *testing.T) {
 	}
 	for i, bin := range []string{full, testprog.BuildGo(t, testprog.GoInlining, "-ldflags=-s -w"), stripped} {
 		t.Run(filepath.Base(bin)+strconv.Itoa(i), func(t *testing.T) {
-			m := wholeFile(t, bin, trace.FileKey{Dev: 1, Inode: uint64(20 + i)})
+			m := wholeFile(t, bin, objfile.Key{Dev: 1, Inode: uint64(20 + i)})
 			m.File.IsGo = true
 			vaddrs := spreadText(t, bin, 200)
 			locs := locationsAt(t, m, vaddrs)

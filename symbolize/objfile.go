@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/ianlancetaylor/demangle"
+
+	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/symbolize/dwarf"
 	"github.com/sonde-profiler/sonde/symbolize/gopclntab"
 	"github.com/sonde-profiler/sonde/trace"
@@ -41,13 +43,13 @@ type loadOptions struct {
 // loadObjFile reads f. It returns a nil objFile when f cannot be read at all, and a
 // usable one with an error when only debug information could not be used: the
 // symbol tables still name its frames.
-func loadObjFile(f *trace.File, o loadOptions) (*objFile, error) {
+func loadObjFile(f *objfile.File, o loadOptions) (*objFile, error) {
 	r, err := f.Open()
 	if err != nil {
 		return nil, err // names the path already
 	}
 	defer r.Close()
-	ef, err := openELF(r)
+	ef, err := objfile.NewELF(r)
 	if err != nil {
 		return nil, fmt.Errorf("read symbols of %s: %w", f.Path, err)
 	}
@@ -77,7 +79,7 @@ func loadObjFile(f *trace.File, o loadOptions) (*objFile, error) {
 		dwarfFrom := ef
 		needDebugFile := ef.Section(".symtab") == nil || (o.mode == ModeFull && !dwarf.HasDWARF(ef))
 		if needDebugFile {
-			d, err := findDebugFile(ef, f.GNUBuildID, r.Name(), f.Path, o.debugDirs)
+			d, err := findDebugFile(ef, r, f.GNUBuildID, f.Path, o.debugDirs)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("find debug file of %s: %w", f.Path, err))
 			}

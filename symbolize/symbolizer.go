@@ -11,6 +11,8 @@ import (
 
 	"github.com/elastic/go-freelru"
 	"github.com/ianlancetaylor/demangle"
+
+	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/trace"
 )
 
@@ -109,6 +111,8 @@ type Stats struct {
 	// without lines, by outcome.
 	LocationsNamed   int
 	LocationsUnnamed int
+	// Sheds counts the times the caches were emptied to give memory back.
+	Sheds int
 }
 
 // Symbolizer names profile locations. A file is opened and parsed once, whichever
@@ -132,31 +136,7 @@ type Symbolizer struct {
 
 // fileID identifies an object file's contents: by build ID where it has one, so that
 // copies in different containers are read once, else by its hash or inode.
-type fileID struct {
-	kind uint8
-	id   string
-	key  trace.FileKey
-}
-
-const (
-	idGNU uint8 = iota + 1
-	idGo
-	idHTL
-	idInode
-)
-
-func identify(f *trace.File) fileID {
-	switch {
-	case f.GNUBuildID != "":
-		return fileID{kind: idGNU, id: f.GNUBuildID}
-	case f.GoBuildID != "":
-		return fileID{kind: idGo, id: f.GoBuildID}
-	case f.HTLHash != "":
-		return fileID{kind: idHTL, id: f.HTLHash}
-	default:
-		return fileID{kind: idInode, key: f.Key}
-	}
-}
+type fileID = objfile.ID
 
 // addrKey is an offset in a file, the file given by the 64-bit hash of its fileID:
 // two uint64 hash and compare faster than a key holding a string, and two files
@@ -236,8 +216,8 @@ func New(opts Options) *Symbolizer {
 func (s *Symbolizer) hashFile(id fileID) uint32 { return uint32(s.fileHash(id)) }
 
 func (s *Symbolizer) fileHash(id fileID) uint64 {
-	h := maphash.String(s.seed, id.id)
-	return h ^ (uint64(id.kind)<<56 | id.key.Dev*0x9e3779b97f4a7c15 ^ id.key.Inode*0xc2b2ae3d27d4eb4f)
+	h := maphash.String(s.seed, id.Value)
+	return h ^ (uint64(id.Kind)<<56 | id.Key.Dev*0x9e3779b97f4a7c15 ^ id.Key.Inode*0xc2b2ae3d27d4eb4f)
 }
 
 func hashAddr(k addrKey) uint32 {
@@ -246,7 +226,7 @@ func hashAddr(k addrKey) uint32 {
 	return uint32(h) ^ uint32(h>>32)
 }
 
-// fileRef is what one Symbolize call learned of a trace.File.
+// fileRef is what one Symbolize call learned of a mapped file.
 type fileRef struct {
 	id     fileID
 	hash   uint64
@@ -284,7 +264,7 @@ func (s *Symbolizer) Symbolize(p *trace.Profile) []error {
 		return nil
 	}
 	callers := returnAddresses(p)
-	refs := map[*trace.File]*fileRef{}
+	refs := map[*objfile.File]*fileRef{}
 	var errs []error
 	for _, loc := range p.Locations {
 		if loc == nil || loc.NameSource != "" || len(loc.Lines) > 0 {
@@ -307,7 +287,7 @@ func (s *Symbolizer) Symbolize(p *trace.Profile) []error {
 		} else if off, ok := loc.FileOffset(); ok && off >= back {
 			ref := refs[loc.Mapping.File]
 			if ref == nil {
-				id := identify(loc.Mapping.File)
+				id := loc.Mapping.File.ID()
 				ref = &fileRef{id: id, hash: s.fileHash(id)}
 				refs[loc.Mapping.File] = ref
 			}
@@ -357,7 +337,7 @@ func returnAddresses(p *trace.Profile) map[*trace.Location]bool {
 }
 
 // fileLines names an offset in a file, from the address cache or the file's tables.
-func (s *Symbolizer) fileLines(ref *fileRef, f *trace.File, off uint64) ([]trace.Line, string, error) {
+func (s *Symbolizer) fileLines(ref *fileRef, f *objfile.File, off uint64) ([]trace.Line, string, error) {
 	key := addrKey{file: ref.hash, off: off}
 	if s.addrs != nil {
 		if n, ok := s.addrs.Get(key); ok {
@@ -380,7 +360,7 @@ func (s *Symbolizer) fileLines(ref *fileRef, f *trace.File, off uint64) ([]trace
 
 // object returns the parsed file, reading it if the cache does not hold it. The
 // error is non-nil only the first time a file fails.
-func (s *Symbolizer) object(ref *fileRef, f *trace.File) (*objFile, error) {
+func (s *Symbolizer) object(ref *fileRef, f *objfile.File) (*objFile, error) {
 	if ref.looked {
 		return ref.obj, nil
 	}

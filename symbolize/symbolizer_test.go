@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/trace"
 )
 
@@ -17,7 +18,7 @@ const pageMask = 0xfff
 
 // mapText maps the executable segment of bin at base the way the loader would and
 // returns the mapping and the runtime address of each function of bin.
-func mapText(t *testing.T, bin string, base uint64, file *trace.File) (*trace.Mapping, map[string]uint64) {
+func mapText(t *testing.T, bin string, base uint64, file *objfile.File) (*trace.Mapping, map[string]uint64) {
 	t.Helper()
 	addrs := map[string]uint64{}
 	var text loadHeader
@@ -33,7 +34,7 @@ func mapText(t *testing.T, bin string, base uint64, file *trace.File) (*trace.Ma
 	start := base + text.vaddr&^pageMask
 	return &trace.Mapping{
 		Start:  start,
-		Limit:  (base + text.vaddr + text.filesz + pageMask) &^ pageMask,
+		End:    (base + text.vaddr + text.filesz + pageMask) &^ pageMask,
 		Offset: text.off &^ pageMask,
 		Path:   bin,
 		File:   file,
@@ -52,19 +53,19 @@ func writeKallsyms(t *testing.T, content string) string {
 func TestSymbolizer(t *testing.T) {
 	bin := buildC(t, testProgram, pieArgs...)
 	const base = 0x5555_5555_0000
-	file := trace.NewFile(trace.FileKey{Dev: 1, Inode: 2}, bin, bin)
+	file := objfile.HostFile(objfile.Key{Dev: 1, Inode: 2}, bin)
 	m, addrs := mapText(t, bin, base, file)
 	missingPath := filepath.Join(t.TempDir(), "gone.so")
 	missing := &trace.Mapping{
-		Start: 0x7f00_0000_0000, Limit: 0x7f00_0001_0000, Path: missingPath,
-		File: trace.NewFile(trace.FileKey{Dev: 1, Inode: 3}, missingPath, missingPath),
+		Start: 0x7f00_0000_0000, End: 0x7f00_0001_0000, Path: missingPath,
+		File: objfile.HostFile(objfile.Key{Dev: 1, Inode: 3}, missingPath),
 	}
 
 	exported := &trace.Location{Kind: trace.FrameNative, Address: addrs["exported_fn"] + 3, Mapping: m}
 	helper := &trace.Location{Kind: trace.FrameNative, Address: addrs["helper"], Mapping: m}
 	inMissing := &trace.Location{Kind: trace.FrameNative, Address: missing.Start + 0x10, Mapping: missing}
 	// The end of the mapped page is past the segment's file contents.
-	padding := &trace.Location{Kind: trace.FrameNative, Address: m.Limit - 1, Mapping: m}
+	padding := &trace.Location{Kind: trace.FrameNative, Address: m.End - 1, Mapping: m}
 	anonymous := &trace.Location{Kind: trace.FrameNative, Address: 0x1234}
 	kernel := &trace.Location{Kind: trace.FrameKernel, Address: 0xffffffff81002110}
 	named := &trace.Location{Kind: trace.FrameNative, Address: addrs["leaf"], Mapping: m,
@@ -212,10 +213,10 @@ func BenchmarkLookup(b *testing.B) {
 			offs = append(offs, off+1)
 		}
 	}
-	file := trace.NewFile(trace.FileKey{Dev: 1, Inode: 2}, bin, bin)
+	file := objfile.HostFile(objfile.Key{Dev: 1, Inode: 2}, bin)
 	// Mapping the whole file at base makes runtime address = base + file offset.
 	const base = 0x5555_5555_0000
-	m := &trace.Mapping{Start: base, Limit: base + 1<<20, File: file}
+	m := &trace.Mapping{Start: base, End: base + 1<<20, File: file}
 	locs := make([]*trace.Location, len(offs))
 	for i, off := range offs {
 		locs[i] = &trace.Location{Kind: trace.FrameNative, Address: base + off, Mapping: m}

@@ -23,7 +23,7 @@ const (
 type chunk struct {
 	hash uint64
 	// space is the address space the frames belong to: user addresses mean something only
-	// within one reading of one process's mappings.
+	// within one image (one exec of one process).
 	space  uint64
 	frames []uint64 // leaf first, like the stack
 
@@ -31,6 +31,10 @@ type chunk struct {
 	// chunk, and kept with it: a chunk is resolved, and its locations named, once while it
 	// stays cached, however many samples and intervals report it.
 	locs []*Location
+	// unresolved counts the user frames no reading of the image covered when resolvedWith
+	// was its latest; a later reading tries them again.
+	unresolved   int
+	resolvedWith *snapshot
 	// listed is the last flush whose Profile lists the chunk's locations.
 	listed uint64
 	// cached is true while the chunk cache holds the chunk, and with it a reference to

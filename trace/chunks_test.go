@@ -30,7 +30,7 @@ func TestChunkBounds(t *testing.T) {
 
 // Stacks that share a root-side prefix share its chunks, whatever their leaves.
 func TestChunksShareRootPrefix(t *testing.T) {
-	c := newTestCollector(t, 4, 1024)
+	c := newTestAggregator(t, 4, 1024)
 	prefix := []uint64{0x1008, 0x1007, 0x1006, 0x1005, 0x1004, 0x1003, 0x1002, 0x1001} // leaf first
 	c.Add(RawSample{PID: 1, TID: 1, User: append([]uint64{0x2001}, prefix...)})
 	c.Add(RawSample{PID: 1, TID: 1, User: append([]uint64{0x3001, 0x3002}, prefix...)})
@@ -41,12 +41,9 @@ func TestChunksShareRootPrefix(t *testing.T) {
 	}
 }
 
-func newTestCollector(t testing.TB, size, capacity int) *Collector {
+func newTestAggregator(t testing.TB, size, capacity int) *Aggregator {
 	t.Helper()
-	c, err := NewCollector(Config{ProcFS: t.TempDir(), ChunkSize: size, ChunkCapacity: capacity}, time.Unix(0, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, _ := newAggregator(t, ProcessConfig{ProcFS: t.TempDir()}, Config{ChunkSize: size, ChunkCapacity: capacity}, time.Unix(0, 0))
 	return c
 }
 
@@ -92,7 +89,7 @@ func TestInterningMatchesNaiveUnderEviction(t *testing.T) {
 	for _, capacity := range []int{1, 3, 64, 4096} {
 		for _, size := range []int{1, 3, 8} {
 			r := rand.New(rand.NewPCG(uint64(capacity), uint64(size)))
-			c := newTestCollector(t, size, capacity)
+			c := newTestAggregator(t, size, capacity)
 			for interval := range 4 {
 				naive := map[string]int64{}
 				for range 3000 {
@@ -179,7 +176,7 @@ func BenchmarkAggregate(b *testing.B) {
 		stacks := benchStacks(distinct, depth)
 		b.Run(fmt.Sprintf("depth%d/interned", depth), func(b *testing.B) {
 			before := heapInUse()
-			c := newTestCollector(b, DefaultChunkSize, 8192)
+			c := newTestAggregator(b, DefaultChunkSize, 8192)
 			for _, s := range stacks {
 				c.Add(RawSample{PID: 1, TID: 1, User: s})
 			}
@@ -188,10 +185,10 @@ func BenchmarkAggregate(b *testing.B) {
 			// whatever the aggregation, and the naive baseline has neither. A repeat does
 			// not check its addresses against the mappings: BenchmarkInterval measures
 			// the whole path, flush and encoding included.
-			ps := c.procs[1]
+			img := c.image(RawSample{PID: 1, TID: 1})
 			i := 0
 			for b.Loop() {
-				c.aggregate(ps, RawSample{PID: 1, TID: 1, User: stacks[i%distinct]})
+				c.aggregate(img, RawSample{PID: 1, TID: 1, User: stacks[i%distinct]})
 				i++
 			}
 			b.ReportMetric(perTrace, "B/trace")
@@ -218,7 +215,7 @@ func BenchmarkAggregate(b *testing.B) {
 // Trace IDs keep apart what the entry key keeps apart: threads, thread names and address
 // spaces; and the table holds every stack of a large interval, then starts empty.
 func TestTraceIDsKeepEntriesApart(t *testing.T) {
-	c := newTestCollector(t, DefaultChunkSize, 1<<12)
+	c := newTestAggregator(t, DefaultChunkSize, 1<<12)
 	stack := []uint64{0x1010, 0x1020, 0x1030}
 	c.Add(RawSample{PID: 1, TID: 1, Comm: "a", User: stack})
 	c.Add(RawSample{PID: 1, TID: 1, Comm: "b", User: stack}) // renamed
@@ -264,7 +261,7 @@ func TestTraceIDsKeepEntriesApart(t *testing.T) {
 // their locations up, so the locations held stay within what the cache can hold.
 func TestLocationsOutliveIntervals(t *testing.T) {
 	const size, capacity = 4, 64
-	c := newTestCollector(t, size, capacity)
+	c := newTestAggregator(t, size, capacity)
 	shared := []uint64{0x1040, 0x1030, 0x1020, 0x1010} // one root chunk
 	c.Add(RawSample{PID: 1, TID: 1, User: append([]uint64{0x2010}, shared...)})
 	c.Add(RawSample{PID: 1, TID: 1, User: append([]uint64{0x2020, 0x1030}, shared...)}) // 0x1030 twice

@@ -2,6 +2,7 @@ package trace_test
 
 import (
 	"cmp"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"maps"
@@ -53,7 +54,7 @@ func BenchmarkInterval(b *testing.B) {
 
 // The baseline must count and resolve exactly what the collector does, or the benchmark
 // compares different work.
-func TestNaiveAgentAgreesWithCollector(t *testing.T) {
+func TestNaiveAgentAgreesWithAggregator(t *testing.T) {
 	for _, st := range benchStreams(t) {
 		var got, want *trace.Profile
 		c := st.collector(t)
@@ -116,11 +117,11 @@ func (st *intervalStream) report(b *testing.B) {
 	b.ReportMetric(float64(st.frames)/float64(len(st.samples)), "depth")
 }
 
-var benchKernel = &trace.Mapping{Start: 0xffff800000000000, Limit: ^uint64(0), Path: "[kernel.kallsyms]"}
+var benchKernel = &trace.Mapping{Start: trace.KernelStart, End: ^uint64(0), Path: "[kernel.kallsyms]"}
 
-// collector returns a collector reading the stream's mappings from a proc directory of
-// its own. The files are nowhere to be opened, so they are identified by path only.
-func (st *intervalStream) collector(tb testing.TB) *trace.Collector {
+// collector returns an aggregator reading the stream's mappings from a proc directory of
+// its own. The files are nowhere to be opened, so they are identified by inode only.
+func (st *intervalStream) collector(tb testing.TB) *trace.Aggregator {
 	tb.Helper()
 	procfs := tb.TempDir()
 	for pid, ms := range st.mappings {
@@ -130,13 +131,18 @@ func (st *intervalStream) collector(tb testing.TB) *trace.Collector {
 		}
 		var lines []byte
 		for i, m := range ms {
-			lines = fmt.Appendf(lines, "%x-%x r-xp %08x 08:01 %d %s\n", m.Start, m.Limit, m.Offset, 1000+i, m.Path)
+			lines = fmt.Appendf(lines, "%x-%x r-xp %08x 08:01 %d %s\n", m.Start, m.End, m.Offset, 1000+i, m.Path)
 		}
 		if err := os.WriteFile(filepath.Join(dir, "maps"), lines, 0o644); err != nil {
 			tb.Fatal(err)
 		}
 	}
-	c, err := trace.NewCollector(trace.Config{ProcFS: procfs, Kernel: benchKernel, OnFileError: func(string, error) {}}, time.Unix(0, 0))
+	procs := trace.NewProcesses(trace.ProcessConfig{ProcFS: procfs, OnFileError: func(string, error) {}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { procs.Run(ctx); close(done) }()
+	tb.Cleanup(func() { cancel(); <-done })
+	c, err := trace.NewAggregator(trace.Config{Kernel: benchKernel}, procs, time.Unix(0, 0))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -238,7 +244,7 @@ func (a *naiveAgent) flush(end time.Time) *trace.Profile {
 }
 
 func findMapping(ms []*trace.Mapping, addr uint64) *trace.Mapping {
-	i := sort.Search(len(ms), func(i int) bool { return ms[i].Limit > addr })
+	i := sort.Search(len(ms), func(i int) bool { return ms[i].End > addr })
 	if i < len(ms) && ms[i].Start <= addr {
 		return ms[i]
 	}
@@ -255,7 +261,7 @@ func benchStreams(tb testing.TB) []*intervalStream {
 		stacks := trace.BenchStacks(2000, depth)
 		st := &intervalStream{
 			name:     fmt.Sprintf("depth%d", depth),
-			mappings: map[uint32][]*trace.Mapping{1: {{Start: 0x400000, Limit: 0x800000, Path: "/bench/app"}}},
+			mappings: map[uint32][]*trace.Mapping{1: {{Start: 0x400000, End: 0x800000, Path: "/bench/app"}}},
 			distinct: len(stacks),
 		}
 		r := rand.New(rand.NewPCG(3, 4))
@@ -301,7 +307,7 @@ func corpusStream(c *encoding.Corpus) *intervalStream {
 				seen[cs.PID][mi] = true
 				m := c.Dict.MappingTable[mi]
 				st.mappings[cs.PID] = append(st.mappings[cs.PID], &trace.Mapping{
-					Start: m.MemoryStart, Limit: m.MemoryLimit, Offset: m.FileOffset,
+					Start: m.MemoryStart, End: m.MemoryLimit, Offset: m.FileOffset,
 					Path: "/bench" + c.Dict.StringTable[m.FilenameStrindex],
 				})
 			}

@@ -4,24 +4,43 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
+
+	"github.com/sonde-profiler/sonde/internal/objfile"
+	"golang.org/x/sys/unix"
 )
 
 // mapsLine is one line of /proc/PID/maps.
 type mapsLine struct {
-	Start, Limit, Offset uint64
-	Perms                string
-	Dev                  uint64 // makedev(major, minor) in the kernel's encoding for stat
-	Inode                uint64
-	Path                 string
+	Start, End, Offset uint64
+	Perms              string
+	Dev                uint64 // makedev(major, minor) in the kernel's encoding for stat
+	Inode              uint64
+	Path               string
 }
 
-// parseMaps reads /proc/PID/maps, keeping only executable mappings: only they hold code a stack can return to.
+// maxMapsLine bounds one line: a path is at most PATH_MAX (4096) bytes, which the kernel
+// may escape to four bytes per byte.
+const maxMapsLine = 20 << 10
+
+// readMapsFile reads a process's executable mappings from its maps file.
+func readMapsFile(path string) ([]mapsLine, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return parseMaps(f)
+}
+
+// parseMaps reads /proc/PID/maps, keeping only executable mappings: only they hold code a
+// stack can return to.
 func parseMaps(r io.Reader) ([]mapsLine, error) {
 	var out []mapsLine
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	sc.Buffer(make([]byte, 0, 4096), maxMapsLine)
 	for n := 1; sc.Scan(); n++ {
 		line := sc.Text()
 		if line == "" {
@@ -31,7 +50,7 @@ func parseMaps(r io.Reader) ([]mapsLine, error) {
 		if err != nil {
 			return nil, fmt.Errorf("maps line %d: %w", n, err)
 		}
-		if strings.Contains(m.Perms, "x") {
+		if strings.Contains(m.Perms, "x") && len(out) < maxExecMappings {
 			out = append(out, m)
 		}
 	}
@@ -56,10 +75,10 @@ func parseMapsLine(line string) (mapsLine, error) {
 	if m.Start, err = strconv.ParseUint(lo, 16, 64); err != nil {
 		return m, fmt.Errorf("%q: start: %w", line, err)
 	}
-	if m.Limit, err = strconv.ParseUint(hi, 16, 64); err != nil {
+	if m.End, err = strconv.ParseUint(hi, 16, 64); err != nil {
 		return m, fmt.Errorf("%q: end: %w", line, err)
 	}
-	if m.Limit < m.Start {
+	if m.End < m.Start {
 		return m, fmt.Errorf("%q: end before start", line)
 	}
 	m.Perms = fields[1]
@@ -85,6 +104,8 @@ func parseMapsLine(line string) (mapsLine, error) {
 		rest = strings.TrimLeft(rest, " \t")
 		rest = rest[strings.IndexAny(rest+" ", " \t"):]
 	}
+	// Kept as the bytes the kernel gave: the path opens the file. Mapping.Path, which
+	// reporters print, is made valid UTF-8.
 	m.Path = strings.TrimSpace(rest)
 	return m, nil
 }
@@ -92,4 +113,14 @@ func parseMapsLine(line string) (mapsLine, error) {
 // mkdev encodes a device number the way glibc's makedev does, matching stat's st_dev.
 func mkdev(major, minor uint64) uint64 {
 	return (major&0xfffff000)<<32 | (major&0xfff)<<8 | (minor&0xffffff00)<<12 | minor&0xff
+}
+
+// statKey stats path (following links) into a file key.
+func statKey(path string, k *objfile.Key) error {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return err
+	}
+	*k = objfile.Key{Dev: st.Dev, Inode: st.Ino}
+	return nil
 }

@@ -23,7 +23,7 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
 		t.Fatalf("got %d executable mappings, want 4: %+v", len(got), got)
 	}
 	prog := got[0]
-	if prog.Start != 0x55d0c0a02000 || prog.Limit != 0x55d0c0a08000 || prog.Offset != 0x2000 ||
+	if prog.Start != 0x55d0c0a02000 || prog.End != 0x55d0c0a08000 || prog.Offset != 0x2000 ||
 		prog.Inode != 1234 || prog.Path != "/usr/bin/prog" || prog.Dev != mkdev(0xfd, 1) {
 		t.Errorf("prog mapping = %+v", prog)
 	}

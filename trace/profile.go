@@ -1,10 +1,9 @@
 package trace
 
 import (
-	"errors"
-	"fmt"
-	"os"
 	"time"
+
+	"github.com/sonde-profiler/sonde/internal/objfile"
 )
 
 // FrameKind says what kind of code a frame runs; the names are OpenTelemetry's
@@ -30,68 +29,12 @@ func (k FrameKind) String() string {
 	}
 }
 
-// FileKey identifies a file on the host independently of the process mapping it.
-type FileKey struct {
-	Dev, Inode uint64
-}
-
-// File is an object file mapped by one or more processes.
-type File struct {
-	Key  FileKey
-	Path string // as the mapping process sees it
-	// GNUBuildID and GoBuildID come from the ELF notes, hex and as stored respectively.
-	GNUBuildID string
-	GoBuildID  string
-	// HTLHash identifies files without a build ID: a hash of their head, tail and length.
-	HTLHash string
-	IsGo    bool
-	// openPaths are host paths that reach the file: through the root of processes seen
-	// mapping it (containers, deleted files) and, last, the path itself.
-	openPaths []string
-}
-
-// maxOpenPaths bounds how many processes' roots a file remembers as ways to reach it.
-const maxOpenPaths = 4
-
-// NewFile describes a file reachable at the given host paths, tried in order.
-func NewFile(key FileKey, path string, openPaths ...string) *File {
-	return &File{Key: key, Path: path, openPaths: openPaths}
-}
-
-func (f *File) addOpenPath(p string) {
-	for _, have := range f.openPaths {
-		if have == p {
-			return
-		}
-	}
-	if len(f.openPaths) < maxOpenPaths {
-		// Keep the plain path last: a process root is the likelier match inside containers.
-		f.openPaths = append([]string{p}, f.openPaths...)
-	}
-}
-
-// Open opens the file through the first path that still reaches it.
-func (f *File) Open() (*os.File, error) {
-	var errs []error
-	for _, p := range f.openPaths {
-		file, err := os.Open(p)
-		if err == nil {
-			return file, nil
-		}
-		errs = append(errs, err)
-	}
-	if len(errs) == 0 {
-		return nil, fmt.Errorf("open %s: no path reaches it", f.Path)
-	}
-	return nil, fmt.Errorf("open %s: %w", f.Path, errors.Join(errs...))
-}
-
 // Mapping is an executable region of an address space.
 type Mapping struct {
-	Start, Limit uint64 // [Start, Limit)
-	Offset       uint64 // file offset of Start
-	Path         string // as /proc/PID/maps names it, e.g. "/usr/lib/libc.so.6", "[vdso]"
-	File         *File  // nil for anonymous and pseudo mappings
+	Start, End uint64        // [Start, End)
+	Offset     uint64        // file offset of Start
+	Path       string        // as /proc/PID/maps names it, e.g. "/usr/lib/libc.so.6", "[vdso]"
+	File       *objfile.File // nil for anonymous and pseudo mappings
 }
 
 // Process describes a sampled thread group.

@@ -6,8 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"slices"
+
+	"github.com/sonde-profiler/sonde/internal/objfile"
 )
 
 // maxSectionSize bounds what a corrupt header (or a compressed .debug_frame) can make the
@@ -17,41 +18,18 @@ const maxSectionSize = 256 << 20
 
 // Read builds the unwind table of the ELF file in r.
 func Read(r io.ReaderAt) (*Table, error) {
-	f, err := newFile(r)
+	f, err := objfile.NewELF(r)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("unwind: %w", err)
 	}
 	return FromELF(f)
 }
 
-// newFile wraps elf.NewFile, which has panicked on corrupt input in the past.
-func newFile(r io.ReaderAt) (f *elf.File, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			f, err = nil, fmt.Errorf("unwind: parsing elf: %v", p)
-		}
-	}()
-	f, err = elf.NewFile(r)
+// sectionData reads a section within maxSectionSize.
+func sectionData(s *elf.Section) ([]byte, error) {
+	b, err := objfile.SectionData(s, maxSectionSize)
 	if err != nil {
-		return nil, fmt.Errorf("unwind: parsing elf: %w", err)
-	}
-	return f, nil
-}
-
-// sectionData reads a section, decompressing it if needed, and turns panics inside
-// debug/elf into errors.
-func sectionData(s *elf.Section) (b []byte, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			b, err = nil, fmt.Errorf("unwind: reading %s: %v", s.Name, p)
-		}
-	}()
-	if s.Size > maxSectionSize {
-		return nil, fmt.Errorf("unwind: reading %s: size %d too large", s.Name, s.Size)
-	}
-	b, err = s.Data()
-	if err != nil {
-		return nil, fmt.Errorf("unwind: reading %s: %w", s.Name, err)
+		return nil, fmt.Errorf("unwind: %w", err)
 	}
 	return b, nil
 }
@@ -66,7 +44,7 @@ func usable(s *elf.Section) bool {
 // the file has no .eh_frame. A file without section headers has .eh_frame found through
 // its PT_GNU_EH_FRAME segment instead.
 func FromELF(f *elf.File) (*Table, error) {
-	if f.Class != elf.ELFCLASS64 || f.Machine != elf.EM_X86_64 {
+	if f.Class != elf.ELFCLASS64 || f.Machine != machine || !tableArch {
 		return nil, fmt.Errorf("unwind: unsupported %s %s file", f.Class, f.Machine)
 	}
 	if f.Type == elf.ET_REL {
@@ -164,17 +142,12 @@ func ehFrameFromSegments(f *elf.File, b bases) (*frameSection, *ehHdr, error) {
 }
 
 func progData(p *elf.Prog, off, n uint64) ([]byte, error) {
-	if n > maxSectionSize || off > math.MaxInt64 {
+	if n > maxSectionSize {
 		return nil, fmt.Errorf("unwind: reading segment at %#x: size %d too large", p.Vaddr, n)
 	}
-	// ReadAll grows with the data actually present, so a corrupt Filesz cannot make it
-	// allocate more than the file holds.
-	b, err := io.ReadAll(io.NewSectionReader(p, int64(off), int64(n)))
-	if err == nil && uint64(len(b)) != n {
-		err = io.ErrUnexpectedEOF
-	}
+	b, err := objfile.ProgData(p, off, n)
 	if err != nil {
-		return nil, fmt.Errorf("unwind: reading segment at %#x: %w", p.Vaddr, err)
+		return nil, fmt.Errorf("unwind: %w", err)
 	}
 	return b, nil
 }

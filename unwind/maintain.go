@@ -1,185 +1,443 @@
 package unwind
 
 import (
+	"container/list"
+	"context"
 	"debug/elf"
 	"errors"
 	"fmt"
-	"math"
-	"os"
+	"log/slog"
 	"sync"
+	"time"
 
+	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/trace"
 )
 
 // KernelTables is where tables go for the kernel unwinder: bpf.Sampler behind a small
 // adapter in cmd/agent, or a fake in tests.
 type KernelTables interface {
-	// AddTable stores a file's rows and returns the index of the first.
-	AddTable(rows []Row) (first uint32, err error)
-	// SetProcess replaces a process's mappings, sorted by Start.
-	SetProcess(pid uint32, mappings []ProcessMapping) error
+	// AddTable stores a file's rows as a table of their own and returns its id.
+	AddTable(rows []KernelRow) (id uint32, err error)
+	// RemoveTable frees a table.
+	RemoveTable(id uint32) error
+	// SetProcess replaces a process's mappings, sorted by Start, as read after the exec
+	// execID (0: unknown).
+	SetProcess(pid uint32, execID uint64, mappings []KernelMapping) error
 	// DeleteProcess forgets a process.
 	DeleteProcess(pid uint32) error
 }
 
-// ProcessMapping is an executable mapping as the kernel unwinder sees it.
-type ProcessMapping struct {
-	Start, End uint64
-	// Bias is runtime address minus ELF virtual address.
-	Bias uint64
-	// RowsFirst and RowsCount locate the file's table; RowsCount 0 means "walk by frame pointer".
-	RowsFirst, RowsCount uint32
+// ErrTableFull is what AddTable returns when the kernel has no room for another table.
+var ErrTableFull = errors.New("unwind table capacity reached")
+
+// MaintainerConfig configures a Maintainer.
+type MaintainerConfig struct {
+	Kernel KernelTables
+	// MaxMappings is how many mappings per process the kernel holds.
+	MaxMappings int
+	// MaxRows bounds the rows all tables in the kernel hold together; 0 means
+	// DefaultMaxRows. Tables no process maps are evicted, least recently used first, to
+	// make room; a table that still does not fit leaves its file to frame pointers.
+	MaxRows int
+	// MaxPending bounds the process updates waiting to be written; 0 means 4096.
+	MaxPending int
+	// OnError hears once per file why it has no table, and when the budget first runs out.
+	OnError func(what string, err error)
 }
 
-// ErrTableFull is what AddTable returns when the kernel has no room for more rows.
-var ErrTableFull = errors.New("unwind table capacity reached")
+// DefaultMaxRows holds the tables of a busy host's few hundred distinct libraries and
+// binaries: 4 Mi rows, 64 MiB of kernel memory at 16 bytes a row.
+const DefaultMaxRows = 4 << 20
 
 // MaintainerStats counts what the Maintainer did.
 type MaintainerStats struct {
-	Files          int // files with a table in the kernel
-	Rows           int // rows in the kernel
-	FilesNoTable   int // files walked by frame pointer by design: Go binaries, files without frame info
-	FilesFailed    int // files whose call frame information could not be read
-	FilesOverflow  int // files left to frame pointers because the table map was full
-	MappingsCapped int // process mappings beyond the kernel's per-process limit
+	Files          int    // files with a table in the kernel now
+	Rows           int    // rows in the kernel now
+	RowsBudget     int    // MaxRows
+	FilesNoTable   int    // files walked by frame pointer by design: Go binaries, files without frame info
+	FilesFailed    uint64 // files whose call frame information could not be read
+	FilesOverflow  int    // files left to frame pointers now because the budget was spent
+	TablesEvicted  uint64 // tables freed because no process mapped their file any more
+	MappingsCapped uint64 // process mappings beyond the kernel's per-process limit
+	Processes      int    // processes whose mappings the kernel holds now
+	// UpdatesDropped counts process updates lost to a full queue: those processes walk by
+	// frame pointer until their mappings are read again.
+	UpdatesDropped uint64
+	Pending        int // updates waiting now
 }
 
-// Maintainer keeps the kernel unwinder's tables and per-process mappings current as the
-// collector reads processes' mappings. Each file's table is built once, keyed by the
-// file's identity, and shared by every process that maps it.
+// failureRetryInterval is how long a file whose table could not be read stays failed: it
+// may have been unreadable only through the process that exited before it was opened.
+const failureRetryInterval = time.Minute
+
+// Maintainer keeps the kernel unwinder's tables and per-process mappings current as
+// processes' mappings are read. Updates are queued and written by Run, on a goroutine of
+// its own, because building the table of a large binary takes a while. Each file's table
+// is built once, keyed by the file's identity, shared by every process that maps it, and
+// counted: when no process maps a file any more its table stays while there is room and
+// is freed, least recently used first, when a new table needs the room.
 type Maintainer struct {
-	kernel      KernelTables
-	maxMappings int
-	onError     func(path string, err error)
+	cfg MaintainerConfig
 
-	mu     sync.Mutex
-	tables map[string]*fileTable
-	stats  MaintainerStats
-	full   bool
+	mu      sync.Mutex
+	queue   []uint32 // pids with pending updates, oldest first
+	updates map[uint32]*update
+	stats   MaintainerStats
+	wake    chan struct{}
+	stopped bool   // Run returned
+	queued  uint64 // updates queued so far
+	written uint64 // updates written so far
+	settled *sync.Cond
+
+	// Owned by Run.
+	tables  map[objfile.ID]*fileTable
+	procs   map[uint32][]*fileTable // the tables each process's mappings hold
+	idle    *list.List              // tables in the kernel that no process holds, least recent first
+	rows    int
+	overrun bool // the budget ran out since the last time a table fit
 }
 
+// update is the latest news of one process.
+type update struct {
+	execID   uint64
+	mappings []*trace.Mapping
+	gone     bool
+}
+
+// fileTable is what the Maintainer knows of one file's table.
 type fileTable struct {
-	first, count uint32
-	loads        []elf.ProgHeader // PT_LOAD segments, to turn file offsets into addresses
+	id       objfile.ID
+	state    tableState
+	kernelID uint32
+	rows     int              // rows the table has, known once built
+	loads    []elf.ProgHeader // PT_LOAD segments, to turn file offsets into addresses
+	refs     int              // processes whose mappings hold the table
+	idleAt   *list.Element    // in idle while unreferenced and in the kernel
+	failedAt time.Time
 }
 
-// NewMaintainer writes tables to kernel. maxMappings is how many mappings per process the
-// kernel holds; onError hears once per file why it has no table, and once that the table
-// map is full.
-func NewMaintainer(kernel KernelTables, maxMappings int, onError func(path string, err error)) *Maintainer {
-	if onError == nil {
-		onError = func(string, error) {}
+type tableState uint8
+
+const (
+	tableNew      tableState = iota
+	tableKernel              // in the kernel
+	tableNone                // walked by frame pointer by design
+	tableFailed              // could not be read
+	tableOverflow            // did not fit in the budget
+)
+
+// NewMaintainer returns a Maintainer writing to cfg.Kernel once Run runs.
+func NewMaintainer(cfg MaintainerConfig) *Maintainer {
+	if cfg.OnError == nil {
+		cfg.OnError = func(string, error) {}
 	}
-	return &Maintainer{kernel: kernel, maxMappings: maxMappings, onError: onError, tables: map[string]*fileTable{}}
-}
-
-// fileID names a file's content: the build ID where there is one, so copies of a file in
-// different containers share a table.
-func fileID(f *trace.File) string {
-	switch {
-	case f.GNUBuildID != "":
-		return "gnu:" + f.GNUBuildID
-	case f.GoBuildID != "":
-		return "go:" + f.GoBuildID
-	case f.HTLHash != "":
-		return "htl:" + f.HTLHash
-	default:
-		return fmt.Sprintf("inode:%d:%d", f.Key.Dev, f.Key.Inode)
+	if cfg.MaxRows <= 0 {
+		cfg.MaxRows = DefaultMaxRows
 	}
+	if cfg.MaxPending <= 0 {
+		cfg.MaxPending = 4096
+	}
+	m := &Maintainer{
+		cfg:     cfg,
+		updates: map[uint32]*update{},
+		wake:    make(chan struct{}, 1),
+		tables:  map[objfile.ID]*fileTable{},
+		procs:   map[uint32][]*fileTable{},
+		idle:    list.New(),
+		stats:   MaintainerStats{RowsBudget: cfg.MaxRows},
+	}
+	m.settled = sync.NewCond(&m.mu)
+	return m
 }
 
-// ProcessMappings implements trace.MappingObserver.
-func (m *Maintainer) ProcessMappings(pid uint32, mappings []*trace.Mapping) {
+// ProcessMappings queues a process's new mappings; it implements trace.MappingObserver
+// and never waits for a table to be built.
+func (m *Maintainer) ProcessMappings(pid uint32, execID uint64, mappings []*trace.Mapping) {
+	m.enqueue(pid, &update{execID: execID, mappings: mappings})
+}
+
+// ProcessGone queues forgetting a process; it implements trace.MappingObserver.
+func (m *Maintainer) ProcessGone(pid uint32) {
+	m.enqueue(pid, &update{gone: true})
+}
+
+func (m *Maintainer) enqueue(pid uint32, u *update) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]ProcessMapping, 0, len(mappings))
-	for _, mp := range mappings {
+	if _, queued := m.updates[pid]; queued {
+		m.updates[pid] = u // only the latest matters
+		return
+	}
+	if len(m.queue) >= m.cfg.MaxPending {
+		m.stats.UpdatesDropped++
+		return
+	}
+	m.updates[pid] = u
+	m.queue = append(m.queue, pid)
+	m.queued++
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run writes queued updates to the kernel until ctx ends.
+func (m *Maintainer) Run(ctx context.Context) error {
+	defer func() {
+		m.mu.Lock()
+		m.stopped = true
+		m.settled.Broadcast()
+		m.mu.Unlock()
+	}()
+	for {
+		m.mu.Lock()
+		if len(m.queue) == 0 {
+			m.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-m.wake:
+			}
+			continue
+		}
+		pid := m.queue[0]
+		m.queue = m.queue[1:]
+		u := m.updates[pid]
+		delete(m.updates, pid)
+		m.mu.Unlock()
+		if u.gone {
+			m.forget(pid)
+		} else {
+			m.apply(pid, u)
+		}
+		m.mu.Lock()
+		m.written++
+		m.settled.Broadcast()
+		m.mu.Unlock()
+	}
+}
+
+// Settle waits until the updates queued before the call are written, their tables
+// built, or ctx ends. Tests and start-up use it; Run must be running.
+func (m *Maintainer) Settle(ctx context.Context) {
+	stop := context.AfterFunc(ctx, func() {
+		m.mu.Lock()
+		m.settled.Broadcast()
+		m.mu.Unlock()
+	})
+	defer stop()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	// An update coalesced into one already queued counted once.
+	target := m.queued
+	for m.written < target && ctx.Err() == nil && !m.stopped {
+		m.settled.Wait()
+	}
+}
+
+// apply writes a process's mappings and the tables of the files they map.
+func (m *Maintainer) apply(pid uint32, u *update) {
+	out := make([]KernelMapping, 0, len(u.mappings))
+	held := make([]*fileTable, 0, len(u.mappings))
+	for _, mp := range u.mappings {
 		if mp.File == nil {
 			continue // anonymous code and the vDSO: frame pointers
 		}
-		pm := ProcessMapping{Start: mp.Start, End: mp.Limit}
-		if t := m.table(mp.File); t != nil && t.count > 0 {
+		km := KernelMapping{Start: mp.Start, End: mp.End}
+		t := m.table(mp.File)
+		if t.state == tableKernel {
 			if vaddr, ok := offsetToVaddr(t.loads, mp.Offset); ok {
-				pm.Bias = mp.Start - vaddr
-				pm.RowsFirst, pm.RowsCount = t.first, t.count
+				km.Bias = mp.Start - vaddr
+				km.TableId, km.RowsCount = t.kernelID, uint32(t.rows)
+				// Held at once, so that making room for a later file cannot evict it.
+				m.hold(t)
+				held = append(held, t)
 			}
 		}
-		out = append(out, pm)
+		out = append(out, km)
 	}
-	if len(out) > m.maxMappings {
-		m.stats.MappingsCapped += len(out) - m.maxMappings
-		out = out[:m.maxMappings]
+	if len(out) > m.cfg.MaxMappings {
+		m.count(func(s *MaintainerStats) { s.MappingsCapped += uint64(len(out) - m.cfg.MaxMappings) })
+		out = out[:m.cfg.MaxMappings]
 	}
-	if err := m.kernel.SetProcess(pid, out); err != nil {
-		m.onError(fmt.Sprintf("pid %d", pid), err)
+	m.release(m.procs[pid])
+	m.procs[pid] = held
+	if err := m.cfg.Kernel.SetProcess(pid, u.execID, out); err != nil {
+		m.cfg.OnError(fmt.Sprintf("pid %d", pid), err)
+	}
+	m.publish()
+}
+
+// forget drops a process and its hold on its tables.
+func (m *Maintainer) forget(pid uint32) {
+	m.release(m.procs[pid])
+	delete(m.procs, pid)
+	_ = m.cfg.Kernel.DeleteProcess(pid)
+	m.publish()
+}
+
+func (m *Maintainer) hold(t *fileTable) {
+	if t.refs++; t.idleAt != nil {
+		m.idle.Remove(t.idleAt)
+		t.idleAt = nil
 	}
 }
 
-// ProcessGone implements trace.MappingObserver.
-func (m *Maintainer) ProcessGone(pid uint32) {
-	_ = m.kernel.DeleteProcess(pid)
+func (m *Maintainer) release(ts []*fileTable) {
+	for _, t := range ts {
+		if t.refs--; t.refs == 0 && t.state == tableKernel {
+			t.idleAt = m.idle.PushBack(t)
+		}
+	}
 }
 
-// table returns the file's table, building and storing it on first sight; nil when the
-// file has none.
-func (m *Maintainer) table(f *trace.File) *fileTable {
-	id := fileID(f)
-	if t, ok := m.tables[id]; ok {
+// table returns the file's table, building it and storing it in the kernel on first
+// sight, or again once a failure is old or the budget has room for a file that overflowed.
+func (m *Maintainer) table(f *objfile.File) *fileTable {
+	id := f.ID()
+	t, ok := m.tables[id]
+	if !ok {
+		t = &fileTable{id: id}
+		m.tables[id] = t
+	}
+	switch t.state {
+	case tableKernel, tableNone:
 		return t
+	case tableFailed:
+		if time.Since(t.failedAt) < failureRetryInterval {
+			return t
+		}
+	case tableOverflow:
+		if !m.canFit(t.rows) {
+			return t
+		}
 	}
-	t := &fileTable{}
-	m.tables[id] = t
 	if f.IsGo {
 		// Go keeps frame pointers on amd64 and arm64, and its .debug_frame, when not
 		// stripped, would cost hundreds of thousands of rows per binary.
-		m.stats.FilesNoTable++
+		t.state = tableNone
 		return t
 	}
 	rows, loads, err := readTable(f)
-	if err != nil {
-		m.stats.FilesFailed++
-		m.onError(f.Path, err)
-		return t
-	}
 	t.loads = loads
-	if len(rows) == 0 {
-		m.stats.FilesNoTable++
+	switch {
+	case err != nil:
+		if t.state != tableFailed {
+			m.count(func(s *MaintainerStats) { s.FilesFailed++ })
+			m.cfg.OnError(f.Path, err)
+		}
+		t.state, t.failedAt = tableFailed, time.Now()
+		return t
+	case len(rows) == 0:
+		t.state = tableNone
 		return t
 	}
-	if m.full {
-		m.stats.FilesOverflow++
+	t.rows = len(rows)
+	if !m.makeRoom(len(rows)) {
+		m.overflow(t, f.Path, fmt.Errorf("%w: %d rows needed, %d of %d in use", ErrTableFull, len(rows), m.rows, m.cfg.MaxRows))
 		return t
 	}
-	first, err := m.kernel.AddTable(rows)
+	kid, err := m.cfg.Kernel.AddTable(rows)
+	if errors.Is(err, ErrTableFull) && m.evictOne() {
+		kid, err = m.cfg.Kernel.AddTable(rows)
+	}
 	if errors.Is(err, ErrTableFull) {
-		m.full = true
-		m.stats.FilesOverflow++
-		m.onError(f.Path, fmt.Errorf("%w: this and later files are walked by frame pointer; raise --unwind-rows", err))
+		m.overflow(t, f.Path, err)
 		return t
 	}
 	if err != nil {
-		m.stats.FilesFailed++
-		m.onError(f.Path, err)
+		m.count(func(s *MaintainerStats) { s.FilesFailed++ })
+		m.cfg.OnError(f.Path, err)
+		t.state, t.failedAt = tableFailed, time.Now()
 		return t
 	}
-	t.first, t.count = first, uint32(len(rows))
-	m.stats.Files++
-	m.stats.Rows += len(rows)
+	t.state, t.kernelID = tableKernel, kid
+	m.rows += len(rows)
+	m.overrun = false
 	return t
 }
 
-// readTable reads a file's unwind rows and load segments. Rows beyond 4 GiB of virtual
-// address space cannot be stored in the kernel's 32-bit row addresses: such files walk by
-// frame pointer.
-func readTable(f *trace.File) ([]Row, []elf.ProgHeader, error) {
-	file, err := f.Open()
+func (m *Maintainer) overflow(t *fileTable, path string, err error) {
+	t.state = tableOverflow
+	if !m.overrun {
+		m.overrun = true
+		m.cfg.OnError(path, fmt.Errorf("%w: this file and others are walked by frame pointer until tables of exited programs make room; raise --unwind-rows or --memory-limit", err))
+	}
+}
+
+// canFit reports whether rows could fit once every idle table is evicted.
+func (m *Maintainer) canFit(rows int) bool {
+	free := m.cfg.MaxRows - m.rows
+	for e := m.idle.Front(); e != nil && free < rows; e = e.Next() {
+		free += e.Value.(*fileTable).rows
+	}
+	return free >= rows
+}
+
+// makeRoom evicts idle tables until rows more fit in the budget; it evicts nothing when
+// even that would not be enough.
+func (m *Maintainer) makeRoom(rows int) bool {
+	if !m.canFit(rows) {
+		return false
+	}
+	for m.rows+rows > m.cfg.MaxRows {
+		m.evictOne()
+	}
+	return true
+}
+
+// evictOne frees the least recently used idle table.
+func (m *Maintainer) evictOne() bool {
+	e := m.idle.Front()
+	if e == nil {
+		return false
+	}
+	t := m.idle.Remove(e).(*fileTable)
+	t.idleAt = nil
+	if err := m.cfg.Kernel.RemoveTable(t.kernelID); err != nil {
+		m.cfg.OnError("unwind table of "+t.id.String(), err)
+	}
+	m.rows -= t.rows
+	delete(m.tables, t.id)
+	m.count(func(s *MaintainerStats) { s.TablesEvicted++ })
+	return true
+}
+
+func (m *Maintainer) count(f func(*MaintainerStats)) {
+	m.mu.Lock()
+	f(&m.stats)
+	m.mu.Unlock()
+}
+
+// publish copies what Run owns into the stats others read.
+func (m *Maintainer) publish() {
+	files, noTable, overflow := 0, 0, 0
+	for _, t := range m.tables {
+		switch t.state {
+		case tableKernel:
+			files++
+		case tableNone:
+			noTable++
+		case tableOverflow:
+			overflow++
+		}
+	}
+	m.mu.Lock()
+	m.stats.Files, m.stats.Rows, m.stats.FilesNoTable, m.stats.FilesOverflow, m.stats.Processes = files, m.rows, noTable, overflow, len(m.procs)
+	m.mu.Unlock()
+}
+
+// readTable reads a file's unwind rows, as the kernel stores them, and its load segments.
+func readTable(f *objfile.File) ([]KernelRow, []elf.ProgHeader, error) {
+	h, err := f.Open()
 	if err != nil {
 		return nil, nil, err
 	}
-	defer file.Close()
-	ef, err := safeELF(file)
+	defer h.Close()
+	ef, err := h.ELF()
 	if err != nil {
-		return nil, nil, fmt.Errorf("read unwind table of %s: %w", f.Path, err)
+		return nil, nil, fmt.Errorf("read unwind table: %w", err)
 	}
 	var loads []elf.ProgHeader
 	for _, p := range ef.Progs {
@@ -195,19 +453,11 @@ func readTable(f *trace.File) ([]Row, []elf.ProgHeader, error) {
 	if err != nil {
 		return nil, loads, fmt.Errorf("read unwind table of %s: %w", f.Path, err)
 	}
-	if n := len(t.Rows); n > 0 && t.Rows[n-1].PC > math.MaxUint32 {
-		return nil, loads, fmt.Errorf("read unwind table of %s: code above 4 GiB of address space", f.Path)
+	rows, err := t.KernelRows()
+	if err != nil {
+		return nil, loads, fmt.Errorf("read unwind table of %s: %w", f.Path, err)
 	}
-	return t.Rows, loads, nil
-}
-
-func safeELF(file *os.File) (ef *elf.File, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			ef, err = nil, fmt.Errorf("malformed elf: %v", p)
-		}
-	}()
-	return elf.NewFile(file)
+	return rows, loads, nil
 }
 
 // offsetToVaddr maps a file offset to the virtual address the loader puts it at.
@@ -224,5 +474,14 @@ func offsetToVaddr(loads []elf.ProgHeader, off uint64) (uint64, bool) {
 func (m *Maintainer) Stats() MaintainerStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.stats
+	st := m.stats
+	st.Pending = len(m.queue)
+	return st
+}
+
+func (s MaintainerStats) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.Int("files", s.Files), slog.Int("rows", s.Rows), slog.Int("rows_budget", s.RowsBudget), slog.Int("processes", s.Processes),
+		slog.Int("files_fp", s.FilesNoTable), slog.Uint64("files_failed", s.FilesFailed), slog.Int("files_overflow", s.FilesOverflow),
+		slog.Uint64("tables_evicted", s.TablesEvicted), slog.Uint64("mappings_capped", s.MappingsCapped), slog.Uint64("updates_dropped", s.UpdatesDropped))
 }

@@ -1,101 +1,233 @@
 package unwind
 
 import (
+	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 
-	"github.com/sonde-profiler/sonde/internal/testenv"
+	"github.com/sonde-profiler/sonde/internal/objfile"
+	"github.com/sonde-profiler/sonde/internal/testprog"
 	"github.com/sonde-profiler/sonde/trace"
 )
 
+// fakeKernel stands in for the BPF maps: tables by id, mappings by pid.
 type fakeKernel struct {
-	rows      []Row
-	processes map[uint32][]ProcessMapping
-	capacity  int
+	mu        sync.Mutex
+	tables    map[uint32][]KernelRow
+	next      uint32
+	maxTables int
+	processes map[uint32][]KernelMapping
+	execIDs   map[uint32]uint64
 }
 
-func (k *fakeKernel) AddTable(rows []Row) (uint32, error) {
-	if len(k.rows)+len(rows) > k.capacity {
+func newFakeKernel(maxTables int) *fakeKernel {
+	return &fakeKernel{tables: map[uint32][]KernelRow{}, processes: map[uint32][]KernelMapping{}, execIDs: map[uint32]uint64{}, maxTables: maxTables}
+}
+
+func (k *fakeKernel) AddTable(rows []KernelRow) (uint32, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.tables) >= k.maxTables {
 		return 0, ErrTableFull
 	}
-	first := uint32(len(k.rows))
-	k.rows = append(k.rows, rows...)
-	return first, nil
+	k.next++
+	k.tables[k.next] = rows
+	return k.next, nil
 }
 
-func (k *fakeKernel) SetProcess(pid uint32, m []ProcessMapping) error {
-	k.processes[pid] = append([]ProcessMapping(nil), m...)
+func (k *fakeKernel) RemoveTable(id uint32) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if _, ok := k.tables[id]; !ok {
+		return fmt.Errorf("no table %d", id)
+	}
+	delete(k.tables, id)
+	return nil
+}
+
+func (k *fakeKernel) SetProcess(pid uint32, execID uint64, m []KernelMapping) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.processes[pid] = append([]KernelMapping(nil), m...)
+	k.execIDs[pid] = execID
 	return nil
 }
 
 func (k *fakeKernel) DeleteProcess(pid uint32) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	delete(k.processes, pid)
 	return nil
 }
 
+func (k *fakeKernel) process(pid uint32) ([]KernelMapping, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	m, ok := k.processes[pid]
+	return m, ok
+}
+
+func (k *fakeKernel) tableCount() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.tables)
+}
+
+// runMaintainer starts a Maintainer over k and returns it with a function that waits for
+// what was queued to be written.
+func runMaintainer(t *testing.T, cfg MaintainerConfig) (*Maintainer, func()) {
+	t.Helper()
+	m := NewMaintainer(cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { m.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return m, func() { m.Settle(context.Background()) }
+}
+
 func buildPIE(t *testing.T) string {
 	t.Helper()
-	gcc := testenv.RequireTool(t, "gcc")
-	dir := t.TempDir()
-	src := filepath.Join(dir, "p.c")
-	os.WriteFile(src, []byte("int f(int x){return x*3;}\nint main(int c,char**v){return f(c);}\n"), 0o644)
-	bin := filepath.Join(dir, "p")
-	if out, err := exec.Command(gcc, "-O2", "-fPIE", "-pie", "-o", bin, src).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
+	return testprog.BuildC(t, "int f(int x){return x*3;}\nint main(int c,char**v){return f(c);}\n", "-O2", "-fPIE", "-pie")
+}
+
+// copyFile puts a copy of src in a directory of its own: another file, another identity
+// (the copy keeps the build ID, so identities are set by the test).
+func copyFile(t *testing.T, src string) string {
+	t.Helper()
+	data, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return bin
+	p := filepath.Join(t.TempDir(), filepath.Base(src))
+	if err := os.WriteFile(p, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// textMapping maps a gcc PIE's executable segment, which starts at file offset 0x1000,
+// address 0x1000, at start.
+func textMapping(f *objfile.File, start uint64) *trace.Mapping {
+	return &trace.Mapping{Start: start, End: start + 0x1000, Offset: 0x1000, Path: f.Path, File: f}
 }
 
 func TestMaintainerSharesTablesAndComputesBias(t *testing.T) {
 	bin := buildPIE(t)
-	k := &fakeKernel{processes: map[uint32][]ProcessMapping{}, capacity: 1 << 20}
+	k := newFakeKernel(100)
 	var errs []string
-	m := NewMaintainer(k, 4, func(what string, err error) { errs = append(errs, fmt.Sprint(what, err)) })
-	file := trace.NewFile(trace.FileKey{Dev: 1, Inode: 2}, bin, bin)
+	m, settle := runMaintainer(t, MaintainerConfig{Kernel: k, MaxMappings: 4, OnError: func(what string, err error) { errs = append(errs, fmt.Sprint(what, err)) }})
+	file := objfile.HostFile(objfile.Key{Dev: 1, Inode: 2}, bin)
 	file.GNUBuildID = "feed"
-	// The executable segment of a gcc PIE starts at file offset 0x1000, address 0x1000.
-	text := func(start uint64) []*trace.Mapping {
-		return []*trace.Mapping{
-			{Start: start, Limit: start + 0x1000, Offset: 0x1000, Path: bin, File: file},
-			{Start: 0x7fff0000, Limit: 0x7fff2000, Path: "[vdso]"},
-		}
-	}
-	m.ProcessMappings(10, text(0x555555555000))
-	m.ProcessMappings(11, text(0x566666666000))
+	vdso := &trace.Mapping{Start: 0x7fff0000, End: 0x7fff2000, Path: "[vdso]"}
+	m.ProcessMappings(10, 5, []*trace.Mapping{textMapping(file, 0x555555555000), vdso})
+	m.ProcessMappings(11, 0, []*trace.Mapping{textMapping(file, 0x566666666000), vdso})
+	settle()
 	if len(errs) != 0 {
 		t.Fatalf("errors: %v", errs)
 	}
 	st := m.Stats()
-	if st.Files != 1 || st.Rows == 0 || st.Rows != len(k.rows) {
-		t.Fatalf("one file's table, shared: stats %+v, %d rows in kernel", st, len(k.rows))
+	if st.Files != 1 || st.Rows == 0 || k.tableCount() != 1 || st.Processes != 2 {
+		t.Fatalf("one file's table, shared by two processes: stats %+v, %d tables in kernel", st, k.tableCount())
 	}
 	for pid, base := range map[uint32]uint64{10: 0x555555554000, 11: 0x566666665000} {
-		pm := k.processes[pid]
+		pm, _ := k.process(pid)
 		if len(pm) != 1 {
 			t.Fatalf("pid %d: %d mappings, want the file's only (the vDSO walks by frame pointer)", pid, len(pm))
 		}
-		if pm[0].Bias != base || pm[0].RowsFirst != 0 || int(pm[0].RowsCount) != len(k.rows) {
-			t.Errorf("pid %d mapping %+v, want bias %#x", pid, pm[0], base)
+		if pm[0].Bias != base || pm[0].TableId != 1 || int(pm[0].RowsCount) != st.Rows {
+			t.Errorf("pid %d mapping %+v, want bias %#x and the shared table", pid, pm[0], base)
 		}
 	}
+	if k.execIDs[10] != 5 {
+		t.Errorf("exec id %d written for pid 10, want 5", k.execIDs[10])
+	}
 	m.ProcessGone(10)
-	if _, ok := k.processes[10]; ok {
+	settle()
+	if _, ok := k.process(10); ok {
 		t.Error("pid 10 still in the kernel after ProcessGone")
 	}
 }
 
-func TestMaintainerTableFullFallsBack(t *testing.T) {
+// Tables of files no process maps any more are freed when a new file needs the room, and
+// reused while they stay: the budget bounds the kernel's memory whatever runs.
+func TestMaintainerReclaimsTables(t *testing.T) {
 	bin := buildPIE(t)
-	k := &fakeKernel{processes: map[uint32][]ProcessMapping{}, capacity: 1}
+	rows := func() int {
+		f, err := os.Open(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		tab, err := Read(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(tab.Rows)
+	}()
+	k := newFakeKernel(100)
+	var reports int
+	m, settle := runMaintainer(t, MaintainerConfig{Kernel: k, MaxMappings: 4, MaxRows: 2 * rows, OnError: func(string, error) { reports++ }})
+	files := make([]*objfile.File, 4)
+	for i := range files {
+		files[i] = objfile.HostFile(objfile.Key{Dev: 1, Inode: uint64(100 + i)}, copyFile(t, bin))
+		files[i].GNUBuildID = fmt.Sprintf("%02d", i)
+	}
+	// Two programs fill the budget; a third cannot fit while they run.
+	m.ProcessMappings(1, 0, []*trace.Mapping{textMapping(files[0], 0x1000)})
+	m.ProcessMappings(2, 0, []*trace.Mapping{textMapping(files[1], 0x1000)})
+	m.ProcessMappings(3, 0, []*trace.Mapping{textMapping(files[2], 0x1000)})
+	settle()
+	if pm, _ := k.process(3); len(pm) != 1 || pm[0].RowsCount != 0 {
+		t.Fatalf("third program over budget: %+v, want a frame-pointer mapping", pm)
+	}
+	if st := m.Stats(); st.FilesOverflow != 1 || reports != 1 || st.Rows != 2*rows {
+		t.Fatalf("stats %+v with %d reports; want one file overflowing, reported once", st, reports)
+	}
+	// The first program exits: its table stays while nothing needs the room...
+	m.ProcessGone(1)
+	settle()
+	if k.tableCount() != 2 {
+		t.Fatalf("%d tables after an exit, want 2: an idle table stays until room is needed", k.tableCount())
+	}
+	// ...and goes when a new program needs it; the overflowed file gets its table then.
+	m.ProcessMappings(3, 0, []*trace.Mapping{textMapping(files[2], 0x1000)})
+	m.ProcessMappings(4, 0, []*trace.Mapping{textMapping(files[1], 0x2000)})
+	settle()
+	if pm, _ := k.process(3); len(pm) != 1 || pm[0].RowsCount == 0 {
+		t.Errorf("after room was made: %+v, want a table", pm)
+	}
+	st := m.Stats()
+	if st.TablesEvicted != 1 || st.FilesOverflow != 0 || st.Rows != 2*rows || k.tableCount() != 2 {
+		t.Errorf("stats %+v, %d tables; want one eviction and the budget kept", st, k.tableCount())
+	}
+	// A file shared by a running program is never evicted for another.
+	m.ProcessMappings(5, 0, []*trace.Mapping{textMapping(files[3], 0x1000)})
+	settle()
+	if pm, _ := k.process(5); len(pm) != 1 || pm[0].RowsCount != 0 {
+		t.Errorf("no idle table to evict: %+v, want a frame-pointer mapping", pm)
+	}
+	for pid := uint32(2); pid <= 4; pid++ {
+		if pm, _ := k.process(pid); len(pm) != 1 || pm[0].RowsCount == 0 {
+			t.Errorf("pid %d lost its table to a newcomer: %+v", pid, pm)
+		}
+	}
+}
+
+func TestMaintainerTableSlotsFullFallsBack(t *testing.T) {
+	bin := buildPIE(t)
+	k := newFakeKernel(0)
 	var errs int
-	m := NewMaintainer(k, 256, func(string, error) { errs++ })
+	m, settle := runMaintainer(t, MaintainerConfig{Kernel: k, MaxMappings: 256, OnError: func(string, error) { errs++ }})
 	for i := range 3 {
-		f := trace.NewFile(trace.FileKey{Dev: 1, Inode: uint64(i)}, bin, bin)
-		m.ProcessMappings(uint32(i), []*trace.Mapping{{Start: 0x1000, Limit: 0x2000, Offset: 0x1000, Path: bin, File: f}})
-		if pm := k.processes[uint32(i)]; len(pm) != 1 || pm[0].RowsCount != 0 {
+		f := objfile.HostFile(objfile.Key{Dev: 1, Inode: uint64(i)}, bin)
+		m.ProcessMappings(uint32(i), 0, []*trace.Mapping{textMapping(f, 0x1000)})
+	}
+	settle()
+	for i := range 3 {
+		if pm, _ := k.process(uint32(i)); len(pm) != 1 || pm[0].RowsCount != 0 {
 			t.Errorf("pid %d: %+v, want a frame-pointer mapping", i, pm)
 		}
 	}
@@ -105,17 +237,18 @@ func TestMaintainerTableFullFallsBack(t *testing.T) {
 }
 
 func TestMaintainerMissingFile(t *testing.T) {
-	k := &fakeKernel{processes: map[uint32][]ProcessMapping{}, capacity: 100}
+	k := newFakeKernel(100)
 	var errs int
-	m := NewMaintainer(k, 256, func(string, error) { errs++ })
-	f := trace.NewFile(trace.FileKey{Dev: 9, Inode: 9}, "/no/such/file")
+	m, settle := runMaintainer(t, MaintainerConfig{Kernel: k, MaxMappings: 256, OnError: func(string, error) { errs++ }})
+	f := objfile.HostFile(objfile.Key{Dev: 9, Inode: 9}, "/no/such/file")
 	for range 2 {
-		m.ProcessMappings(1, []*trace.Mapping{{Start: 0x1000, Limit: 0x2000, Path: "/no/such/file", File: f}})
+		m.ProcessMappings(1, 0, []*trace.Mapping{{Start: 0x1000, End: 0x2000, Path: "/no/such/file", File: f}})
+		settle()
 	}
 	if st := m.Stats(); st.FilesFailed != 1 || errs != 1 {
 		t.Errorf("stats %+v with %d reports; want one failure reported once", st, errs)
 	}
-	if pm := k.processes[1]; len(pm) != 1 || pm[0].RowsCount != 0 {
+	if pm, _ := k.process(1); len(pm) != 1 || pm[0].RowsCount != 0 {
 		t.Errorf("mapping of a missing file: %+v", pm)
 	}
 }

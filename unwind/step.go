@@ -33,17 +33,6 @@ func (r StepResult) String() string {
 	return "unknown"
 }
 
-// Offsets into the ucontext_t that the kernel pushes for a signal handler, as glibc's
-// x86-64 <sys/ucontext.h> lays it out: uc_flags, uc_link and a 24-byte stack_t precede
-// uc_mcontext.gregs, and REG_RBP=10, REG_RSP=15, REG_RIP=16 index it. When __restore_rt
-// runs, the handler's ret has popped pretcode, so SP points at the ucontext itself.
-const (
-	ucontextGregs  = 40
-	signalFPOffset = ucontextGregs + 8*10 // 120
-	signalSPOffset = ucontextGregs + 8*15 // 160
-	signalPCOffset = ucontextGregs + 8*16 // 168
-)
-
 // Step unwinds one frame with row, the rule governing regs.PC, exactly as the kernel
 // unwinder does on x86-64. read returns the 8-byte word at an address, or false if the
 // address cannot be read.

@@ -1,5 +1,11 @@
 package unwind
 
+import (
+	"fmt"
+	"math"
+	"structs"
+)
+
 // CFARule says how the canonical frame address of a row is found.
 type CFARule uint8
 
@@ -20,6 +26,8 @@ const (
 	// CFAEndOfStack: the return address is undefined: this is the outermost frame
 	// (_start, clone's child), and the walk is complete.
 	CFAEndOfStack
+	// CFARuleCount is how many rules there are: CFA_RULE_MAX in bpf/types.h.
+	CFARuleCount int = iota
 )
 
 // FPRule says where the caller's frame pointer is.
@@ -33,6 +41,8 @@ const (
 	// FPInvalid: saved in a way the unwinder cannot follow (an expression, another register);
 	// the walk continues but the frame pointer is no longer known.
 	FPInvalid
+	// FPRuleCount is how many rules there are: FP_RULE_MAX in bpf/types.h.
+	FPRuleCount int = iota
 )
 
 // Row governs the addresses from PC up to the next row's PC. On x86-64 the return
@@ -69,4 +79,43 @@ func (t *Table) Lookup(pc uint64) (Row, bool) {
 	}
 	r := t.Rows[lo-1]
 	return r, r.CFA != CFAInvalid
+}
+
+// KernelRow is a Row as the kernel unwinder stores it: struct unwind_row of bpf/types.h,
+// field for field, so that bpf.UnwindRow converts to it and back. Its rules hold the
+// values of CFARule and FPRule, which are the kernel's enum values.
+type KernelRow struct {
+	_         structs.HostLayout
+	Pc        uint32
+	CfaOffset int32
+	FpOffset  int16
+	CfaRule   uint8
+	FpRule    uint8
+}
+
+// Row is the inverse of KernelRows for one row.
+func (k KernelRow) Row() Row {
+	return Row{PC: uint64(k.Pc), CFA: CFARule(k.CfaRule), FP: FPRule(k.FpRule), CFAOffset: k.CfaOffset, FPOffset: int32(k.FpOffset)}
+}
+
+// KernelRows converts the table to the kernel's rows. The kernel keeps 32-bit addresses
+// and 16-bit frame pointer offsets: code above 4 GiB cannot be described, and a frame
+// pointer saved further from the CFA than an int16 reaches is recorded as unknown.
+func (t *Table) KernelRows() ([]KernelRow, error) {
+	if n := len(t.Rows); n > 0 && t.Rows[n-1].PC > math.MaxUint32 {
+		return nil, fmt.Errorf("unwind: code above 4 GiB of address space (%#x)", t.Rows[n-1].PC)
+	}
+	out := make([]KernelRow, len(t.Rows))
+	for i, r := range t.Rows {
+		k := KernelRow{Pc: uint32(r.PC), CfaOffset: r.CFAOffset, CfaRule: uint8(r.CFA), FpRule: uint8(r.FP)}
+		if r.FP == FPAtCFA {
+			if r.FPOffset < math.MinInt16 || r.FPOffset > math.MaxInt16 {
+				k.FpRule = uint8(FPInvalid)
+			} else {
+				k.FpOffset = int16(r.FPOffset)
+			}
+		}
+		out[i] = k
+	}
+	return out, nil
 }

@@ -25,7 +25,7 @@ type config struct {
 	pids         []uint32
 	frequency    int
 	duration     time.Duration
-	output       string
+	outputs      []output
 	kernelStacks bool
 	logLevel     slog.Level
 	top          int
@@ -37,30 +37,20 @@ type config struct {
 	unwindRows   int
 	interval     time.Duration
 	timestamps   bool
+	memoryLimit  int64
 	// export is set when profiles go to a collector: --otlp-endpoint or the OTEL_* variables name one.
 	export bool
 	otlp   otlp.Config
 }
 
-// outputFormat is how --output is written, chosen by its name.
-type outputFormat int
+// maxFrequency is the highest sampling rate sonde accepts. A sample costs a few µs in the
+// kernel and about one in sonde, per CPU: at 10 kHz that is already several percent of
+// every CPU, and the kernel throttles perf events well before its own ceiling of 100 kHz.
+const maxFrequency = 10000
 
-const (
-	formatPprof outputFormat = iota + 1
-	formatOTLP
-)
-
-func (c *config) outputFormat() (outputFormat, error) {
-	name := strings.ToLower(c.output)
-	switch {
-	case strings.HasSuffix(name, ".otlp.pb"), strings.HasSuffix(name, ".otlp.json"):
-		return formatOTLP, nil
-	case strings.HasSuffix(name, ".pb.gz"), strings.HasSuffix(name, ".pprof"):
-		return formatPprof, nil
-	default:
-		return 0, fmt.Errorf("--output %s: unknown format; name it *.pb.gz or *.pprof (gzip pprof), *.otlp.pb or *.otlp.json (OTLP profiles)", c.output)
-	}
-}
+// DefaultMemoryLimit is what a node agent gets when nothing says otherwise: the budget
+// the OpenTelemetry eBPF profiler publishes, which sonde stays well under on its own.
+const DefaultMemoryLimit = 256 << 20
 
 // parseConfig reads flags and the OTEL_* environment (through getenv); flags win. Both
 // -flag and --flag work, as with the standard flag package.
@@ -73,11 +63,15 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	envEndpoint := getenv("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != ""
 	fs := flag.NewFlagSet("sonde", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var pids, logLevel string
+	var pids, logLevel, memoryLimit string
+	var outputs []string
 	fs.StringVar(&pids, "pid", "", "profile only these processes (`PID[,PID...]`); filtered in the kernel")
-	fs.IntVar(&c.frequency, "frequency", 0, "samples per second per CPU (`HZ`) (default 19 host-wide, 199 with --pid)")
+	fs.IntVar(&c.frequency, "frequency", 0, fmt.Sprintf("samples per second per CPU (`HZ`, at most %d) (default 19 host-wide, 199 with --pid)", maxFrequency))
 	fs.DurationVar(&c.duration, "duration", 0, "stop after this long (0: run until SIGINT or SIGTERM)")
-	fs.StringVar(&c.output, "output", "", "write the whole run to `FILE` when sonde stops: .pb.gz or .pprof (gzip pprof), .otlp.pb or .otlp.json (OTLP profiles)")
+	fs.Func("output", "write the whole run, merged, to `FILE` when sonde stops; the name picks the format: "+formatNames+"; may be given more than once", func(s string) error {
+		outputs = append(outputs, s)
+		return nil
+	})
 	fs.BoolVar(&c.kernelStacks, "kernel-stacks", true, "record kernel stacks too")
 	fs.StringVar(&logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.IntVar(&c.top, "top", 15, "print the `N` hottest functions at exit (0: none)")
@@ -85,17 +79,18 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	var symMode string
 	fs.StringVar(&symMode, "symbolize", "full", "naming on the host: `full` (DWARF lines and inlines, Go pclntab, symbol tables), symtab (symbol tables and pclntab), none (addresses and build IDs only)")
 	fs.IntVar(&c.symbolize.FileCacheSize, "symbol-cache-files", 128, "parsed object files kept for naming (LRU)")
-	fs.IntVar(&c.symbolize.AddressCacheSize, "symbol-cache-addresses", 65536, "named addresses kept (LRU)")
+	fs.IntVar(&c.symbolize.AddressCacheSize, "symbol-cache-addresses", 0, "named addresses kept (LRU) (0: sized from --memory-limit)")
 	fs.IntVar(&c.chunkSize, "chunk-size", trace.DefaultChunkSize, "frames per interned stack chunk; stacks sharing a prefix share its chunks")
-	fs.IntVar(&c.chunkCache, "chunk-cache", trace.DefaultChunkCapacity, "stack chunks kept in the intern cache (LRU)")
+	fs.IntVar(&c.chunkCache, "chunk-cache", 0, "stack chunks kept in the intern cache (LRU) (0: sized from --memory-limit)")
 	fs.StringVar(&c.unwind, "unwind", "tables", "how user stacks are walked: `tables` (.eh_frame, no frame pointers needed; frame pointers where a file has none) or fp (frame pointers only)")
-	fs.IntVar(&c.unwindRows, "unwind-rows", 0, "capacity of the kernel's unwind tables, in rows (12 bytes each) over all files (0: sized from the files the profiled processes map)")
+	fs.IntVar(&c.unwindRows, "unwind-rows", 0, "rows (16 bytes of kernel memory each) all files' unwind tables may hold together; tables of files no process maps are freed to make room (0: sized from --memory-limit)")
 	fs.DurationVar(&c.interval, "interval", 10*time.Second, "how often collected samples are symbolized and sent (±10% jitter)")
 	fs.BoolVar(&c.timestamps, "timestamps", false, "send each sample's time, not only counts per stack")
+	fs.StringVar(&memoryLimit, "memory-limit", "256MiB", "memory sonde may use (`SIZE`, e.g. 128MiB, 1GiB), its own and its BPF maps': caches, queues and maps are sized from it, and under pressure caches and queued intervals are dropped first")
 	var endpoint string
 	fs.StringVar(&endpoint, "otlp-endpoint", "", "send OTLP profiles over gRPC to this collector (`host:port`, or https://, http://); default from OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT")
 	fs.BoolVar(&c.otlp.Insecure, "otlp-insecure", c.otlp.Insecure, "send to the collector in plaintext instead of TLS")
-	fs.IntVar(&c.otlp.QueueSize, "otlp-queue", c.otlp.QueueSize, "intervals kept while the collector is unreachable; beyond this the oldest are dropped")
+	fs.IntVar(&c.otlp.QueueSize, "otlp-queue", c.otlp.QueueSize, "intervals kept while the collector is unreachable; beyond this, or beyond their share of --memory-limit, the oldest are dropped")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: sonde [flags]\n\nsonde samples CPU stacks with eBPF and writes profiles.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -122,8 +117,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	if c.symbolize.FileCacheSize < 1 || c.symbolize.AddressCacheSize < 0 {
 		return nil, usageError{fmt.Errorf("--symbol-cache-files must be positive and --symbol-cache-addresses not negative")}
 	}
-	if c.chunkSize < 1 || c.chunkCache < 1 {
-		return nil, usageError{fmt.Errorf("--chunk-size %d and --chunk-cache %d must be positive", c.chunkSize, c.chunkCache)}
+	if c.chunkSize < 1 || c.chunkCache < 0 {
+		return nil, usageError{fmt.Errorf("--chunk-size %d must be positive and --chunk-cache %d not negative", c.chunkSize, c.chunkCache)}
 	}
 	if c.unwind != "tables" && c.unwind != "fp" {
 		return nil, usageError{fmt.Errorf("--unwind %q: want tables or fp", c.unwind)}
@@ -133,6 +128,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	}
 	if c.otlp.QueueSize < 1 {
 		return nil, usageError{fmt.Errorf("--otlp-queue %d: must be at least 1", c.otlp.QueueSize)}
+	}
+	if c.memoryLimit, err = parseSize(memoryLimit); err != nil {
+		return nil, usageError{fmt.Errorf("--memory-limit %q: %w", memoryLimit, err)}
+	}
+	if c.memoryLimit < minMemoryLimit {
+		return nil, usageError{fmt.Errorf("--memory-limit %s: sonde needs at least %dMiB", memoryLimit, minMemoryLimit>>20)}
 	}
 	if err := c.logLevel.UnmarshalText([]byte(logLevel)); err != nil {
 		return nil, usageError{fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)}
@@ -151,10 +152,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	if c.duration < 0 {
 		return nil, usageError{fmt.Errorf("--duration %v: must not be negative", c.duration)}
 	}
-	if c.output != "" {
-		if _, err := c.outputFormat(); err != nil {
+	for _, name := range outputs {
+		o, err := parseOutput(name)
+		if err != nil {
 			return nil, usageError{err}
 		}
+		c.outputs = append(c.outputs, o)
 	}
 	if c.top < 0 {
 		return nil, usageError{fmt.Errorf("--top %d: must not be negative", c.top)}
@@ -194,18 +197,41 @@ func parsePIDs(s string) ([]uint32, error) {
 	return pids, nil
 }
 
-// checkFrequency refuses rates the kernel would refuse, before anything is loaded.
+// checkFrequency refuses rates above sonde's ceiling or the kernel's, before anything is
+// loaded.
 func checkFrequency(hz int) error {
-	limit := 100000
+	limit := maxFrequency
 	if b, err := os.ReadFile("/proc/sys/kernel/perf_event_max_sample_rate"); err == nil {
-		if v, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+		if v, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && v < limit {
 			limit = v
 		}
 	}
 	if hz < 1 || hz > limit {
-		return fmt.Errorf("--frequency %d: must be between 1 and %d Hz (kernel.perf_event_max_sample_rate)", hz, limit)
+		return fmt.Errorf("--frequency %d: must be between 1 and %d Hz (sonde's ceiling is %d, the kernel's kernel.perf_event_max_sample_rate may be lower)", hz, limit, maxFrequency)
 	}
 	return nil
+}
+
+// parseSize reads a byte count: a number with an optional unit (B, KiB, MiB, GiB, and
+// their decimal KB, MB, GB).
+func parseSize(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	units := []struct {
+		suffix string
+		scale  int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"B", 1}}
+	scale := int64(1)
+	for _, u := range units {
+		if strings.HasSuffix(s, u.suffix) {
+			s, scale = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.scale
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > (1<<62)/scale {
+		return 0, errors.New("want a size such as 256MiB or 1GiB")
+	}
+	return n * scale, nil
 }
 
 // checkPIDsExist fails fast on a --pid that names no running process.

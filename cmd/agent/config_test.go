@@ -28,8 +28,8 @@ func TestParseConfigOTLP(t *testing.T) {
 	if !c.export || c.otlp.Endpoint != "collector:4317" || !c.otlp.Insecure || c.interval != 2*time.Second || !c.timestamps {
 		t.Errorf("from the environment: %+v", c)
 	}
-	if f, _ := c.outputFormat(); f != formatOTLP {
-		t.Errorf("run.otlp.json format %v", f)
+	if len(c.outputs) != 1 || c.outputs[0].format != formatOTLP {
+		t.Errorf("run.otlp.json: outputs %+v", c.outputs)
 	}
 	c, err = parseConfig([]string{"--otlp-endpoint", "127.0.0.1:9999", "--otlp-insecure=false"}, func(k string) string { return env[k] }, io.Discard)
 	if err != nil {
@@ -73,7 +73,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"--frequency", "0"}, {"--frequency", "100000000"}, {"--pid", "0"}, {"--pid", "1,,2"},
 		{"--duration", "-1s"}, {"--log-level", "loud"}, {"--output", "p.json"}, {"--top", "-1"}, {"stray"},
 		{"--interval", "1ms"}, {"--otlp-queue", "0"}, {"--symbolize", "some"}, {"--symbol-cache-files", "0"},
-		{"--unwind", "guess"}, {"--unwind-rows", "-1"},
+		{"--unwind", "guess"}, {"--unwind-rows", "-1"}, {"--frequency", "10001"}, {"--memory-limit", "1MiB"},
+		{"--memory-limit", "lots"}, {"--output", "."}, {"--output", "/dev/null.pb.gz/x.pb.gz"},
 	} {
 		_, err := parseConfig(args, noEnv, io.Discard)
 		var uerr usageError

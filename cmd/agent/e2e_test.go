@@ -279,7 +279,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"--pid", "x"}, `"x" is not a process ID`},
 		{[]string{"--pid", "999999999"}, "--pid 999999999: no such process"},
 		{[]string{"--output", "/no/such/dir/p.pb.gz"}, "cannot write there"},
-		{[]string{"--output", "profile.txt"}, "unknown format"},
+		{[]string{"--output", "profile.json"}, "unknown format"},
+		{[]string{"--output", os.TempDir() + "/"}, "unknown format"},
 		{[]string{"extra"}, "unexpected argument"},
 	} {
 		_, stderr, err := runSonde(t, tc.args...)

@@ -52,7 +52,7 @@ func explain(err error) string {
 	case errors.Is(err, bpf.ErrPermission):
 		return "sonde needs root, or the capabilities CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE, to load its BPF programs and read other processes' memory maps: run it with sudo (" + err.Error() + ")"
 	case errors.Is(err, bpf.ErrNoBPF):
-		return "this kernel lacks the BPF support sonde needs (BPF ring buffers and perf_event programs: Linux 5.8 or later built with CONFIG_BPF_SYSCALL and CONFIG_BPF_EVENTS): " + err.Error()
+		return "this kernel lacks what sonde's BPF programs need (Linux 5.17 or later, built with CONFIG_BPF_SYSCALL, CONFIG_BPF_EVENTS and CONFIG_DEBUG_INFO_BTF); missing: " + err.Error()
 	default:
 		return err.Error()
 	}

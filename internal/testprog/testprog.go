@@ -105,6 +105,24 @@ func BuildCXX(t testing.TB, flags ...string) string {
 	return bin
 }
 
+// BuildC compiles a C program from src with gcc and the given flags into a temporary
+// directory and returns the binary's path.
+func BuildC(t testing.TB, src string, flags ...string) string {
+	t.Helper()
+	gcc := testenv.RequireTool(t, "gcc")
+	dir := t.TempDir()
+	srcPath := filepath.Join(dir, "prog.c")
+	if err := os.WriteFile(srcPath, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "prog")
+	args := append([]string{"-o", bin, srcPath}, flags...)
+	if out, err := exec.Command(gcc, args...).CombinedOutput(); err != nil {
+		t.Fatalf("gcc %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return bin
+}
+
 // GoInlining inlines small functions and methods into a loop, as Go code does all over.
 const GoInlining = `package main
 

@@ -20,7 +20,7 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 // break a line or a stack, a sample without a process, one without frames, one without
 // samples.
 func testProfile() *trace.Profile {
-	lib := &trace.Mapping{Start: 0x7f0000000000, Limit: 0x7f0000100000, Path: "/usr/lib/libc.so.6"}
+	lib := &trace.Mapping{Start: 0x7f0000000000, End: 0x7f0000100000, Path: "/usr/lib/libc.so.6"}
 	kernel := &trace.Mapping{Path: trace.KernelPath}
 	loc := func(kind trace.FrameKind, m *trace.Mapping, addr uint64, names ...string) *trace.Location {
 		l := &trace.Location{Kind: kind, Mapping: m, Address: addr}

@@ -9,6 +9,7 @@ import (
 	profilespb "go.opentelemetry.io/proto/otlp/profiles/v1development"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/reporter/folded"
 	"github.com/sonde-profiler/sonde/reporter/merge"
 	"github.com/sonde-profiler/sonde/reporter/otlp"
@@ -21,9 +22,9 @@ import (
 // folded stacks escape. (Not invalid UTF-8: OTLP's protobuf strings refuse it.)
 func roundTripProfile() *trace.Profile {
 	start := time.Unix(1700000000, 0)
-	exe := &trace.File{Path: "/usr/bin/app", GNUBuildID: "0123abcd"}
-	m := &trace.Mapping{Start: 0x400000, Limit: 0x500000, Offset: 0x1000, Path: "/usr/bin/app", File: exe}
-	kernel := &trace.Mapping{Start: 0xffff800000000000, Limit: ^uint64(0), Path: trace.KernelPath}
+	exe := &objfile.File{Path: "/usr/bin/app", GNUBuildID: "0123abcd"}
+	m := &trace.Mapping{Start: 0x400000, End: 0x500000, Offset: 0x1000, Path: "/usr/bin/app", File: exe}
+	kernel := &trace.Mapping{Start: 0xffff800000000000, End: ^uint64(0), Path: trace.KernelPath}
 	loc := func(kind trace.FrameKind, mp *trace.Mapping, addr uint64, names ...string) *trace.Location {
 		l := &trace.Location{Kind: kind, Address: addr, Mapping: mp}
 		for i, n := range names {

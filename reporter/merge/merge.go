@@ -19,32 +19,62 @@ import (
 // profile's that has one. Inputs are not modified; the result shares no samples with
 // them, but shares their locations and processes.
 func Merge(profiles ...*trace.Profile) *trace.Profile {
-	m := merger{
+	m := NewMerger(0)
+	for _, p := range profiles {
+		m.Add(p)
+	}
+	return m.Profile()
+}
+
+// Merger merges profiles one at a time, as they come: a long run written to one file
+// holds one merged profile, not every interval.
+type Merger struct {
+	m merger
+	// max bounds the distinct samples kept; 0 means no bound.
+	max     int
+	dropped int64
+}
+
+// NewMerger returns an empty Merger keeping at most maxSamples distinct samples (0: no
+// bound). Past the bound, samples that match no kept one are counted in Dropped and left
+// out: memory stays bounded however long the run and however many stacks it sees.
+func NewMerger(maxSamples int) *Merger {
+	return &Merger{max: maxSamples, m: merger{
 		out:       &trace.Profile{},
 		byPtr:     make(map[*trace.Location]uint32),
 		byValue:   make(map[string]uint32),
 		processes: make(map[processKey]*trace.Process),
 		samples:   make(map[string]*trace.Sample),
-	}
-	for _, p := range profiles {
-		if p == nil {
-			continue
-		}
-		if !p.Start.IsZero() && (m.out.Start.IsZero() || p.Start.Before(m.out.Start)) {
-			m.out.Start = p.Start
-		}
-		if p.End.After(m.out.End) {
-			m.out.End = p.End
-		}
-		if m.out.Period == 0 {
-			m.out.Period = p.Period
-		}
-		for _, s := range p.Samples {
-			m.add(s)
-		}
-	}
-	return m.out
+	}}
 }
+
+// Add merges p into what was added so far.
+func (mg *Merger) Add(p *trace.Profile) {
+	if p == nil {
+		return
+	}
+	m := &mg.m
+	if !p.Start.IsZero() && (m.out.Start.IsZero() || p.Start.Before(m.out.Start)) {
+		m.out.Start = p.Start
+	}
+	if p.End.After(m.out.End) {
+		m.out.End = p.End
+	}
+	if m.out.Period == 0 {
+		m.out.Period = p.Period
+	}
+	for _, s := range p.Samples {
+		if !m.add(s, mg.max) {
+			mg.dropped += s.Count
+		}
+	}
+}
+
+// Profile returns the merged profile. It stays the Merger's: later Adds change it.
+func (mg *Merger) Profile() *trace.Profile { return mg.m.out }
+
+// Dropped is how many samples (sums of counts) the bound left out.
+func (mg *Merger) Dropped() int64 { return mg.dropped }
 
 type processKey struct {
 	pid   uint32
@@ -63,7 +93,9 @@ type merger struct {
 	keyBuf    []byte
 }
 
-func (m *merger) add(s *trace.Sample) {
+// add merges one sample; it returns false when the sample is new and max distinct
+// samples (if max > 0) are kept already.
+func (m *merger) add(s *trace.Sample, max int) bool {
 	var pk processKey
 	if s.Process != nil {
 		pk = processKey{pid: s.Process.PID, name: s.Process.Name, known: true}
@@ -89,7 +121,10 @@ func (m *merger) add(s *trace.Sample) {
 			ms.Count += s.Count
 		}
 		ms.Timestamps = append(ms.Timestamps, s.Timestamps...)
-		return
+		return true
+	}
+	if max > 0 && len(m.out.Samples) >= max {
+		return false
 	}
 	ms := &trace.Sample{
 		Process:    proc,
@@ -104,6 +139,7 @@ func (m *merger) add(s *trace.Sample) {
 	}
 	m.samples[string(key)] = ms
 	m.out.Samples = append(m.out.Samples, ms)
+	return true
 }
 
 func (m *merger) location(l *trace.Location) uint32 {

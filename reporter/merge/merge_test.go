@@ -5,12 +5,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/trace"
 )
 
 // build makes a profile whose every pointer is fresh, as a file reader's would be.
 func build(start time.Time, kind trace.FrameKind) *trace.Profile {
-	file := &trace.File{GNUBuildID: "abcd"}
+	file := &objfile.File{GNUBuildID: "abcd"}
 	m := &trace.Mapping{Path: "/bin/app", File: file}
 	loc := func(addr uint64, fn string) *trace.Location {
 		return &trace.Location{Kind: kind, Address: addr, Mapping: m, Lines: []trace.Line{{Function: fn, File: "app.c", Line: int64(addr)}}}
@@ -101,4 +102,37 @@ func TestFilter(t *testing.T) {
 				got.TotalCount(), len(got.Locations), len(got.Samples), tc.total, tc.nLocs, tc.nSampl)
 		}
 	}
+}
+
+// A Merger fed interval by interval holds the same as Merge of them all, and past its
+// bound it counts what it leaves out instead of growing.
+func TestMergerIncrementalAndBounded(t *testing.T) {
+	a, b := mergeTestProfile(t, 0), mergeTestProfile(t, 1)
+	m := NewMerger(0)
+	m.Add(a)
+	m.Add(b)
+	whole := Merge(a, b)
+	if m.Profile().TotalCount() != whole.TotalCount() || len(m.Profile().Samples) != len(whole.Samples) {
+		t.Errorf("incremental %d samples in %d, Merge %d in %d", m.Profile().TotalCount(), len(m.Profile().Samples), whole.TotalCount(), len(whole.Samples))
+	}
+	bounded := NewMerger(1)
+	bounded.Add(a)
+	bounded.Add(b)
+	if len(bounded.Profile().Samples) != 1 || bounded.Dropped() == 0 || bounded.Profile().TotalCount()+bounded.Dropped() != whole.TotalCount() {
+		t.Errorf("bound 1: %d samples kept, %d dropped, of %d", len(bounded.Profile().Samples), bounded.Dropped(), whole.TotalCount())
+	}
+}
+
+func mergeTestProfile(t *testing.T, shift uint64) *trace.Profile {
+	t.Helper()
+	m := &trace.Mapping{Start: 0x1000, End: 0x9000, Path: "/bin/x"}
+	var locs []*trace.Location
+	for i := range 3 {
+		locs = append(locs, &trace.Location{Kind: trace.FrameNative, Address: 0x1000 + uint64(i)*16 + shift*64, Mapping: m})
+	}
+	proc := &trace.Process{PID: 1, Name: "x"}
+	return &trace.Profile{Locations: locs, Samples: []*trace.Sample{
+		{Process: proc, TID: 1, Locations: locs[:2], Count: 3},
+		{Process: proc, TID: 1, Locations: locs[1:], Count: 2},
+	}}
 }

@@ -18,14 +18,15 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding/gzip"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // client makes single export calls; retrying is the Exporter's business.
 type client struct {
 	conn     *grpc.ClientConn
-	svc      collectorpb.ProfilesServiceClient
 	timeout  time.Duration
 	md       metadata.MD
 	callOpts []grpc.CallOption
@@ -75,7 +76,6 @@ func newClient(cfg Config, userAgent string) (*client, error) {
 	}
 	c := &client{
 		conn:     conn,
-		svc:      collectorpb.NewProfilesServiceClient(conn),
 		timeout:  cfg.Timeout,
 		callOpts: callOpts,
 	}
@@ -111,14 +111,53 @@ func tlsConfig(cfg Config) (*tls.Config, error) {
 	return tc, nil
 }
 
-func (c *client) export(ctx context.Context, req *collectorpb.ExportProfilesServiceRequest) (*collectorpb.ExportProfilesServiceResponse, error) {
+// export sends a request already marshaled.
+func (c *client) export(ctx context.Context, req []byte) (*collectorpb.ExportProfilesServiceResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	if c.md != nil {
 		ctx = metadata.NewOutgoingContext(ctx, c.md)
 	}
-	return c.svc.Export(ctx, req, c.callOpts...)
+	resp := new(collectorpb.ExportProfilesServiceResponse)
+	opts := append([]grpc.CallOption{grpc.ForceCodecV2(rawCodec{})}, c.callOpts...)
+	if err := c.conn.Invoke(ctx, exportMethod, marshaled(req), resp, opts...); err != nil {
+		return nil, err
+	}
+	return resp, nil
 }
+
+// exportMethod is the ProfilesService's Export, as the generated client names it.
+const exportMethod = "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export"
+
+// marshaled is a request already in wire form.
+type marshaled []byte
+
+// rawCodec sends marshaled requests as they are and decodes responses as protobuf: the
+// bytes on the wire are those proto would have produced.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if m, ok := v.(marshaled); ok {
+		return mem.BufferSlice{mem.SliceBuffer(m)}, nil
+	}
+	msg, ok := v.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("otlp: cannot marshal %T", v)
+	}
+	b, err := proto.Marshal(msg)
+	return mem.BufferSlice{mem.SliceBuffer(b)}, err
+}
+
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	msg, ok := v.(proto.Message)
+	if !ok {
+		return fmt.Errorf("otlp: cannot unmarshal into %T", v)
+	}
+	return proto.Unmarshal(data.Materialize(), msg)
+}
+
+// Name keeps the content type application/grpc+proto.
+func (rawCodec) Name() string { return "proto" }
 
 func (c *client) close() error { return c.conn.Close() }
 

@@ -46,6 +46,8 @@ type Config struct {
 	// QueueSize is how many intervals wait while the collector is unreachable; when
 	// one more comes, the oldest is dropped.
 	QueueSize int
+	// QueueBytes, when positive, bounds the encoded bytes of the waiting intervals too.
+	QueueBytes int
 	// RetryInitial and RetryMax bound the exponential backoff between attempts to
 	// deliver to a collector that fails in a way worth retrying.
 	RetryInitial, RetryMax time.Duration

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/trace"
 )
 
@@ -360,11 +361,11 @@ func (t *dict) mapping(i int32) (*trace.Mapping, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &trace.Mapping{Start: pm.GetMemoryStart(), Limit: pm.GetMemoryLimit(), Offset: pm.GetFileOffset()}
+	m := &trace.Mapping{Start: pm.GetMemoryStart(), End: pm.GetMemoryLimit(), Offset: pm.GetFileOffset()}
 	if m.Path, err = t.str(pm.GetFilenameStrindex()); err != nil {
 		return nil, fmt.Errorf("mapping %d: %w", i, err)
 	}
-	var f trace.File
+	f := new(objfile.File)
 	for _, ai := range pm.GetAttributeIndices() {
 		key, v, err := t.attr(ai)
 		if err != nil {
@@ -381,7 +382,7 @@ func (t *dict) mapping(i int32) (*trace.Mapping, error) {
 	}
 	if f.GNUBuildID != "" || f.GoBuildID != "" || f.HTLHash != "" {
 		f.Path = m.Path
-		m.File = &f
+		m.File = f
 	}
 	t.mappings[i] = m
 	return m, nil

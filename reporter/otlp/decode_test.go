@@ -26,7 +26,7 @@ func describe(p *trace.Profile) string {
 		for _, l := range s.Locations {
 			fmt.Fprintf(&b, " [%v %#x %s %v", l.Kind, l.Address, l.NameSource, l.Lines)
 			if m := l.Mapping; m != nil {
-				fmt.Fprintf(&b, " %s %#x-%#x@%#x", m.Path, m.Start, m.Limit, m.Offset)
+				fmt.Fprintf(&b, " %s %#x-%#x@%#x", m.Path, m.Start, m.End, m.Offset)
 				if f := m.File; f != nil {
 					fmt.Fprintf(&b, " gnu=%s go=%s htl=%s", f.GNUBuildID, f.GoBuildID, f.HTLHash)
 				}

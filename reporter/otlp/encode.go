@@ -6,6 +6,7 @@ import (
 	"io"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	collectorpb "go.opentelemetry.io/proto/otlp/collector/profiles/v1development"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
@@ -176,7 +177,14 @@ func hostAttributes(host Resource) []*commonpb.KeyValue {
 // setString sets key in a resource's attributes, replacing an earlier value: keys
 // must be unique there.
 func setString(kvs []*commonpb.KeyValue, key, value string) []*commonpb.KeyValue {
-	return setValue(kvs, key, &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: value}})
+	return setValue(kvs, validUTF8(key), &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: validUTF8(value)}})
+}
+
+// validUTF8 replaces what is not UTF-8 in a string a process or a file supplied (a thread
+// name set with prctl, a path, a symbol): protobuf refuses to marshal a string field that
+// is not UTF-8, and one such name would cost the whole request.
+func validUTF8(s string) string {
+	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
 func setValue(kvs []*commonpb.KeyValue, key string, v *commonpb.AnyValue) []*commonpb.KeyValue {
@@ -463,6 +471,10 @@ func (d *dictBuilder) str(s string) int32 {
 	if i, ok := d.strings[s]; ok {
 		return i
 	}
+	s = validUTF8(s)
+	if i, ok := d.strings[s]; ok {
+		return i
+	}
 	i := int32(len(d.dict.StringTable))
 	d.dict.StringTable = append(d.dict.StringTable, s)
 	d.strings[s] = i
@@ -470,11 +482,11 @@ func (d *dictBuilder) str(s string) int32 {
 }
 
 func (d *dictBuilder) attrString(key, value string) int32 {
-	k := attrKey{key: d.str(key), str: value}
+	k := attrKey{key: d.str(key), str: validUTF8(value)}
 	if i, ok := d.attrs[k]; ok {
 		return i
 	}
-	return d.addAttr(k, &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: value}})
+	return d.addAttr(k, &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: k.str}})
 }
 
 func (d *dictBuilder) attrInt(key string, value int64) int32 {
@@ -518,7 +530,7 @@ func (d *dictBuilder) mapping(m *trace.Mapping) int32 {
 	if path == "" && m.File != nil {
 		path = m.File.Path
 	}
-	k := mappingKey{start: m.Start, limit: m.Limit, offset: m.Offset, file: d.str(path)}
+	k := mappingKey{start: m.Start, limit: m.End, offset: m.Offset, file: d.str(path)}
 	if f := m.File; f != nil {
 		if f.GNUBuildID != "" {
 			k.gnu = d.attrString(keyBuildIDGNU, f.GNUBuildID)

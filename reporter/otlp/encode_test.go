@@ -8,7 +8,9 @@ import (
 	"time"
 
 	profilespb "go.opentelemetry.io/proto/otlp/profiles/v1development"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/trace"
 )
 
@@ -231,5 +233,30 @@ func TestEncodeProcessAttributesWinOverEnv(t *testing.T) {
 			t.Errorf("resource attribute %s twice", kv.Key)
 		}
 		seen[kv.Key] = true
+	}
+}
+
+// A thread, process, path or symbol name that is not UTF-8 (any process can set such a
+// name) is repaired, and the request still marshals: one odd name must not cost the
+// profiles of every other process.
+func TestEncodeRepairsInvalidUTF8(t *testing.T) {
+	bad := "w\xffrk\xc3"
+	exe := objfile.HostFile(objfile.Key{Dev: 1, Inode: 2}, "/opt/"+bad)
+	m := &trace.Mapping{Start: 0x1000, End: 0x2000, Path: "/opt/" + bad, File: exe}
+	loc := &trace.Location{Kind: trace.FrameNative, Address: 0x1010, Mapping: m,
+		Lines: []trace.Line{{Function: bad, SystemName: bad, File: bad + ".c", Line: 3}}}
+	p := &trace.Profile{Start: t0, End: t0.Add(time.Second), Period: time.Second / 19, Locations: []*trace.Location{loc},
+		Samples: []*trace.Sample{{Process: &trace.Process{PID: 7, Name: bad, ExePath: "/opt/" + bad}, TID: 8, ThreadName: bad,
+			Locations: []*trace.Location{loc}, Count: 1}}}
+	req := Encode([]*trace.Profile{p}, Resource{HostName: "h\xfe", Attributes: map[string]string{"k\xff": bad}}, EncodeOptions{})
+	raw, err := proto.Marshal(req)
+	if err != nil {
+		t.Fatalf("marshal a request with repaired names: %v", err)
+	}
+	if _, err := MarshalJSON(req); err != nil {
+		t.Errorf("OTLP/JSON: %v", err)
+	}
+	if !bytes.Contains(raw, []byte("w\uFFFDrk\uFFFD")) {
+		t.Errorf("the name is not in the request with its invalid bytes replaced")
 	}
 }

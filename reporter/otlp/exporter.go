@@ -11,6 +11,7 @@ import (
 
 	collectorpb "go.opentelemetry.io/proto/otlp/collector/profiles/v1development"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sonde-profiler/sonde/trace"
 )
@@ -49,8 +50,12 @@ type Stats struct {
 	RejectedRequests uint64
 	// RejectedProfiles sums the rejected_profiles of partial successes.
 	RejectedProfiles int64
-	// Queued is how many intervals wait to be sent now.
-	Queued int
+	// EncodeFailures counts request parts that could not be encoded and were dropped.
+	EncodeFailures uint64
+	// Shed counts the times the queue was emptied to give memory back.
+	Shed uint64
+	// Queued is how many intervals wait to be sent now, and QueuedBytes their size.
+	Queued, QueuedBytes int
 }
 
 // Exporter sends requests to a collector from a bounded queue of intervals. Enqueue
@@ -73,11 +78,13 @@ type Exporter struct {
 	closeErr  error
 }
 
-// batch is one interval's request, split to fit the collector's size limit. Parts
-// go in order; next is the first not yet sent.
+// batch is one interval's request, split to fit the collector's size limit and kept
+// marshaled: a queue of wire bytes is several times smaller than one of messages, which
+// matters while a collector is away. Parts go in order; next is the first not yet sent.
 type batch struct {
-	parts   []*collectorpb.ExportProfilesServiceRequest
+	parts   [][]byte
 	samples []uint64
+	bytes   int
 	next    int
 	// inFlight marks the batch Run is sending right now, which the queue must not
 	// drop under it; between attempts it is dropped like any other.
@@ -108,23 +115,37 @@ func New(cfg Config, opts ...Option) (*Exporter, error) {
 }
 
 // EnqueueProfiles encodes profiles as one interval and queues it.
-func (e *Exporter) EnqueueProfiles(profiles ...*trace.Profile) {
-	e.Enqueue(Encode(profiles, e.resource, e.encode))
+func (e *Exporter) EnqueueProfiles(profiles ...*trace.Profile) error {
+	return e.Enqueue(Encode(profiles, e.resource, e.encode))
 }
 
 // Enqueue queues req as one interval, split if it is too big for the collector. If
-// the queue is full it drops the oldest interval to make room.
-func (e *Exporter) Enqueue(req *collectorpb.ExportProfilesServiceRequest) {
+// the queue is full, in intervals or in bytes, it drops the oldest intervals to make
+// room. A part that cannot be encoded is dropped alone, counted, and returned as the
+// error: the rest of the interval still goes.
+func (e *Exporter) Enqueue(req *collectorpb.ExportProfilesServiceRequest) error {
 	if req == nil || len(req.ResourceProfiles) == 0 {
-		return
+		return nil
 	}
-	parts := Split(req, MaxRequestBytes)
-	b := &batch{parts: parts, samples: make([]uint64, len(parts))}
-	for i, p := range parts {
-		b.samples[i] = countSamples(p)
+	b := &batch{}
+	var errs []error
+	for _, p := range Split(req, MaxRequestBytes) {
+		raw, err := proto.Marshal(p)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("otlp: encode request: %w", err))
+			continue
+		}
+		b.parts = append(b.parts, raw)
+		b.samples = append(b.samples, countSamples(p))
+		b.bytes += len(raw)
 	}
 	e.mu.Lock()
-	for e.waiting() >= e.cfg.QueueSize {
+	e.stats.EncodeFailures += uint64(len(errs))
+	if len(b.parts) == 0 {
+		e.mu.Unlock()
+		return errors.Join(errs...)
+	}
+	for e.waiting() > 0 && (e.waiting() >= e.cfg.QueueSize || (e.cfg.QueueBytes > 0 && e.queuedBytes()+b.bytes > e.cfg.QueueBytes)) {
 		e.dropOldest()
 	}
 	e.queue = append(e.queue, b)
@@ -133,6 +154,39 @@ func (e *Exporter) Enqueue(req *collectorpb.ExportProfilesServiceRequest) {
 	case e.wake <- struct{}{}:
 	default:
 	}
+	return errors.Join(errs...)
+}
+
+// queuedBytes is what the queue holds, the batch in flight included. Caller holds mu.
+func (e *Exporter) queuedBytes() int {
+	n := 0
+	for _, b := range e.queue {
+		n += b.bytes
+	}
+	return n
+}
+
+// Shed drops every queued interval not being sent, to give memory back under pressure,
+// and returns how many bytes it let go.
+func (e *Exporter) Shed() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	freed := 0
+	for e.waiting() > 0 {
+		freed += e.oldestWaiting().bytes
+		e.dropOldest()
+	}
+	e.stats.Shed++
+	return freed
+}
+
+func (e *Exporter) oldestWaiting() *batch {
+	for _, b := range e.queue {
+		if !b.inFlight {
+			return b
+		}
+	}
+	return nil
 }
 
 // waiting counts the queued batches not being sent; the queue holds at most
@@ -184,7 +238,7 @@ func (e *Exporter) Stats() Stats {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	s := e.stats
-	s.Queued = len(e.queue)
+	s.Queued, s.QueuedBytes = len(e.queue), e.queuedBytes()
 	return s
 }
 
@@ -255,7 +309,7 @@ func (e *Exporter) Run(ctx context.Context) error {
 }
 
 // head marks the oldest batch in flight and returns it with its next part.
-func (e *Exporter) head() (*batch, *collectorpb.ExportProfilesServiceRequest) {
+func (e *Exporter) head() (*batch, []byte) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if len(e.queue) == 0 {
@@ -406,4 +460,12 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+func (s Stats) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.Uint64("sent_requests", s.SentRequests), slog.Uint64("sent_samples", s.SentSamples),
+		slog.Uint64("dropped_intervals", s.DroppedIntervals), slog.Uint64("failed_attempts", s.FailedAttempts),
+		slog.Uint64("rejected_requests", s.RejectedRequests), slog.Uint64("encode_failures", s.EncodeFailures),
+		slog.Int("queued", s.Queued), slog.Int("queued_bytes", s.QueuedBytes), slog.Uint64("sheds", s.Shed))
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"google.golang.org/protobuf/proto"
 	"log/slog"
 	"net"
 	"strings"
@@ -88,6 +89,16 @@ func intervalOf(req *collectorpb.ExportProfilesServiceRequest) int {
 	return int((time.Duration(ns) - time.Duration(t0.UnixNano())) / (10 * time.Second))
 }
 
+// partInterval is intervalOf for a queued, marshaled part.
+func partInterval(t *testing.T, raw []byte) int {
+	t.Helper()
+	req := new(collectorpb.ExportProfilesServiceRequest)
+	if err := proto.Unmarshal(raw, req); err != nil {
+		t.Fatal(err)
+	}
+	return intervalOf(req)
+}
+
 func TestQueueDropsOldest(t *testing.T) {
 	e, err := New(Config{Endpoint: "127.0.0.1:1", Insecure: true, QueueSize: 3})
 	if err != nil {
@@ -104,7 +115,7 @@ func TestQueueDropsOldest(t *testing.T) {
 	}
 	var got []int
 	for _, b := range e.queue {
-		got = append(got, intervalOf(b.parts[0]))
+		got = append(got, partInterval(t, b.parts[0]))
 	}
 	if fmt.Sprint(got) != "[2 3 4]" {
 		t.Errorf("queue holds intervals %v, want the newest [2 3 4]", got)
@@ -117,7 +128,7 @@ func TestQueueDropsOldest(t *testing.T) {
 	e.Enqueue(request(6))
 	got = got[:0]
 	for _, b := range e.queue {
-		got = append(got, intervalOf(b.parts[0]))
+		got = append(got, partInterval(t, b.parts[0]))
 	}
 	if e.queue[0] != b || fmt.Sprint(got) != "[2 4 5 6]" {
 		t.Errorf("queue holds intervals %v, want the in-flight 2 and the newest [4 5 6]", got)
@@ -568,4 +579,29 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		t.Fatalf("New with defaults: %v", err)
 	}
 	e.Close()
+}
+
+// The queue is bounded in bytes as well as in intervals, and Shed empties it on demand.
+func TestQueueBoundedInBytes(t *testing.T) {
+	one, err := proto.Marshal(request(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(Config{Endpoint: "127.0.0.1:1", Insecure: true, QueueSize: 100, QueueBytes: 3*len(one) + len(one)/2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	for i := range 10 {
+		if err := e.Enqueue(request(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := e.Stats()
+	if s.Queued != 3 || s.DroppedIntervals != 7 || s.QueuedBytes > 3*len(one)+len(one)/2 {
+		t.Errorf("stats %+v: want the newest 3 intervals within the byte bound", s)
+	}
+	if freed := e.Shed(); freed < 2*len(one) || e.Stats().Queued != 0 || e.Stats().Shed != 1 {
+		t.Errorf("shed %d bytes, stats %+v; want the queue emptied and counted", freed, e.Stats())
+	}
 }

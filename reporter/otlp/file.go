@@ -4,10 +4,12 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 
 	collectorpb "go.opentelemetry.io/proto/otlp/collector/profiles/v1development"
 	profilespb "go.opentelemetry.io/proto/otlp/profiles/v1development"
@@ -15,39 +17,52 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// WriteFile stores req at path as the OpenTelemetry Collector reads profiles from
-// files: a name ending in ".otlp.pb" gets a binary ProfilesData message, one ending
-// in ".otlp.json" a line of OTLP/JSON (what the file exporter writes in JSON format
-// and the otlpjsonfile receiver reads). The file is replaced atomically, so a reader
-// never sees half of it.
-func WriteFile(path string, req *collectorpb.ExportProfilesServiceRequest) error {
+// Write writes req as the OpenTelemetry Collector reads profiles from files: a binary
+// ProfilesData message, or with json a line of OTLP/JSON (what the file exporter writes in
+// JSON format and the otlpjsonfile receiver reads).
+func Write(w io.Writer, json bool, req *collectorpb.ExportProfilesServiceRequest) error {
 	var data []byte
 	var err error
-	switch {
-	case strings.HasSuffix(path, ".otlp.pb"):
-		data, err = proto.Marshal(profilesData(req))
-	case strings.HasSuffix(path, ".otlp.json"):
+	if json {
 		data, err = MarshalJSON(req)
 		data = append(data, '\n')
-	default:
-		return fmt.Errorf("write %s: unknown format: the name must end in .otlp.pb or .otlp.json", path)
+	} else {
+		data, err = proto.Marshal(profilesData(req))
 	}
 	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+		return err
+	}
+	_, err = w.Write(data)
+	return err
+}
+
+// IsJSON says whether a file name asks for OTLP/JSON (".otlp.json") rather than binary
+// protobuf (".otlp.pb").
+func IsJSON(name string) bool { return strings.HasSuffix(name, ".otlp.json") }
+
+// WriteFile stores req at path, in the form its name asks for: ".otlp.pb" or
+// ".otlp.json". The file is replaced atomically, so a reader never sees half of it, and
+// is created with the mode the umask allows.
+func WriteFile(path string, req *collectorpb.ExportProfilesServiceRequest) error {
+	if !strings.HasSuffix(path, ".otlp.pb") && !IsJSON(path) {
+		return fmt.Errorf("write %s: unknown format: the name must end in .otlp.pb or .otlp.json", path)
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	defer os.Remove(tmp.Name()) // after the rename this fails harmlessly
-	if _, err := tmp.Write(data); err != nil {
+	if err := Write(tmp, IsJSON(path), req); err != nil {
 		tmp.Close()
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+	// CreateTemp makes the file private; a file the user names gets what the umask gives.
+	umask := syscall.Umask(0)
+	syscall.Umask(umask)
+	if err := os.Chmod(tmp.Name(), os.FileMode(0o666&^umask)); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {

@@ -14,6 +14,7 @@ import (
 	profilespb "go.opentelemetry.io/proto/otlp/profiles/v1development"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/trace"
 )
 
@@ -24,7 +25,7 @@ var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 // kernel frames and a mapping without a file.
 type fixture struct {
 	app, goProc                *trace.Process
-	appExe, libc, goExe        *trace.File
+	appExe, libc, goExe        *objfile.File
 	appMap, libcMap, vdso, goM *trace.Mapping
 	profile                    *trace.Profile
 }
@@ -34,19 +35,19 @@ func newFixture() *fixture {
 	f.app = &trace.Process{PID: 100, Name: "app", ExePath: "/usr/bin/app"}
 	f.goProc = &trace.Process{PID: 200, Name: "goserver", ExePath: "/srv/goserver", ContainerID: "c0ffee"}
 
-	f.appExe = trace.NewFile(trace.FileKey{Dev: 1, Inode: 10}, "/usr/bin/app")
+	f.appExe = objfile.HostFile(objfile.Key{Dev: 1, Inode: 10}, "/usr/bin/app")
 	f.appExe.GNUBuildID = "a1b2c3d4"
-	f.libc = trace.NewFile(trace.FileKey{Dev: 1, Inode: 11}, "/usr/lib/libc.so.6")
+	f.libc = objfile.HostFile(objfile.Key{Dev: 1, Inode: 11}, "/usr/lib/libc.so.6")
 	f.libc.HTLHash = "feedface"
-	f.goExe = trace.NewFile(trace.FileKey{Dev: 1, Inode: 12}, "/srv/goserver")
+	f.goExe = objfile.HostFile(objfile.Key{Dev: 1, Inode: 12}, "/srv/goserver")
 	f.goExe.GoBuildID = "gobuild/abc"
 	f.goExe.GNUBuildID = "99887766"
 	f.goExe.IsGo = true
 
-	f.appMap = &trace.Mapping{Start: 0x55550000, Limit: 0x55560000, Offset: 0x1000, Path: "/usr/bin/app", File: f.appExe}
-	f.libcMap = &trace.Mapping{Start: 0x7f0000000000, Limit: 0x7f0000100000, Offset: 0x28000, Path: "/usr/lib/libc.so.6", File: f.libc}
-	f.vdso = &trace.Mapping{Start: 0x7fff0000, Limit: 0x7fff2000, Path: "[vdso]"}
-	f.goM = &trace.Mapping{Start: 0x400000, Limit: 0x900000, Path: "/srv/goserver", File: f.goExe}
+	f.appMap = &trace.Mapping{Start: 0x55550000, End: 0x55560000, Offset: 0x1000, Path: "/usr/bin/app", File: f.appExe}
+	f.libcMap = &trace.Mapping{Start: 0x7f0000000000, End: 0x7f0000100000, Offset: 0x28000, Path: "/usr/lib/libc.so.6", File: f.libc}
+	f.vdso = &trace.Mapping{Start: 0x7fff0000, End: 0x7fff2000, Path: "[vdso]"}
+	f.goM = &trace.Mapping{Start: 0x400000, End: 0x900000, Path: "/srv/goserver", File: f.goExe}
 
 	kernel := &trace.Location{Kind: trace.FrameKernel, Address: 0xffffffff81000010,
 		Lines: []trace.Line{{Function: "do_syscall_64"}}, NameSource: "kallsyms"}
@@ -302,14 +303,14 @@ func synthetic(seed uint64, nProcs, nSamples, nStacks, depth, nameLen int, start
 	}
 	procs := make([]*proc, nProcs)
 	for pi := range procs {
-		exe := trace.NewFile(trace.FileKey{Dev: 1, Inode: uint64(1000 + pi)}, fmt.Sprintf("/usr/bin/svc%d", pi))
+		exe := objfile.HostFile(objfile.Key{Dev: 1, Inode: uint64(1000 + pi)}, fmt.Sprintf("/usr/bin/svc%d", pi))
 		exe.GNUBuildID = fmt.Sprintf("%040x", pi+1)
-		libc := trace.NewFile(trace.FileKey{Dev: 1, Inode: 1}, "/usr/lib/libc.so.6")
+		libc := objfile.HostFile(objfile.Key{Dev: 1, Inode: 1}, "/usr/lib/libc.so.6")
 		libc.GNUBuildID = "c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0"
 		base := uint64(0x55550000) + uint64(pi)<<24
 		maps := []*trace.Mapping{
-			{Start: base, Limit: base + 0x1000000, Offset: 0x1000, Path: exe.Path, File: exe},
-			{Start: 0x7f0000000000 + uint64(pi)<<32, Limit: 0x7f0000200000 + uint64(pi)<<32, Offset: 0x28000, Path: libc.Path, File: libc},
+			{Start: base, End: base + 0x1000000, Offset: 0x1000, Path: exe.Path, File: exe},
+			{Start: 0x7f0000000000 + uint64(pi)<<32, End: 0x7f0000200000 + uint64(pi)<<32, Offset: 0x28000, Path: libc.Path, File: libc},
 		}
 		pr := &proc{p: &trace.Process{PID: uint32(1000 + pi), Name: fmt.Sprintf("svc%d", pi), ExePath: exe.Path}}
 		nLocs := 2*nStacks/nProcs + 50

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/trace"
 )
 
@@ -76,8 +77,8 @@ func Write(w io.Writer, profiles ...*trace.Profile) error {
 // mappingKey identifies a mapping by content: processes and intervals that map the same
 // file at the same place share one pprof mapping.
 type mappingKey struct {
-	start, limit, offset uint64
-	path, buildID        string
+	start, end, offset uint64
+	path, buildID      string
 }
 
 type builder struct {
@@ -86,7 +87,7 @@ type builder struct {
 	functions map[trace.Line]*profile.Function
 }
 
-func buildID(f *trace.File) string {
+func buildID(f *objfile.File) string {
 	switch {
 	case f == nil:
 		return ""
@@ -100,14 +101,14 @@ func buildID(f *trace.File) string {
 }
 
 func (b *builder) mapping(m *trace.Mapping) *profile.Mapping {
-	k := mappingKey{start: m.Start, limit: m.Limit, offset: m.Offset, path: m.Path, buildID: buildID(m.File)}
+	k := mappingKey{start: m.Start, end: m.End, offset: m.Offset, path: m.Path, buildID: buildID(m.File)}
 	if pm, ok := b.mappings[k]; ok {
 		return pm
 	}
 	pm := &profile.Mapping{
 		ID:      uint64(len(b.out.Mapping) + 1),
 		Start:   m.Start,
-		Limit:   m.Limit,
+		Limit:   m.End,
 		Offset:  m.Offset,
 		File:    m.Path,
 		BuildID: k.buildID,

@@ -7,15 +7,16 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/trace"
 )
 
 // testProfile: two processes running the same binary, one kernel frame, one unnamed frame.
 func testProfile(start time.Time) *trace.Profile {
-	file := &trace.File{Path: "/bin/app", GNUBuildID: "abcd"}
-	kernel := &trace.Mapping{Start: 0xffff800000000000, Limit: ^uint64(0), Path: trace.KernelPath}
-	m1 := &trace.Mapping{Start: 0x400000, Limit: 0x500000, Offset: 0x1000, Path: "/bin/app", File: file}
-	m2 := &trace.Mapping{Start: 0x400000, Limit: 0x500000, Offset: 0x1000, Path: "/bin/app", File: file}
+	file := &objfile.File{Path: "/bin/app", GNUBuildID: "abcd"}
+	kernel := &trace.Mapping{Start: 0xffff800000000000, End: ^uint64(0), Path: trace.KernelPath}
+	m1 := &trace.Mapping{Start: 0x400000, End: 0x500000, Offset: 0x1000, Path: "/bin/app", File: file}
+	m2 := &trace.Mapping{Start: 0x400000, End: 0x500000, Offset: 0x1000, Path: "/bin/app", File: file}
 	leaf := &trace.Location{Kind: trace.FrameNative, Address: 0x400100, Mapping: m1,
 		Lines: []trace.Line{{Function: "inlined", File: "a.c", Line: 3}, {Function: "leaf", File: "a.c", Line: 10}}}
 	main1 := &trace.Location{Kind: trace.FrameNative, Address: 0x400200, Mapping: m1, Lines: []trace.Line{{Function: "main"}}}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/trace"
 )
 
@@ -121,9 +122,9 @@ func countValue(pp *profile.Profile) (index int, divisor int64) {
 }
 
 func newMapping(m *profile.Mapping) *trace.Mapping {
-	tm := &trace.Mapping{Start: m.Start, Limit: m.Limit, Offset: m.Offset, Path: m.File}
+	tm := &trace.Mapping{Start: m.Start, End: m.Limit, Offset: m.Offset, Path: m.File}
 	if m.BuildID != "" {
-		f := &trace.File{Path: m.File}
+		f := &objfile.File{Path: m.File}
 		if strings.Contains(m.BuildID, "/") {
 			f.GoBuildID = m.BuildID
 		} else {

@@ -15,6 +15,7 @@ import (
 	profilespb "go.opentelemetry.io/proto/otlp/profiles/v1development"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/reporter/otlp"
 	"github.com/sonde-profiler/sonde/trace"
 )
@@ -26,17 +27,17 @@ func fixture() *trace.Profile {
 	app := &trace.Process{PID: 4242, Name: "app", ExePath: "/usr/bin/app"}
 	gosrv := &trace.Process{PID: 4343, Name: "goserver", ExePath: "/srv/goserver", ContainerID: "0123456789abcdef"}
 
-	appExe := trace.NewFile(trace.FileKey{Dev: 1, Inode: 10}, "/usr/bin/app")
+	appExe := objfile.HostFile(objfile.Key{Dev: 1, Inode: 10}, "/usr/bin/app")
 	appExe.GNUBuildID = "aabbccddeeff00112233445566778899aabbccdd"
-	libc := trace.NewFile(trace.FileKey{Dev: 1, Inode: 11}, "/usr/lib/libc.so.6")
+	libc := objfile.HostFile(objfile.Key{Dev: 1, Inode: 11}, "/usr/lib/libc.so.6")
 	libc.HTLHash = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
-	goExe := trace.NewFile(trace.FileKey{Dev: 1, Inode: 12}, "/srv/goserver")
+	goExe := objfile.HostFile(objfile.Key{Dev: 1, Inode: 12}, "/srv/goserver")
 	goExe.GoBuildID = "Zx1/Zx2/Zx3/Zx4"
 	goExe.IsGo = true
 
-	appMap := &trace.Mapping{Start: 0x55550000, Limit: 0x55560000, Offset: 0x1000, Path: "/usr/bin/app", File: appExe}
-	libcMap := &trace.Mapping{Start: 0x7f0000000000, Limit: 0x7f0000100000, Offset: 0x28000, Path: "/usr/lib/libc.so.6", File: libc}
-	goMap := &trace.Mapping{Start: 0x400000, Limit: 0x900000, Path: "/srv/goserver", File: goExe}
+	appMap := &trace.Mapping{Start: 0x55550000, End: 0x55560000, Offset: 0x1000, Path: "/usr/bin/app", File: appExe}
+	libcMap := &trace.Mapping{Start: 0x7f0000000000, End: 0x7f0000100000, Offset: 0x28000, Path: "/usr/lib/libc.so.6", File: libc}
+	goMap := &trace.Mapping{Start: 0x400000, End: 0x900000, Path: "/srv/goserver", File: goExe}
 
 	kernel := &trace.Location{Kind: trace.FrameKernel, Address: 0xffffffff81000010, Lines: []trace.Line{{Function: "do_syscall_64"}}}
 	write := &trace.Location{Kind: trace.FrameNative, Address: 0x7f0000001234, Mapping: libcMap,
@@ -171,9 +172,9 @@ func TestCollectorReceivesProfiles(t *testing.T) {
 // request is several times the collector's 4 MiB limit.
 func bigInterval() *trace.Profile {
 	proc := &trace.Process{PID: 777, Name: "big", ExePath: "/usr/bin/big"}
-	exe := trace.NewFile(trace.FileKey{Dev: 1, Inode: 77}, "/usr/bin/big")
+	exe := objfile.HostFile(objfile.Key{Dev: 1, Inode: 77}, "/usr/bin/big")
 	exe.GNUBuildID = "77777777777777777777777777777777"
-	m := &trace.Mapping{Start: 0x10000000, Limit: 0x20000000, Path: exe.Path, File: exe}
+	m := &trace.Mapping{Start: 0x10000000, End: 0x20000000, Path: exe.Path, File: exe}
 	p := &trace.Profile{Start: t0, End: t0.Add(10 * time.Second), Period: time.Second / 99}
 	pad := strings.Repeat("n", 300)
 	var locs []*trace.Location

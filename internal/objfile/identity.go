@@ -1,4 +1,4 @@
-package trace
+package objfile
 
 import (
 	"bytes"
@@ -17,16 +17,36 @@ const (
 	noteGoBuildID  = 4 // owner "Go"
 )
 
-// fileIdentity is what sonde learns from an ELF file once, at first sight.
-type fileIdentity struct {
+// maxNotesSize bounds the notes read from one file: build IDs take tens of bytes, and
+// real note sections stay under a few kilobytes.
+const maxNotesSize = 1 << 20
+
+// Identity is what sonde learns from an ELF file once, at first sight.
+type Identity struct {
 	GNUBuildID, GoBuildID, HTLHash string
 	IsGo                           bool
 }
 
-// readIdentity reads build IDs from the notes and hashes files that have none.
-func readIdentity(r io.ReaderAt, size int64) (fileIdentity, error) {
-	var id fileIdentity
-	f, err := safeNewELF(r)
+// Identify reads the file's identity into f. Call it before the file is shared.
+func Identify(f *File) error {
+	h, err := f.Open()
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	id, err := ReadIdentity(h, h.Size())
+	if err != nil {
+		return fmt.Errorf("identify %s: %w", f.Path, err)
+	}
+	f.GNUBuildID, f.GoBuildID, f.HTLHash, f.IsGo = id.GNUBuildID, id.GoBuildID, id.HTLHash, id.IsGo
+	return nil
+}
+
+// ReadIdentity reads build IDs from the notes of the ELF file in r, of size bytes, and
+// hashes files that have none.
+func ReadIdentity(r io.ReaderAt, size int64) (Identity, error) {
+	var id Identity
+	f, err := NewELF(r)
 	if err != nil {
 		return id, err
 	}
@@ -34,11 +54,11 @@ func readIdentity(r io.ReaderAt, size int64) (fileIdentity, error) {
 		if s.Type != elf.SHT_NOTE {
 			continue
 		}
-		data, err := s.Data()
+		data, err := SectionData(s, maxNotesSize)
 		if err != nil {
-			return id, fmt.Errorf("read note section %s: %w", s.Name, err)
+			return id, fmt.Errorf("read note section: %w", err)
 		}
-		gnu, goID := parseNotes(data, f.ByteOrder)
+		gnu, goID := ParseNotes(data, f.ByteOrder)
 		id.GNUBuildID = cmpOr(id.GNUBuildID, gnu)
 		id.GoBuildID = cmpOr(id.GoBuildID, goID)
 	}
@@ -48,18 +68,21 @@ func readIdentity(r io.ReaderAt, size int64) (fileIdentity, error) {
 			if p.Type != elf.PT_NOTE {
 				continue
 			}
-			data := make([]byte, p.Filesz)
-			if _, err := p.ReadAt(data, 0); err != nil {
+			if p.Filesz > maxNotesSize {
+				return id, fmt.Errorf("read note segment: %d bytes, over the bound of %d", p.Filesz, maxNotesSize)
+			}
+			data, err := ProgData(p, 0, p.Filesz)
+			if err != nil {
 				return id, fmt.Errorf("read note segment: %w", err)
 			}
-			gnu, goID := parseNotes(data, f.ByteOrder)
+			gnu, goID := ParseNotes(data, f.ByteOrder)
 			id.GNUBuildID = cmpOr(id.GNUBuildID, gnu)
 			id.GoBuildID = cmpOr(id.GoBuildID, goID)
 		}
 	}
 	id.IsGo = id.GoBuildID != "" || f.Section(".gopclntab") != nil || f.Section(".go.buildinfo") != nil
 	if id.GNUBuildID == "" && id.GoBuildID == "" {
-		if id.HTLHash, err = htlHash(r, size); err != nil {
+		if id.HTLHash, err = HTLHash(r, size); err != nil {
 			return id, err
 		}
 	}
@@ -73,22 +96,9 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-// safeNewELF parses ELF headers; debug/elf can panic on hostile input, which must not take sonde down.
-func safeNewELF(r io.ReaderAt) (f *elf.File, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			f, err = nil, fmt.Errorf("malformed elf: %v", p)
-		}
-	}()
-	f, err = elf.NewFile(r)
-	if err != nil {
-		return nil, fmt.Errorf("parse elf: %w", err)
-	}
-	return f, nil
-}
-
-// parseNotes walks ELF notes and returns the GNU build ID (hex) and the Go build ID.
-func parseNotes(data []byte, order binary.ByteOrder) (gnu, goID string) {
+// ParseNotes walks ELF notes and returns the GNU build ID (hex) and the Go build ID.
+// Truncated or oversized entries end the walk; nothing in data is trusted.
+func ParseNotes(data []byte, order binary.ByteOrder) (gnu, goID string) {
 	for len(data) >= 12 {
 		namesz := order.Uint32(data[0:])
 		descsz := order.Uint32(data[4:])
@@ -102,9 +112,9 @@ func parseNotes(data []byte, order binary.ByteOrder) (gnu, goID string) {
 		name := string(bytes.TrimRight(data[:namesz], "\x00"))
 		desc := data[nameEnd : nameEnd+uint64(descsz)]
 		switch {
-		case name == "GNU" && typ == noteGNUBuildID:
+		case name == "GNU" && typ == noteGNUBuildID && gnu == "":
 			gnu = hex.EncodeToString(desc)
-		case name == "Go" && typ == noteGoBuildID:
+		case name == "Go" && typ == noteGoBuildID && goID == "":
 			goID = string(desc)
 		}
 		data = data[descEnd:]
@@ -116,16 +126,17 @@ func align4(n uint64) uint64 { return (n + 3) &^ 3 }
 
 // ParseKernelNotes reads the kernel's own build ID from /sys/kernel/notes.
 func ParseKernelNotes(data []byte) (string, error) {
-	gnu, _ := parseNotes(data, binary.NativeEndian)
+	gnu, _ := ParseNotes(data, binary.NativeEndian)
 	if gnu == "" {
 		return "", errors.New("no gnu build id note")
 	}
 	return gnu, nil
 }
 
-// htlHash identifies a file by its first and last 4 KiB and its length, the way the
-// OpenTelemetry eBPF profiler names files without build IDs: cheap and stable across hosts.
-func htlHash(r io.ReaderAt, size int64) (string, error) {
+// HTLHash identifies a file by its first and last 4 KiB and its length, the way the
+// OpenTelemetry eBPF profiler names files without build IDs: cheap and stable across
+// hosts.
+func HTLHash(r io.ReaderAt, size int64) (string, error) {
 	const chunk = 4096
 	h := sha256.New()
 	buf := make([]byte, chunk)

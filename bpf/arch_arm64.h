@@ -1,0 +1,24 @@
+/* arm64 facts the kernel programs need. Only frame-pointer walking is supported here:
+ * unwind tables for arm64 need a rule for the return address (in x30 until saved), which
+ * package unwind does not build yet, so ARCH_TABLE_UNWIND is 0 and the loader walks user
+ * stacks with bpf_get_stack. */
+#ifndef SONDE_ARCH_H
+#define SONDE_ARCH_H
+
+/* The kernel's struct pt_regs begins with struct user_pt_regs (arch/arm64/include/asm/ptrace.h). */
+struct arch_regs {
+	__u64 regs[31];
+	__u64 sp;
+	__u64 pc;
+	__u64 pstate;
+};
+
+#define ARCH_PC(r) ((r)->pc)
+#define ARCH_SP(r) ((r)->sp)
+#define ARCH_FP(r) ((r)->regs[29])
+/* PSR_MODE_MASK is 0xf; EL0t, user mode, is 0. */
+#define ARCH_USER_MODE(r) (((r)->pstate & 0xf) == 0)
+
+#define ARCH_TABLE_UNWIND 0
+
+#endif

@@ -1,0 +1,54 @@
+package bpf
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/features"
+)
+
+// feature is something the programs need from the kernel, and the release that added it.
+type feature struct {
+	name, since string
+	probe       func() error
+}
+
+// required lists what the programs use, oldest first, so that on an old kernel the first
+// missing feature named is the one that dates it.
+var required = []feature{
+	{"perf_event programs", "4.9", func() error { return features.HaveProgramType(ebpf.PerfEvent) }},
+	{"BPF ring buffers", "5.8", func() error { return features.HaveMapType(ebpf.RingBuf) }},
+	{"inner maps of varying size (BPF_F_INNER_MAP)", "5.10", func() error { return features.HaveMapFlag(features.BPF_F_INNER_MAP) }},
+	{"bpf_get_current_task_btf", "5.11", helper(ebpf.PerfEvent, asm.FnGetCurrentTaskBtf)},
+	{"bpf_task_pt_regs", "5.15", helper(ebpf.PerfEvent, asm.FnTaskPtRegs)},
+	{"bpf_loop", "5.17", helper(ebpf.PerfEvent, asm.FnLoop)},
+}
+
+func helper(pt ebpf.ProgramType, fn asm.BuiltinFunc) func() error {
+	return func() error { return features.HaveProgramHelper(pt, fn) }
+}
+
+// CheckFeatures probes the kernel for everything the programs use and names the first
+// feature missing, wrapping ErrNoBPF. A probe that fails for lack of privileges reports
+// ErrPermission.
+func CheckFeatures() error { return checkFeatures(required) }
+
+func checkFeatures(list []feature) error {
+	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
+		return fmt.Errorf("kernel BTF (/sys/kernel/btf/vmlinux, CONFIG_DEBUG_INFO_BTF, Linux 5.4 or later): %w: %w", ErrNoBPF, err)
+	}
+	for _, f := range list {
+		err := f.probe()
+		switch {
+		case err == nil:
+		case errors.Is(err, ebpf.ErrNotSupported):
+			return fmt.Errorf("%s (Linux %s or later): %w: %w", f.name, f.since, ErrNoBPF, err)
+		default:
+			return classify("probe for "+f.name, err)
+		}
+	}
+	return nil
+}

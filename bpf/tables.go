@@ -1,0 +1,158 @@
+package bpf
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// ErrTableFull: every slot for a file's table is taken, or the kernel refused the memory
+// for another one.
+var ErrTableFull = errors.New("no room for another unwind table")
+
+// tableSlots hands out indices into the unwind_tables map.
+type tableSlots struct {
+	free []uint32 // released indices, reused first
+	next uint32   // the lowest index never handed out
+	max  uint32
+}
+
+func (t *tableSlots) take() (uint32, bool) {
+	if n := len(t.free); n > 0 {
+		id := t.free[n-1]
+		t.free = t.free[:n-1]
+		return id, true
+	}
+	if t.next >= t.max {
+		return 0, false
+	}
+	t.next++
+	return t.next - 1, true
+}
+
+func (t *tableSlots) put(id uint32) { t.free = append(t.free, id) }
+
+// AddTable stores one file's rows as a table of their own and returns its id, which
+// ExecMapping.TableId refers to. The kernel memory it takes is len(rows) rounded-up rows
+// of 16 bytes, held until RemoveTable.
+func (s *Sampler) AddTable(rows []UnwindRow) (id uint32, err error) {
+	if len(rows) == 0 {
+		return 0, errors.New("add unwind table: no rows")
+	}
+	s.tablesMu.Lock()
+	defer s.tablesMu.Unlock()
+	id, ok := s.slots.take()
+	if !ok {
+		return 0, fmt.Errorf("add unwind table of %d rows: all %d tables in use: %w", len(rows), s.slots.max, ErrTableFull)
+	}
+	defer func() {
+		if err != nil {
+			s.slots.put(id)
+		}
+	}()
+	inner, err := ebpf.NewMap(&ebpf.MapSpec{
+		Type:       ebpf.Array,
+		KeySize:    4,
+		ValueSize:  uint32(unsafe.Sizeof(UnwindRow{})),
+		MaxEntries: uint32(len(rows)),
+		Flags:      unix.BPF_F_INNER_MAP,
+	})
+	if errors.Is(err, unix.ENOMEM) {
+		return 0, fmt.Errorf("add unwind table of %d rows: %w: %w", len(rows), ErrTableFull, err)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("add unwind table of %d rows: %w", len(rows), err)
+	}
+	// The outer map holds its own reference: the table lives on without this descriptor.
+	defer inner.Close()
+	keys := make([]uint32, len(rows))
+	for i := range keys {
+		keys[i] = uint32(i)
+	}
+	if _, err := inner.BatchUpdate(keys, rows, nil); err != nil {
+		return 0, fmt.Errorf("write %d unwind rows: %w", len(rows), err)
+	}
+	if err := s.objs.UnwindTables.Put(id, inner); err != nil {
+		return 0, fmt.Errorf("install unwind table %d: %w", id, err)
+	}
+	return id, nil
+}
+
+// RemoveTable frees a table; the kernel releases its memory once no running program
+// still reads it.
+func (s *Sampler) RemoveTable(id uint32) error {
+	s.tablesMu.Lock()
+	defer s.tablesMu.Unlock()
+	if err := s.objs.UnwindTables.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("remove unwind table %d: %w", id, err)
+	}
+	s.slots.put(id)
+	return nil
+}
+
+// SetProcess tells the kernel unwinder a process's executable mappings, sorted by start,
+// as read after the exec whose self_exec_id is execID; the kernel ignores them once the
+// process execs again. Beyond MaxProcessMappings the rest are walked by frame pointer.
+func (s *Sampler) SetProcess(pid uint32, execID uint64, mappings []ExecMapping) error {
+	var info samplerProcInfo
+	info.ExecId = execID
+	info.Count = uint32(copy(info.Maps[:], mappings))
+	if err := s.objs.ProcMaps.Put(pid, &info); err != nil {
+		return fmt.Errorf("set mappings of pid %d: %w", pid, err)
+	}
+	return nil
+}
+
+// DeleteProcess forgets a process's mappings.
+func (s *Sampler) DeleteProcess(pid uint32) error {
+	if err := s.objs.ProcMaps.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("delete mappings of pid %d: %w", pid, err)
+	}
+	return nil
+}
+
+// ExecID returns the self_exec_id of pid's latest exec since the programs were loaded;
+// ok is false when pid has not exec'd since (or exited).
+func (s *Sampler) ExecID(pid uint32) (id uint64, ok bool, err error) {
+	err = s.objs.ExecIds.Lookup(pid, &id)
+	switch {
+	case err == nil:
+		return id, true, nil
+	case errors.Is(err, ebpf.ErrKeyNotExist):
+		return 0, false, nil
+	default:
+		return 0, false, fmt.Errorf("look up exec id of pid %d: %w", pid, err)
+	}
+}
+
+// KernelState counts the per-process and per-file state the kernel holds for the
+// unwinder, for tests and the summary: it must follow what runs, not what ran.
+type KernelState struct {
+	Processes, Tables int
+}
+
+// KernelState walks the unwinder's maps and counts their entries.
+func (s *Sampler) KernelState() (KernelState, error) {
+	var st KernelState
+	// Keys only: each value is a few kilobytes of mappings.
+	var key any
+	for {
+		var next uint32
+		err := s.objs.ProcMaps.NextKey(key, &next)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			break
+		}
+		if err != nil {
+			return st, fmt.Errorf("count process mappings: %w", err)
+		}
+		st.Processes++
+		key = next
+	}
+	s.tablesMu.Lock()
+	st.Tables = int(s.slots.next) - len(s.slots.free)
+	s.tablesMu.Unlock()
+	return st, nil
+}

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"math/bits"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/sonde-profiler/sonde/bpf"
+)
+
+// minMemoryLimit is the least --memory-limit sonde can keep to: its code, one interval's
+// working set and a few symbol files.
+const minMemoryLimit = 32 << 20
+
+// budget divides --memory-limit among everything that grows with what the host runs, so
+// that one number bounds sonde however busy or hostile the host is. About a quarter goes
+// to kernel memory (BPF maps, which the kernel charges to sonde's cgroup but which do not
+// show in its RSS), the rest to sonde's own memory, of which the Go heap gets most.
+type budget struct {
+	limit int64
+	// Kernel memory.
+	unwindRows   int // rows of unwind tables, 16 bytes each
+	maxProcesses int // processes whose mappings the kernel unwinder and the tracker hold
+	// sonde's own memory.
+	rss          int64 // above this, sonde sheds caches and queued intervals
+	goLimit      int64 // the Go runtime's soft limit
+	ringBytes    int   // the BPF ring buffer, mapped into sonde
+	chunkCache   int   // stack chunks interned
+	addressCache int   // named addresses cached
+	fileCache    int64 // bytes of parsed object files cached
+	queueBytes   int   // encoded intervals queued for the collector
+	mergedStacks int   // distinct samples the run's merged --output profile keeps
+}
+
+// Estimated costs of one entry, from the structures' sizes: they turn byte shares into counts.
+const (
+	procInfoBytes  = int(unsafe.Sizeof(bpf.ExecMapping{}))*bpf.MaxProcessMappings + 64 // a hash entry of struct proc_info
+	chunkBytes     = 400                                                               // a chunk of 8 frames with its locations
+	addressBytes   = 200                                                               // a named address with its line
+	mergedBytes    = 300                                                               // a merged sample with its stack
+	unwindRowBytes = 16                                                                // the kernel rounds a 12-byte row up
+)
+
+// newBudget divides limit. Flags that set one of the sizes explicitly win over it.
+func newBudget(limit int64, cfg *config, cpus int) budget {
+	b := budget{limit: limit}
+	share := func(percent int64) int64 { return limit * percent / 100 }
+	b.unwindRows = int(share(20) / unwindRowBytes)
+	b.maxProcesses = min(bpf.DefaultMaxProcesses, max(256, int(share(6))/procInfoBytes))
+	b.rss = limit - share(26)
+	b.goLimit = share(50)
+	b.ringBytes = ringBytes(cfg.frequency, cpus, share(4))
+	b.chunkCache = max(1024, int(share(5))/chunkBytes)
+	b.addressCache = max(1024, int(share(2))/addressBytes)
+	b.fileCache = share(12)
+	b.queueBytes = int(share(10))
+	b.mergedStacks = max(1024, int(share(8))/mergedBytes)
+	if cfg.unwindRows > 0 {
+		b.unwindRows = cfg.unwindRows
+	}
+	if cfg.chunkCache > 0 {
+		b.chunkCache = cfg.chunkCache
+	}
+	if cfg.symbolize.AddressCacheSize > 0 {
+		b.addressCache = cfg.symbolize.AddressCacheSize
+	}
+	return b
+}
+
+// ringBytes sizes the ring buffer for about a second of samples at their largest, a
+// power of two between 256 KiB and limit.
+func ringBytes(frequency, cpus int, limit int64) int {
+	const minSize = 256 << 10
+	want := frequency * cpus * bpf.MaxSampleBytes
+	size := 1 << bits.Len(uint(max(want, 1)-1))
+	for size > minSize && int64(size) > limit {
+		size >>= 1
+	}
+	return max(size, minSize)
+}
+
+func (b budget) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.Int64("limit_bytes", b.limit), slog.Int64("go_limit_bytes", b.goLimit), slog.Int("unwind_rows", b.unwindRows),
+		slog.Int("processes", b.maxProcesses), slog.Int("ring_bytes", b.ringBytes), slog.Int("chunks", b.chunkCache),
+		slog.Int("addresses", b.addressCache), slog.Int("queue_bytes", b.queueBytes))
+}
+
+// pressure watches sonde's resident memory and, above the budget, sheds the least
+// valuable state first: symbol caches (named again from the files when needed), then
+// intervals queued for an absent collector. Sampling goes on whatever is shed.
+type pressure struct {
+	limit   int64
+	sheds   []func() // least valuable first
+	log     *slog.Logger
+	shed    atomic.Uint64
+	peakRSS atomic.Int64
+}
+
+// run checks every interval until ctx ends.
+func (p *pressure) run(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	next, warned := 0, false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rss := residentBytes()
+		if rss > p.peakRSS.Load() {
+			p.peakRSS.Store(rss)
+		}
+		if rss <= p.limit {
+			next, warned = 0, false
+			continue
+		}
+		if !warned {
+			p.log.Warn("memory over budget: dropping caches, then queued intervals; sampling goes on", "rss_bytes", rss, "budget_bytes", p.limit)
+			warned = true
+		}
+		if next < len(p.sheds) {
+			p.sheds[next]()
+			p.shed.Add(1)
+			next++
+			debug.FreeOSMemory()
+		}
+	}
+}
+
+// residentBytes is the process's resident set size.
+func residentBytes() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	fields := strings.Fields(string(b))
+	if len(fields) < 2 {
+		return 0
+	}
+	pages, _ := strconv.ParseInt(fields[1], 10, 64)
+	return pages * int64(os.Getpagesize())
+}

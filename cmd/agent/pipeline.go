@@ -1,0 +1,418 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/sonde-profiler/sonde/bpf"
+	"github.com/sonde-profiler/sonde/reporter/merge"
+	"github.com/sonde-profiler/sonde/reporter/otlp"
+	"github.com/sonde-profiler/sonde/reporter/top"
+	"github.com/sonde-profiler/sonde/symbolize"
+	"github.com/sonde-profiler/sonde/trace"
+	"github.com/sonde-profiler/sonde/unwind"
+)
+
+// Bounds of shutdown: however a stage or a file behaves, sonde exits within a few seconds
+// of its last interval, plus the exporter's own timeout to deliver what is queued.
+const (
+	stageStopTimeout = 2 * time.Second
+	primeTimeout     = 5 * time.Second
+)
+
+// pipeline is sonde's stages, wired: the sampler feeds the aggregator and the process
+// tracker; the tracker feeds the unwind table maintainer; every interval the aggregator's
+// profile is symbolized and handed to the sinks.
+type pipeline struct {
+	cfg        *config
+	log        *slog.Logger
+	budget     budget
+	sampler    *bpf.Sampler
+	procs      *trace.Processes
+	agg        *trace.Aggregator
+	tables     *unwind.Maintainer // nil when walking by frame pointer
+	symbolizer *symbolize.Symbolizer
+	exporter   *otlp.Exporter
+	sinks      []sink
+	pressure   *pressure
+	period     time.Duration
+	runStart   time.Time
+	resource   otlp.Resource
+	encode     otlp.EncodeOptions
+	targets    *targets
+}
+
+// run samples until ctx ends, --duration passes or every --pid target exits. Every
+// interval it symbolizes what was collected and hands it to the sinks.
+func run(ctx context.Context, cfg *config, log *slog.Logger) error {
+	p, err := build(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer p.sampler.Close()
+	return p.run(ctx)
+}
+
+// build checks what can be checked, loads the kernel programs and makes every stage; it
+// starts nothing.
+func build(cfg *config, log *slog.Logger) (*pipeline, error) {
+	if err := checkPIDsExist(cfg.pids); err != nil {
+		return nil, usageError{err}
+	}
+	cpus, err := bpf.OnlineCPUs()
+	if err != nil {
+		return nil, err
+	}
+	p := &pipeline{cfg: cfg, log: log, budget: newBudget(cfg.memoryLimit, cfg, len(cpus)), period: time.Second / time.Duration(cfg.frequency)}
+	debug.SetMemoryLimit(p.budget.goLimit)
+	p.resource, err = otlp.ResourceFromEnv(os.Getenv)
+	if err != nil {
+		log.Warn("resource attributes from the environment ignored", "err", err)
+	}
+	p.encode = otlp.EncodeOptions{Version: version, Timestamps: cfg.timestamps}
+	if cfg.export {
+		ocfg := cfg.otlp
+		ocfg.QueueBytes = p.budget.queueBytes
+		if p.exporter, err = otlp.New(ocfg, otlp.WithLogger(log), otlp.WithResource(p.resource), otlp.WithEncodeOptions(p.encode)); err != nil {
+			return nil, usageError{err}
+		}
+	}
+	bcfg := bpf.Config{
+		PIDs:              cfg.pids,
+		Frequency:         cfg.frequency,
+		KernelStacks:      cfg.kernelStacks,
+		CollectStats:      cfg.bpfStats,
+		FramePointersOnly: cfg.unwind == "fp",
+		MaxProcesses:      p.budget.maxProcesses,
+		RingBufferBytes:   p.budget.ringBytes,
+	}
+	if cfg.unwind == "tables" && !bcfg.TableUnwinding() {
+		log.Info("unwind tables are not supported on this architecture yet; user stacks are walked by frame pointer")
+	}
+	if p.sampler, err = bpf.Load(bcfg); err != nil {
+		if p.exporter != nil {
+			p.exporter.Close()
+		}
+		return nil, err
+	}
+	var observer trace.MappingObserver
+	if bcfg.TableUnwinding() {
+		p.tables = unwind.NewMaintainer(unwind.MaintainerConfig{
+			Kernel:      kernelTables{p.sampler},
+			MaxMappings: bpf.MaxProcessMappings,
+			MaxRows:     p.budget.unwindRows,
+			OnError: func(what string, err error) {
+				log.Info("no unwind table; frames there are walked by frame pointer", "file", what, "err", err)
+			},
+		})
+		observer = p.tables
+	}
+	p.procs = trace.NewProcesses(trace.ProcessConfig{
+		OnFileError: func(path string, err error) {
+			log.Info("cannot identify mapped file; its frames keep addresses only", "file", path, "err", err)
+		},
+		Observer:     observer,
+		ExecIDs:      p.sampler,
+		Pinned:       cfg.pids,
+		MaxProcesses: p.budget.maxProcesses,
+	})
+	kernel, err := trace.KernelMapping("/sys/kernel/notes")
+	if err != nil {
+		log.Debug("kernel build id unavailable", "err", err)
+	}
+	p.runStart = time.Now().Round(0)
+	if p.agg, err = trace.NewAggregator(trace.Config{
+		Period:         p.period,
+		Kernel:         kernel,
+		KeepTimestamps: cfg.timestamps,
+		ChunkSize:      cfg.chunkSize,
+		ChunkCapacity:  p.budget.chunkCache,
+	}, p.procs, p.runStart); err != nil {
+		p.sampler.Close()
+		return nil, usageError{err}
+	}
+	symOpts := cfg.symbolize
+	symOpts.AddressCacheSize = p.budget.addressCache
+	p.symbolizer = symbolize.New(symOpts)
+	p.sinks = p.makeSinks()
+	p.pressure = &pressure{limit: p.budget.rss, log: log, sheds: p.shedders()}
+	p.targets = newTargets(cfg.pids)
+	return p, nil
+}
+
+// makeSinks lists where intervals go: the collector, the output files, the top table.
+func (p *pipeline) makeSinks() []sink {
+	var sinks []sink
+	if p.exporter != nil {
+		sinks = append(sinks, newExportSink(p.exporter, p.log))
+	}
+	if len(p.cfg.outputs) > 0 {
+		sinks = append(sinks, &fileSink{
+			outputs: p.cfg.outputs,
+			merged:  merge.NewMerger(p.budget.mergedStacks),
+			facts:   p.facts,
+			log:     p.log,
+			start:   p.runStart,
+			period:  p.period,
+		})
+	}
+	if p.cfg.top > 0 {
+		sinks = append(sinks, &topSink{table: top.NewTable(), n: p.cfg.top, out: os.Stdout})
+	}
+	return sinks
+}
+
+// shedders lists what can give memory back, least valuable first: names are read again
+// from files when needed, intervals queued for an absent collector are lost.
+func (p *pipeline) shedders() []func() {
+	s := []func(){func() { p.symbolizer.Shed() }}
+	if p.exporter != nil {
+		s = append(s, func() { p.exporter.Shed() })
+	}
+	return s
+}
+
+// facts describes the run for the outputs.
+func (p *pipeline) facts() runFacts {
+	f := runFacts{resource: p.resource, encode: p.encode, frequency: p.cfg.frequency, command: os.Args, lostSamples: -1}
+	if c, err := p.sampler.Counters(); err == nil {
+		f.lostSamples = int64(c.RingBufferFull)
+	}
+	return f
+}
+
+// run starts the stages, runs the interval loop until sampling ends, and shuts down.
+func (p *pipeline) run(ctx context.Context) error {
+	// Stages that serve the sampler run until shutdown tells them to stop.
+	stageCtx, stopStages := context.WithCancel(context.Background())
+	defer stopStages()
+	var stages sync.WaitGroup
+	stages.Go(func() { p.procs.Run(stageCtx) })
+	if p.tables != nil {
+		stages.Go(func() { p.tables.Run(stageCtx) })
+	}
+	stages.Go(func() { p.pressure.run(stageCtx, time.Second) })
+	p.prime()
+	if err := p.sampler.Start(); err != nil {
+		return err
+	}
+	p.log.Info("sampling", "frequency_hz", p.cfg.frequency, "pids", p.cfg.pids, "duration", p.cfg.duration,
+		"otlp_endpoint", p.exportTarget(), "interval", p.cfg.interval, "memory", p.budget, "version", version)
+
+	if p.cfg.duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.cfg.duration)
+		defer cancel()
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	p.targets.onAllExited = func() {
+		p.log.Info("every target process exited; stopping")
+		cancel()
+	}
+	stages.Go(func() { watchCounters(ctx, p.sampler, p.log) })
+	sampled := make(chan error, 1)
+	go func() { sampled <- p.sampler.Run(ctx, p) }()
+
+	runErr := p.loop(sampled)
+	cancel()
+	if runErr != nil {
+		p.log.Error("sampling stopped early; reporting what was collected", "err", runErr)
+	}
+	p.deliver(p.agg.Flush(time.Now()))
+	stopStages()
+	waitBounded(&stages, stageStopTimeout)
+	err := p.closeSinks()
+	p.logSummary()
+	return errors.Join(runErr, err)
+}
+
+// prime reads the mappings of the targets named in advance, and builds their unwind
+// tables, before sampling starts: their first samples are walked with tables.
+func (p *pipeline) prime() {
+	if len(p.cfg.pids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), primeTimeout)
+	defer cancel()
+	for _, pid := range p.cfg.pids {
+		p.procs.Prime(pid)
+	}
+	p.procs.Settle(ctx)
+	if p.tables != nil {
+		p.tables.Settle(ctx)
+	}
+}
+
+// loop flushes an interval every --interval until sampling ends.
+func (p *pipeline) loop(sampled <-chan error) error {
+	timer := time.NewTimer(jittered(p.cfg.interval))
+	defer timer.Stop()
+	for {
+		select {
+		case <-timer.C:
+			p.deliver(p.agg.Flush(time.Now()))
+			timer.Reset(jittered(p.cfg.interval))
+		case err := <-sampled:
+			return err
+		}
+	}
+}
+
+// deliver names an interval's locations and hands it to every sink.
+func (p *pipeline) deliver(prof *trace.Profile) {
+	if len(prof.Samples) > 0 {
+		for _, err := range p.symbolizer.Symbolize(prof) {
+			p.log.Info("cannot symbolize; frames keep addresses and build ids", "err", err)
+		}
+	}
+	for _, s := range p.sinks {
+		s.add(prof)
+	}
+}
+
+func (p *pipeline) closeSinks() error {
+	var errs []error
+	for _, s := range p.sinks {
+		if err := s.close(context.Background()); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// HandleSample feeds a kernel sample to the aggregator; it implements bpf.Handler, on the
+// goroutine that drains the ring buffer.
+func (p *pipeline) HandleSample(b *bpf.Sample) {
+	p.agg.Add(trace.RawSample{PID: b.PID, TID: b.TID, ExecID: b.ExecID, Comm: b.Comm, Time: b.Time, User: b.User, Kernel: b.Kernel})
+}
+
+// HandleProcessEvent tells the process tracker of execs and exits.
+func (p *pipeline) HandleProcessEvent(e bpf.ProcessEvent) {
+	switch e.Kind {
+	case bpf.ProcessExec:
+		p.procs.Exec(e.PID, e.ExecID)
+	case bpf.ProcessExit:
+		p.procs.Exit(e.PID)
+		p.targets.exited(e.PID)
+	}
+}
+
+func (p *pipeline) exportTarget() string {
+	if !p.cfg.export {
+		return "none"
+	}
+	return p.cfg.otlp.Endpoint
+}
+
+// targets notices when every --pid target has exited.
+type targets struct {
+	left        map[uint32]bool
+	onAllExited func()
+}
+
+func newTargets(pids []uint32) *targets {
+	t := &targets{left: map[uint32]bool{}}
+	for _, pid := range pids {
+		t.left[pid] = true
+	}
+	return t
+}
+
+func (t *targets) exited(pid uint32) {
+	if !t.left[pid] {
+		return
+	}
+	delete(t.left, pid)
+	if len(t.left) == 0 && t.onAllExited != nil {
+		t.onAllExited()
+	}
+}
+
+// jittered spreads intervals by ±10% so a fleet of agents started together does not
+// report in lockstep.
+func jittered(d time.Duration) time.Duration {
+	return d + time.Duration((rand.Float64()*0.2-0.1)*float64(d))
+}
+
+// waitBounded waits for wg, but not longer than d: a stage stuck in a system call must
+// not hold up the exit.
+func waitBounded(wg *sync.WaitGroup, d time.Duration) {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+	}
+}
+
+// watchCounters warns once when the ring buffer overflows; the totals appear in the summary.
+func watchCounters(ctx context.Context, s *bpf.Sampler, log *slog.Logger) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		c, err := s.Counters()
+		if err != nil {
+			log.Warn("cannot read kernel counters", "err", err)
+			return
+		}
+		if c.RingBufferFull > 0 {
+			log.Warn("ring buffer full: the kernel is dropping samples faster than sonde reads them; lower --frequency or narrow --pid",
+				"dropped", c.RingBufferFull)
+			return
+		}
+	}
+}
+
+// logSummary logs what every stage counted, each in its own group.
+func (p *pipeline) logSummary() {
+	attrs := []any{"kernel", kernelSummary{p.sampler, p.cfg.bpfStats}, "processes", p.procs.Stats(), "stacks", p.agg.Stats()}
+	if p.tables != nil {
+		attrs = append(attrs, "unwind", p.tables.Stats())
+	}
+	attrs = append(attrs, "symbols", p.symbolizer.Stats())
+	if p.exporter != nil {
+		attrs = append(attrs, "otlp", p.exporter.Stats())
+	}
+	attrs = append(attrs, "memory", slog.GroupValue(slog.Int64("peak_rss_bytes", p.pressure.peakRSS.Load()), slog.Uint64("sheds", p.pressure.shed.Load())))
+	p.log.Info("summary", attrs...)
+}
+
+// kernelSummary reports the kernel's counters and, with --bpf-stats, the program's cost.
+type kernelSummary struct {
+	s     *bpf.Sampler
+	stats bool
+}
+
+func (k kernelSummary) LogValue() slog.Value {
+	c, err := k.s.Counters()
+	if err != nil {
+		return slog.StringValue("unreadable: " + err.Error())
+	}
+	attrs := c.LogValue().Group()
+	if c.Samples > 0 {
+		attrs = append(attrs, slog.Uint64("ring_bytes_per_sample", k.s.RingBytes()/c.Samples))
+	}
+	if st, err := k.s.KernelState(); err == nil {
+		attrs = append(attrs, slog.Int("processes", st.Processes), slog.Int("tables", st.Tables))
+	}
+	if k.stats {
+		// Per recorded sample, the program's whole cost: filtered-out runs on other CPUs included.
+		if ps, err := k.s.ProgramStats(); err == nil && ps.Runs > 0 && c.Samples > 0 {
+			attrs = append(attrs, slog.Uint64("bpf_runs", ps.Runs), slog.Int64("bpf_ns_per_run", ps.Runtime.Nanoseconds()/int64(ps.Runs)),
+				slog.Int64("bpf_ns_per_sample", ps.Runtime.Nanoseconds()/int64(c.Samples)))
+		}
+	}
+	return slog.GroupValue(attrs...)
+}

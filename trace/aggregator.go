@@ -1,0 +1,474 @@
+package trace
+
+import (
+	"cmp"
+	"context"
+	"hash/maphash"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/zeebo/xxh3"
+)
+
+// RawSample is one sample as the kernel recorded it. The aggregator copies what it keeps,
+// so the slices may alias a reused buffer.
+type RawSample struct {
+	PID, TID uint32
+	// ExecID is the process's self_exec_id: which of its execs the addresses belong to;
+	// 0 when unknown.
+	ExecID uint64
+	Comm   string
+	Time   time.Time
+	User   []uint64 // leaf first
+	Kernel []uint64 // leaf first
+}
+
+// Config tunes an Aggregator.
+type Config struct {
+	// Period is the CPU time one sample stands for.
+	Period time.Duration
+	// Kernel is the mapping kernel frames belong to; nil leaves them unmapped.
+	Kernel *Mapping
+	// KeepTimestamps records each sample's time, not only counts.
+	KeepTimestamps bool
+	// ChunkSize and ChunkCapacity tune the interning of stack chunks: frames per chunk and
+	// chunks kept in the hash-LRU; zero means DefaultChunkSize and DefaultChunkCapacity.
+	ChunkSize, ChunkCapacity int
+}
+
+// Stats counts what the aggregator saw since it started.
+type Stats struct {
+	Samples          uint64
+	UnresolvedFrames uint64 // user addresses outside every known mapping
+	Traces           int    // distinct stacks aggregated in the current interval
+	Chunks           int    // chunks in the intern cache
+	Locations        int    // locations the cached chunks hold
+	ChunkHits        uint64
+	ChunkMisses      uint64
+	ChunkEvictions   uint64
+	ChunkCollisions  uint64
+}
+
+// Aggregator counts samples per (process image, thread, stack) until Flush. It is safe for
+// one goroutine adding samples while another flushes. What it knows of processes and
+// their mappings it asks of Processes, which reads /proc on a goroutine of its own: adding
+// a sample never waits for a file.
+type Aggregator struct {
+	cfg   Config
+	procs *Processes
+	mu    sync.Mutex
+	agg   traceTable
+	seed  maphash.Seed
+	start time.Time
+	stats Stats
+	// images caches the image each pid was last sampled in, sparing most samples a
+	// lookup in Processes.
+	images map[uint32]*image
+
+	chunks *chunker
+	epoch  uint64 // counts flushes: a profile lists each location once
+	// locations are the locations of cached chunks, one per frame kind, address and
+	// mapping, shared by the chunks that hold them.
+	locations map[locationKey]*Location
+	unheld    []locationKey // locations that lost their last reference since the last flush
+	frames    []uint64
+	bounds    [][2]int
+}
+
+// entry is one distinct (image, thread, stack) of the interval. The stack is a list of
+// interned chunks, root first: entries sharing a prefix share its chunks, and an entry keeps
+// its chunks alive whatever the cache evicts until the interval is flushed.
+type entry struct {
+	img    *image // nil for a process sonde does not track
+	pid    uint32
+	tid    uint32
+	comm   string
+	chunks []*chunk
+	times  []time.Time
+}
+
+// NewAggregator starts an empty aggregation whose first interval begins at start; procs
+// tells it about processes.
+func NewAggregator(cfg Config, procs *Processes, start time.Time) (*Aggregator, error) {
+	chunks, err := newChunker(cmp.Or(cfg.ChunkSize, DefaultChunkSize), cmp.Or(cfg.ChunkCapacity, DefaultChunkCapacity))
+	if err != nil {
+		return nil, err
+	}
+	a := &Aggregator{
+		chunks: chunks,
+		cfg:    cfg,
+		procs:  procs,
+		start:  start.Round(0),
+		agg:    newTraceTable(0),
+		seed:   maphash.MakeSeed(),
+		images: map[uint32]*image{},
+
+		locations: map[locationKey]*Location{},
+	}
+	chunks.onEvict = a.release
+	return a, nil
+}
+
+// Add counts one sample.
+func (a *Aggregator) Add(s RawSample) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.stats.Samples++
+	// A sample taken just before a flush but read just after it counts in the new
+	// interval; its time moves to the interval's start (by the read latency, microseconds)
+	// so that every timestamp lies inside its profile.
+	if s.Time.Before(a.start) {
+		s.Time = a.start
+	}
+	a.aggregate(a.image(s), s)
+}
+
+// image returns the image the sample was taken in.
+func (a *Aggregator) image(s RawSample) *image {
+	img := a.images[s.PID]
+	if img != nil && (s.ExecID == 0 || img.execID.Load() == s.ExecID) && !img.forgotten.Load() {
+		return img
+	}
+	img = a.procs.current(s.PID, s.ExecID, s.Comm)
+	if img == nil {
+		delete(a.images, s.PID)
+	} else {
+		a.images[s.PID] = img
+	}
+	return img
+}
+
+// aggregate counts the sample's stack in the interval. Most samples repeat a stack already
+// counted: they cost one 128-bit hash of the frames and one probe of the table. Only a
+// stack new to the interval has its addresses checked against the mappings, and is cut
+// into chunks and interned.
+func (a *Aggregator) aggregate(img *image, s RawSample) {
+	// The stack, leaf first: kernel frames, then user frames. Most samples of a --pid
+	// target have no kernel part, and need no copy.
+	frames := s.User
+	if len(s.Kernel) > 0 {
+		a.frames = append(append(a.frames[:0], s.Kernel...), s.User...)
+		frames = a.frames
+	}
+	// Untracked processes share space 0 with each other: their user frames stay
+	// addresses, whoever ran them.
+	var space uint64
+	if img != nil {
+		space = img.space
+	}
+	id := a.traceID(space, s.PID, s.TID, s.Comm, frames)
+	if sl := a.agg.find(id); sl != nil {
+		sl.count++
+		if a.cfg.KeepTimestamps {
+			sl.e.times = append(sl.e.times, s.Time)
+		}
+		return
+	}
+	// A repeat of this stack was checked when it was first seen in the interval; an
+	// address no mapping covers asks for a new reading, which the flush resolves against.
+	if img != nil && a.hasUnknownAddress(img, s.User) {
+		a.procs.reread(img)
+	}
+	a.bounds = chunkBounds(len(frames), a.chunks.size, a.bounds)
+	e := &entry{img: img, pid: s.PID, tid: s.TID, comm: strings.ToValidUTF8(s.Comm, "\uFFFD"), chunks: make([]*chunk, len(a.bounds))}
+	for i, b := range a.bounds {
+		run := frames[b[0]:b[1]]
+		e.chunks[i] = a.chunks.intern(space, a.chunks.hashFrames(space, run), run)
+	}
+	if a.cfg.KeepTimestamps {
+		e.times = []time.Time{s.Time}
+	}
+	a.agg.insert(id, e)
+}
+
+// traceID identifies a stack of a thread in an interval. It is not checked frame by frame:
+// two distinct stacks share an ID only if 128-bit hashes collide, which for n distinct
+// stacks in an interval happens with probability about n²/2¹²⁹ (below 10⁻²⁶ for a
+// million stacks), far below the sampling error of the profile itself. Skipping the check
+// halves the cost of the samples that repeat a stack, which are most of them.
+//
+// The ID hashes the frames rather than the list of their chunks: the list follows from
+// the frames, and a repeat then never touches the chunk cache.
+type traceID xxh3.Uint128
+
+func (a *Aggregator) traceID(space uint64, pid, tid uint32, comm string, frames []uint64) traceID {
+	var h xxh3.Uint128
+	if len(frames) > 0 {
+		h = xxh3.Hash128(unsafe.Slice((*byte)(unsafe.Pointer(&frames[0])), len(frames)*8))
+	}
+	// The frames' hash is uniform, so XOR-ing in an injective function of the thread
+	// keeps every (thread, frames) pair apart but for the collision odds above. Spaces
+	// number images from 1 and stay far below 2³², so space<<32|tid is injective, and so
+	// is mix. A thread that renames itself starts a new entry: its name goes in the other
+	// half, with the pid, which tells untracked processes (space 0) apart.
+	return traceID{Hi: h.Hi ^ maphash.String(a.seed, comm) ^ mix(uint64(pid)), Lo: h.Lo ^ mix(space<<32|uint64(tid))}
+}
+
+// traceTable holds the interval's entries by trace ID: open addressing on the ID's low
+// half, already uniform. A repeat reads one slot of a flat array and nothing else.
+type traceTable struct {
+	slots []traceSlot
+	n     int
+}
+
+type traceSlot struct {
+	id    traceID
+	count int64
+	e     *entry
+}
+
+func newTraceTable(expect int) traceTable {
+	size := 64
+	for size < 2*expect {
+		size *= 2
+	}
+	return traceTable{slots: make([]traceSlot, size)}
+}
+
+func (t *traceTable) find(id traceID) *traceSlot {
+	mask := uint64(len(t.slots) - 1)
+	for i := id.Lo & mask; ; i = (i + 1) & mask {
+		sl := &t.slots[i]
+		if sl.e == nil {
+			return nil
+		}
+		if sl.id == id {
+			return sl
+		}
+	}
+}
+
+func (t *traceTable) insert(id traceID, e *entry) {
+	if 2*(t.n+1) > len(t.slots) {
+		old := t.slots
+		*t = newTraceTable(t.n + 1)
+		for _, sl := range old {
+			if sl.e != nil {
+				*t.place(sl.id) = sl
+				t.n++
+			}
+		}
+	}
+	*t.place(id) = traceSlot{id: id, count: 1, e: e}
+	t.n++
+}
+
+// place returns the free slot where id belongs.
+func (t *traceTable) place(id traceID) *traceSlot {
+	mask := uint64(len(t.slots) - 1)
+	i := id.Lo & mask
+	for t.slots[i].e != nil {
+		i = (i + 1) & mask
+	}
+	return &t.slots[i]
+}
+
+func (a *Aggregator) hasUnknownAddress(img *image, addrs []uint64) bool {
+	snap := img.maps.Load()
+	if snap == nil {
+		return false // its first reading is on its way
+	}
+	for _, addr := range addrs {
+		if snap.find(addr) == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// Flush returns what was aggregated since the last flush, resolved to mappings, and starts
+// a new interval at end. It first waits, briefly, for the reads of /proc already asked
+// for, so that processes seen just before the flush are resolved.
+func (a *Aggregator) Flush(end time.Time) *Profile {
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	a.procs.Settle(ctx)
+	cancel()
+	// Interval bounds are wall-clock only: timestamps and bounds are compared and
+	// subtracted by consumers, and a monotonic reading in one of them would make
+	// durations and timestamps disagree by the clocks' drift.
+	end = end.Round(0)
+	a.mu.Lock()
+	agg, start := a.agg, a.start
+	// The next interval likely sees as many stacks: sizing for them spares the rehashes.
+	a.agg, a.start = newTraceTable(a.agg.n), end
+	a.epoch++
+
+	p := &Profile{Start: start, End: end, Period: a.cfg.Period}
+	seen := map[*image]bool{}
+	for _, sl := range agg.slots {
+		if sl.e != nil {
+			p.Samples = append(p.Samples, a.sample(p, sl.e, sl.count))
+			seen[sl.e.img] = true
+		}
+	}
+	a.forgetUnheld()
+	// Images the processes forget must not be handed to later samples.
+	clear(a.images)
+	a.mu.Unlock()
+	a.procs.sweep(seen, start)
+	return p
+}
+
+// settleTimeout bounds how long a flush waits for /proc reads in flight.
+const settleTimeout = 200 * time.Millisecond
+
+// resolve returns the chunk's locations, resolving its frames the first time, and lists
+// in p those that p does not list yet. Frames that no reading covered are tried again
+// once the image has a newer reading.
+func (a *Aggregator) resolve(p *Profile, ch *chunk, img *image) []*Location {
+	var snap *snapshot
+	if img != nil {
+		snap = img.maps.Load()
+	}
+	if ch.locs == nil || (ch.unresolved > 0 && snap != ch.resolvedWith) {
+		if ch.locs == nil {
+			ch.locs = make([]*Location, len(ch.frames))
+		}
+		ch.unresolved, ch.resolvedWith = 0, snap
+		for i, addr := range ch.frames {
+			if l := ch.locs[i]; l != nil && (l.Kind == FrameKernel || l.Mapping != nil) {
+				continue
+			}
+			kind, m := FrameKernel, a.cfg.Kernel
+			if !a.isKernel(addr) {
+				kind, m = FrameNative, nil
+				if img != nil {
+					m = img.find(addr)
+				}
+				switch {
+				case m == nil:
+					a.stats.UnresolvedFrames++
+					ch.unresolved++
+				case m.File != nil && m.File.IsGo:
+					kind = FrameGo
+				}
+			}
+			old := ch.locs[i]
+			ch.locs[i] = a.location(locationKey{addr: addr, mapping: m, kind: kind}, ch.cached)
+			if old != nil && ch.cached {
+				a.drop(old)
+			}
+		}
+	}
+	if ch.listed != a.epoch {
+		ch.listed = a.epoch
+		for _, l := range ch.locs {
+			if l.listed != a.epoch {
+				l.listed = a.epoch
+				p.Locations = append(p.Locations, l)
+			}
+		}
+	}
+	return ch.locs
+}
+
+// location returns the one location of a frame, shared by every chunk with that frame.
+// Cached chunks hold references; a location no cached chunk holds stays until the end of
+// the next flush, so that chunks evicted while their stacks were counted still share it
+// with the rest: a profile never has two locations for one frame.
+func (a *Aggregator) location(k locationKey, cached bool) *Location {
+	l, ok := a.locations[k]
+	if !ok {
+		l = &Location{Kind: k.kind, Address: k.addr, Mapping: k.mapping}
+		a.locations[k] = l
+		if !cached {
+			a.unheld = append(a.unheld, k)
+		}
+	}
+	if cached {
+		l.refs++
+	}
+	return l
+}
+
+// drop releases one cached chunk's reference to a location.
+func (a *Aggregator) drop(l *Location) {
+	if l.refs--; l.refs == 0 {
+		a.unheld = append(a.unheld, locationKey{addr: l.Address, mapping: l.Mapping, kind: l.Kind})
+	}
+}
+
+// release drops an evicted chunk's references.
+func (a *Aggregator) release(ch *chunk) {
+	for _, l := range ch.locs {
+		a.drop(l)
+	}
+}
+
+// forgetUnheld drops the locations no cached chunk took up again since they were let go.
+func (a *Aggregator) forgetUnheld() {
+	for _, k := range a.unheld {
+		if l, ok := a.locations[k]; ok && l.refs == 0 {
+			delete(a.locations, k)
+		}
+	}
+	a.unheld = a.unheld[:0]
+}
+
+// sample turns an entry into the Sample it reports, its chunks resolved to locations.
+func (a *Aggregator) sample(p *Profile, e *entry, count int64) *Sample {
+	n := 0
+	for _, ch := range e.chunks {
+		n += len(ch.frames)
+	}
+	s := &Sample{
+		Process:    e.process(),
+		TID:        e.tid,
+		ThreadName: e.comm,
+		Count:      count,
+		Timestamps: e.times,
+		Locations:  make([]*Location, 0, n),
+		Chunks:     make([][]*Location, 0, len(e.chunks)),
+	}
+	for i := len(e.chunks) - 1; i >= 0; i-- { // leaf chunk first
+		locs := a.resolve(p, e.chunks[i], e.img)
+		s.Chunks = append(s.Chunks, locs)
+		s.Locations = append(s.Locations, locs...)
+	}
+	return s
+}
+
+// process describes the entry's process: as read from /proc, or as the sample named it
+// when /proc could not be read.
+func (e *entry) process() *Process {
+	if e.img != nil {
+		if p := e.img.proc.Load(); p != nil {
+			return p
+		}
+	}
+	return &Process{PID: e.pid, Name: e.comm}
+}
+
+func (a *Aggregator) isKernel(addr uint64) bool {
+	if a.cfg.Kernel != nil {
+		return addr >= a.cfg.Kernel.Start
+	}
+	return addr >= KernelStart
+}
+
+type locationKey struct {
+	addr    uint64
+	mapping *Mapping
+	kind    FrameKind
+}
+
+// Stats returns the counters so far.
+func (a *Aggregator) Stats() Stats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st := a.stats
+	st.Traces, st.Chunks, st.Locations = a.agg.n, a.chunks.lru.Len(), len(a.locations)
+	m := a.chunks.lru.Metrics()
+	st.ChunkHits, st.ChunkMisses, st.ChunkEvictions, st.ChunkCollisions = m.Hits, m.Misses, m.Evictions, a.chunks.collisions
+	return st
+}
+
+func (s Stats) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.Uint64("samples", s.Samples), slog.Int("chunks", s.Chunks), slog.Int("locations", s.Locations),
+		slog.Uint64("chunk_hits", s.ChunkHits), slog.Uint64("chunk_misses", s.ChunkMisses), slog.Uint64("chunk_evictions", s.ChunkEvictions),
+		slog.Uint64("unresolved_frames", s.UnresolvedFrames))
+}

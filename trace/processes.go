@@ -1,0 +1,597 @@
+package trace
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sonde-profiler/sonde/internal/objfile"
+)
+
+// ProcessConfig tunes Processes.
+type ProcessConfig struct {
+	// ProcFS is where proc is mounted; "/proc" when empty.
+	ProcFS string
+	// OnFileError is told, once per file, why a mapped file could not be identified.
+	OnFileError func(path string, err error)
+	// Observer, when set, hears of every new reading of a process's mappings and of
+	// processes forgotten: the kernel unwinder's tables follow them.
+	Observer MappingObserver
+	// ExecIDs, when set, tells which exec a process is at now, so that a reading of its
+	// mappings made after it exec'd again is not taken for the exec it was made for.
+	ExecIDs ExecIDs
+	// Pinned processes are kept however idle: the targets named on the command line.
+	Pinned []uint32
+	// MaxProcesses bounds the processes tracked at once; 0 means DefaultMaxProcesses.
+	MaxProcesses int
+	// MaxPendingReads bounds the reads of /proc waiting to be done; 0 means
+	// DefaultMaxPendingReads. Requests beyond it are dropped and counted.
+	MaxPendingReads int
+	// ExecReadsPerSecond bounds the mappings read at exec, before a process is sampled:
+	// they capture short-lived processes, but a host running thousands of execs a second
+	// must not cost a /proc read each. 0 means DefaultExecReadsPerSecond, less than 0 none.
+	ExecReadsPerSecond int
+}
+
+// Defaults of ProcessConfig.
+const (
+	DefaultMaxProcesses       = 8192
+	DefaultMaxPendingReads    = 4096
+	DefaultExecReadsPerSecond = 500
+)
+
+// MappingObserver follows the processes Processes tracks. Its methods are called from
+// the goroutine that reads /proc and must not block it for long.
+type MappingObserver interface {
+	// ProcessMappings gives a process's executable mappings, sorted by address, as read
+	// after the exec execID (0: unknown).
+	ProcessMappings(pid uint32, execID uint64, mappings []*Mapping)
+	// ProcessGone says pid is no longer tracked.
+	ProcessGone(pid uint32)
+}
+
+// ExecIDs reports the self_exec_id of a process's latest exec; ok is false when it has
+// not exec'd since sonde started watching.
+type ExecIDs interface {
+	ExecID(pid uint32) (id uint64, ok bool, err error)
+}
+
+// ProcessStats counts what Processes did since it started.
+type ProcessStats struct {
+	MapsReads  uint64 // readings of /proc/PID/maps
+	MapsErrors uint64 // readings that failed, mostly processes that already exited
+	// MapsStale counts readings dropped because the process had exec'd again by then.
+	MapsStale uint64
+	// ReadsDropped counts requests to read a process that found the queue full.
+	ReadsDropped uint64
+	// ExecReadsSkipped counts execs not read at once for the rate limit; they are read
+	// when first sampled.
+	ExecReadsSkipped uint64
+	// Untracked counts samples of processes beyond MaxProcesses: they keep addresses only.
+	Untracked  uint64
+	FileErrors uint64 // mapped files that could not be identified
+	Processes  int    // processes tracked now
+	Files      int    // files tracked now
+	Pending    int    // reads waiting now
+}
+
+// Re-reading a process's maps because addresses miss every mapping is rate-limited per
+// image: a bogus frame from a frame-pointer walk must not cost a /proc read per sample.
+// A few re-reads may come at once, so that code mapped right after a reading (a dynamic
+// program's libraries after its exec was read, a dlopen soon after start) is found at
+// once; then one a second.
+const (
+	rereadBurst = 3
+	rereadRate  = 1.0 // per second
+)
+
+// maxExecMappings bounds the executable mappings kept per reading: JIT-heavy processes
+// can have thousands, of which the kernel unwinder knows a few hundred anyway.
+const maxExecMappings = 4096
+
+// Processes tracks the processes sonde samples and the files they map, apart from the
+// counting of samples: one goroutine (Run) reads /proc and identifies files, fed by exec
+// and exit events and by samples of unknown processes or addresses; the sample path only
+// looks up what it has published. Each exec of a process is an image of its own, so
+// samples are resolved against the mappings of the program that was running when they
+// were taken.
+type Processes struct {
+	cfg     ProcessConfig
+	procFS  string
+	pinned  map[uint32]bool
+	spaces  atomic.Uint64 // numbers images
+	rootDev objfile.Key   // sonde's own root directory, to tell which processes share it
+
+	mu      sync.Mutex
+	images  map[uint32]*image
+	queue   []uint32 // pids with pending reads, oldest first
+	pending map[uint32]bool
+	files   map[objfile.Key]*objfile.File
+	failed  map[objfile.Key]bool
+	stats   ProcessStats
+	tokens  float64 // exec reads the rate limit allows now
+	refill  time.Time
+	queued  uint64 // requests enqueued so far
+	done    uint64 // requests handled so far
+	settled *sync.Cond
+
+	wake chan struct{}
+}
+
+// image is one exec of a process: samples taken while it ran are resolved against its
+// readings of /proc/PID/maps.
+type image struct {
+	pid    uint32
+	execID atomic.Uint64 // 0 until known
+	space  uint64        // identifies the image for chunk interning
+	proc   atomic.Pointer[Process]
+	maps   atomic.Pointer[snapshot] // the latest reading; nil until read
+	comm   string                   // the thread name it was first seen with
+
+	exited    atomic.Bool
+	forgotten atomic.Bool // no longer tracked: samples of pid start a new image
+	requested atomic.Bool // a read is queued or running
+	createdAt time.Time
+	// rereads is the re-reads the rate limit allows now, as of rereadAt; guarded by
+	// Processes.mu.
+	rereads  float64
+	rereadAt time.Time
+}
+
+// snapshot is one reading of an image's executable mappings, sorted by address.
+type snapshot struct {
+	mappings []*Mapping
+	prev     *snapshot // the image's reading before this one
+}
+
+func (s *snapshot) find(addr uint64) *Mapping {
+	i, _ := slices.BinarySearchFunc(s.mappings, addr, func(m *Mapping, a uint64) int {
+		if m.End <= a {
+			return -1
+		}
+		return 1
+	})
+	if i < len(s.mappings) && s.mappings[i].Start <= addr {
+		return s.mappings[i]
+	}
+	return nil
+}
+
+// find resolves an address against the image's latest reading, then earlier ones: a
+// library the latest reading lacks was unmapped since, and the sample came before.
+func (img *image) find(addr uint64) *Mapping {
+	for s := img.maps.Load(); s != nil; s = s.prev {
+		if m := s.find(addr); m != nil {
+			return m
+		}
+	}
+	return nil
+}
+
+// NewProcesses returns a tracker; nothing is read until Run runs.
+func NewProcesses(cfg ProcessConfig) *Processes {
+	p := &Processes{
+		cfg:     cfg,
+		procFS:  cmp.Or(cfg.ProcFS, "/proc"),
+		pinned:  map[uint32]bool{},
+		images:  map[uint32]*image{},
+		pending: map[uint32]bool{},
+		files:   map[objfile.Key]*objfile.File{},
+		failed:  map[objfile.Key]bool{},
+		wake:    make(chan struct{}, 1),
+		refill:  time.Now(),
+	}
+	p.settled = sync.NewCond(&p.mu)
+	if p.cfg.MaxProcesses <= 0 {
+		p.cfg.MaxProcesses = DefaultMaxProcesses
+	}
+	if p.cfg.MaxPendingReads <= 0 {
+		p.cfg.MaxPendingReads = DefaultMaxPendingReads
+	}
+	if p.cfg.ExecReadsPerSecond == 0 {
+		p.cfg.ExecReadsPerSecond = DefaultExecReadsPerSecond
+	}
+	p.tokens = float64(max(p.cfg.ExecReadsPerSecond, 0))
+	for _, pid := range cfg.Pinned {
+		p.pinned[pid] = true
+	}
+	var root objfile.Key
+	if statKey("/proc/self/root", &root) == nil {
+		p.rootDev = root
+	}
+	return p
+}
+
+// Run reads /proc for the processes that need it until ctx ends.
+func (p *Processes) Run(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, func() {
+		p.mu.Lock()
+		p.settled.Broadcast()
+		p.mu.Unlock()
+	})
+	defer stop()
+	for {
+		p.mu.Lock()
+		if len(p.queue) == 0 {
+			p.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-p.wake:
+			}
+			continue
+		}
+		pid := p.queue[0]
+		p.queue = p.queue[1:]
+		delete(p.pending, pid)
+		img := p.images[pid]
+		p.mu.Unlock()
+		if img != nil {
+			p.read(img)
+		}
+		p.mu.Lock()
+		p.done++
+		p.settled.Broadcast()
+		p.mu.Unlock()
+	}
+}
+
+// Settle waits until the reads requested before the call are done, or ctx ends.
+func (p *Processes) Settle(ctx context.Context) {
+	stop := context.AfterFunc(ctx, func() {
+		p.mu.Lock()
+		p.settled.Broadcast()
+		p.mu.Unlock()
+	})
+	defer stop()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	target := p.queued
+	for p.done < target && ctx.Err() == nil {
+		p.settled.Wait()
+	}
+}
+
+// enqueue asks Run to read pid. Caller holds mu.
+func (p *Processes) enqueue(img *image) {
+	if p.pending[img.pid] {
+		return
+	}
+	if len(p.queue) >= p.cfg.MaxPendingReads {
+		p.stats.ReadsDropped++
+		img.requested.Store(false)
+		return
+	}
+	img.requested.Store(true)
+	p.pending[img.pid] = true
+	p.queue = append(p.queue, img.pid)
+	p.queued++
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// current returns the image pid runs now, execID being the exec a sample says it is at
+// (0: unknown), starting to track the process if it is new. Called on the sample path:
+// it never reads /proc, it asks Run to. It returns nil for a process beyond MaxProcesses.
+func (p *Processes) current(pid uint32, execID uint64, comm string) *image {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	img := p.images[pid]
+	// An image that exited still takes the samples queued behind its exit event.
+	if img != nil {
+		switch have := img.execID.Load(); {
+		case have == execID || execID == 0:
+			return img
+		case have == 0 && !img.exited.Load():
+			// Primed before its first sample: now the exec is known.
+			img.execID.Store(execID)
+			return img
+		}
+	}
+	return p.start(pid, execID, comm, true)
+}
+
+// start begins tracking a new image of pid. read asks for its mappings at once. Caller
+// holds mu.
+func (p *Processes) start(pid uint32, execID uint64, comm string, read bool) *image {
+	if _, tracked := p.images[pid]; !tracked && len(p.images) >= p.cfg.MaxProcesses {
+		p.stats.Untracked++
+		return nil
+	}
+	now := time.Now()
+	img := &image{pid: pid, space: p.spaces.Add(1), comm: comm, createdAt: now, rereads: rereadBurst, rereadAt: now}
+	img.execID.Store(execID)
+	p.images[pid] = img
+	if read {
+		p.enqueue(img)
+	}
+	return img
+}
+
+// Exec starts a new image of pid at the exec execID. Its mappings are read at once, while
+// the program still runs, within the exec rate limit; else when it is first sampled.
+func (p *Processes) Exec(pid uint32, execID uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if img := p.images[pid]; img != nil && img.execID.Load() == execID && execID != 0 && !img.exited.Load() {
+		return // a sample of the new image came first
+	}
+	now := time.Now()
+	if rate := float64(p.cfg.ExecReadsPerSecond); rate > 0 {
+		p.tokens = min(rate, p.tokens+now.Sub(p.refill).Seconds()*rate)
+	}
+	p.refill = now
+	eager := p.tokens >= 1
+	if eager {
+		p.tokens--
+	} else {
+		p.stats.ExecReadsSkipped++
+	}
+	p.start(pid, execID, "", eager)
+}
+
+// Exit marks pid's image for removal at the next sweep: samples taken just before the
+// exit may still be in the ring buffer behind the event.
+func (p *Processes) Exit(pid uint32) {
+	p.mu.Lock()
+	img := p.images[pid]
+	p.mu.Unlock()
+	if img != nil {
+		img.exited.Store(true)
+	}
+}
+
+// Prime reads a process's mappings before its first sample, so that the first samples
+// of a process named in advance are unwound with its tables.
+func (p *Processes) Prime(pid uint32) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.images[pid] == nil {
+		p.start(pid, 0, "", true)
+	}
+}
+
+// reread asks for a new reading of an image whose samples hold addresses its mappings
+// lack, within the image's rate limit.
+func (p *Processes) reread(img *image) {
+	if img.requested.Load() {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.images[img.pid] != img {
+		return
+	}
+	now := time.Now()
+	img.rereads = min(rereadBurst, img.rereads+now.Sub(img.rereadAt).Seconds()*rereadRate)
+	img.rereadAt = now
+	if img.rereads < 1 {
+		return
+	}
+	img.rereads--
+	p.enqueue(img)
+}
+
+// read reads an image's process and mappings and publishes them.
+func (p *Processes) read(img *image) {
+	defer img.requested.Store(false)
+	dir := filepath.Join(p.procFS, strconv.FormatUint(uint64(img.pid), 10))
+	if img.proc.Load() == nil {
+		img.proc.Store(p.readProcess(dir, img))
+	}
+	lines, err := readMapsFile(filepath.Join(dir, "maps"))
+	p.mu.Lock()
+	p.stats.MapsReads++
+	if err != nil {
+		p.stats.MapsErrors++
+	}
+	p.mu.Unlock()
+	if err != nil {
+		return
+	}
+	if !p.stillAt(img) {
+		p.mu.Lock()
+		p.stats.MapsStale++
+		p.mu.Unlock()
+		return
+	}
+	prev := img.maps.Load()
+	snap := &snapshot{mappings: make([]*Mapping, 0, len(lines)), prev: prev}
+	hostRoot := p.sharesRoot(dir)
+	for _, l := range lines {
+		m := &Mapping{Start: l.Start, End: l.End, Offset: l.Offset, Path: strings.ToValidUTF8(l.Path, "\uFFFD")}
+		if l.Inode != 0 && strings.HasPrefix(l.Path, "/") {
+			m.File = p.file(dir, l, hostRoot)
+		}
+		if old := prev.same(m); old != nil {
+			m = old // unchanged since the last reading: locations keep sharing it
+		}
+		snap.mappings = append(snap.mappings, m)
+	}
+	img.maps.Store(snap)
+	if p.cfg.Observer != nil {
+		p.cfg.Observer.ProcessMappings(img.pid, img.execID.Load(), snap.mappings)
+	}
+}
+
+// same returns the mapping of the reading s equal to m, if any.
+func (s *snapshot) same(m *Mapping) *Mapping {
+	if s == nil {
+		return nil
+	}
+	old := s.find(m.Start)
+	if old == nil || old.Start != m.Start || old.End != m.End || old.Offset != m.Offset || old.Path != m.Path {
+		return nil
+	}
+	if (old.File == nil) != (m.File == nil) || (old.File != nil && old.File != m.File) {
+		return nil
+	}
+	return old
+}
+
+// stillAt reports whether the process is still at the image's exec after its maps were
+// read: if it exec'd again meanwhile, the reading describes another program.
+func (p *Processes) stillAt(img *image) bool {
+	if p.cfg.ExecIDs == nil {
+		return true
+	}
+	id, ok, err := p.cfg.ExecIDs.ExecID(img.pid)
+	if err != nil || !ok {
+		// No exec since sonde started (or the process exited): nothing replaced the image.
+		return true
+	}
+	want := img.execID.Load()
+	return want == 0 || id == want
+}
+
+// readProcess reads what describes the process: its name, executable and container.
+func (p *Processes) readProcess(dir string, img *image) *Process {
+	proc := &Process{PID: img.pid, Name: img.comm}
+	if b, err := readSmallFile(filepath.Join(dir, "comm"), 64); err == nil {
+		proc.Name = strings.ToValidUTF8(strings.TrimSuffix(string(b), "\n"), "\uFFFD")
+	}
+	if exe, err := os.Readlink(filepath.Join(dir, "exe")); err == nil {
+		proc.ExePath = strings.ToValidUTF8(strings.TrimSuffix(exe, " (deleted)"), "\uFFFD")
+	}
+	if b, err := readSmallFile(filepath.Join(dir, "cgroup"), 64<<10); err == nil {
+		proc.ContainerID = containerID(b)
+	}
+	return proc
+}
+
+// sharesRoot reports whether the process at dir has sonde's own root directory.
+func (p *Processes) sharesRoot(dir string) bool {
+	var k objfile.Key
+	return p.rootDev != (objfile.Key{}) && statKey(filepath.Join(dir, "root"), &k) == nil && k == p.rootDev
+}
+
+// file returns the shared description of a mapped file, identifying it on first sight.
+func (p *Processes) file(dir string, l mapsLine, hostRoot bool) *objfile.File {
+	key := objfile.Key{Dev: l.Dev, Inode: l.Inode}
+	src := objfile.Source{ProcDir: dir, Start: l.Start, End: l.End, Path: strings.TrimSuffix(l.Path, " (deleted)"), HostRoot: hostRoot && !strings.HasSuffix(l.Path, " (deleted)")}
+	p.mu.Lock()
+	f, ok := p.files[key]
+	p.mu.Unlock()
+	if ok {
+		f.AddSource(src)
+		return f
+	}
+	f = objfile.NewFile(key, src.Path, src)
+	err := objfile.Identify(f)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err != nil && !p.failed[key] {
+		p.failed[key] = true
+		p.stats.FileErrors++
+		if p.cfg.OnFileError != nil {
+			p.cfg.OnFileError(src.Path, err)
+		}
+	}
+	if have, ok := p.files[key]; ok {
+		return have
+	}
+	p.files[key] = f
+	return f
+}
+
+// sweep forgets processes: those that exited, and those not sampled since the interval
+// began (seen lists the sampled ones) unless pinned or new. Files no remaining process
+// maps go too, so memory follows what is running now rather than everything ever seen.
+func (p *Processes) sweep(seen map[*image]bool, intervalStart time.Time) {
+	var gone []uint32
+	p.mu.Lock()
+	for pid, img := range p.images {
+		idle := !seen[img] && !p.pinned[pid] && img.createdAt.Before(intervalStart)
+		if img.exited.Load() || idle {
+			img.forgotten.Store(true)
+			delete(p.images, pid)
+			gone = append(gone, pid)
+		}
+	}
+	live := make(map[objfile.Key]*objfile.File, len(p.files))
+	for _, img := range p.images {
+		if s := img.maps.Load(); s != nil {
+			for _, m := range s.mappings {
+				if m.File != nil {
+					live[m.File.Key] = m.File
+				}
+			}
+		}
+	}
+	p.files = live
+	// Failures are remembered longer than files so a broken file is reported once, not
+	// once per interval; the bound keeps a host full of broken files from growing it forever.
+	if len(p.failed) > maxRememberedFailures {
+		clear(p.failed)
+	}
+	p.mu.Unlock()
+	if p.cfg.Observer != nil {
+		for _, pid := range gone {
+			p.cfg.Observer.ProcessGone(pid)
+		}
+	}
+}
+
+const maxRememberedFailures = 4096
+
+// Stats returns the counts so far.
+func (p *Processes) Stats() ProcessStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.stats
+	st.Processes, st.Files, st.Pending = len(p.images), len(p.files), len(p.queue)
+	return st
+}
+
+// containerIDPattern matches the 64-hex-digit IDs that docker, containerd and cri-o put in
+// cgroup paths (…/docker-<id>.scope, …/cri-containerd-<id>.scope, …/<id>).
+var containerIDPattern = regexp.MustCompile(`[0-9a-f]{64}`)
+
+// containerID extracts a container ID from /proc/PID/cgroup, or "" outside containers.
+func containerID(cgroup []byte) string {
+	for _, line := range bytes.Split(cgroup, []byte("\n")) {
+		parts := bytes.SplitN(line, []byte(":"), 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if ids := containerIDPattern.FindAll(parts[2], -1); len(ids) > 0 {
+			return string(ids[len(ids)-1])
+		}
+	}
+	return ""
+}
+
+// readSmallFile reads at most limit bytes of a /proc file.
+func readSmallFile(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(io.LimitReader(f, limit)); err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return buf.Bytes(), nil
+}
+
+func (s ProcessStats) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.Int("tracked", s.Processes), slog.Int("files", s.Files), slog.Uint64("maps_reads", s.MapsReads),
+		slog.Uint64("maps_errors", s.MapsErrors), slog.Uint64("maps_stale", s.MapsStale), slog.Uint64("files_unidentified", s.FileErrors),
+		slog.Uint64("reads_dropped", s.ReadsDropped), slog.Uint64("exec_reads_skipped", s.ExecReadsSkipped), slog.Uint64("untracked_samples", s.Untracked))
+}

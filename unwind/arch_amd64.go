@@ -1,0 +1,21 @@
+package unwind
+
+import "debug/elf"
+
+// machine is the ELF machine whose call frame information this package turns into rows.
+const machine = elf.EM_X86_64
+
+// Offsets into the ucontext_t that the kernel pushes for a signal handler, as glibc's
+// x86-64 <sys/ucontext.h> lays it out: uc_flags, uc_link and a 24-byte stack_t precede
+// uc_mcontext.gregs, and REG_RBP=10, REG_RSP=15, REG_RIP=16 index it. When __restore_rt
+// runs, the handler's ret has popped pretcode, so SP points at the ucontext itself.
+// bpf/arch_x86.h holds the same offsets for the kernel's walker.
+const (
+	ucontextGregs  = 40
+	signalFPOffset = ucontextGregs + 8*10 // 120
+	signalSPOffset = ucontextGregs + 8*15 // 160
+	signalPCOffset = ucontextGregs + 8*16 // 168
+)
+
+// tableArch: rows for this architecture can be built and walked.
+const tableArch = true
