@@ -50,3 +50,20 @@ lint:
 
 clean:
 	rm -rf bin profile.pb.gz
+
+# Installs the binary, the systemd unit, its environment file and the default configuration
+# (kept if already there). DESTDIR stages into another root, as packagers do.
+PREFIX     ?= /usr/local
+BINDIR     ?= $(PREFIX)/bin
+SYSCONFDIR ?= /etc
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+.PHONY: install
+install: build
+	install -D -m 0755 bin/sonde $(DESTDIR)$(BINDIR)/sonde
+	install -d $(DESTDIR)$(UNITDIR)
+	sed -e 's|/usr/local/bin/sonde|$(BINDIR)/sonde|' -e 's|/etc/sonde/|$(SYSCONFDIR)/sonde/|g' \
+		deploy/systemd/sonde.service > $(DESTDIR)$(UNITDIR)/sonde.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/sonde.service
+	install -d -m 0755 $(DESTDIR)$(SYSCONFDIR)/sonde
+	test -e $(DESTDIR)$(SYSCONFDIR)/sonde/sonde.yaml || install -m 0644 deploy/sonde.yaml $(DESTDIR)$(SYSCONFDIR)/sonde/sonde.yaml
+	test -e $(DESTDIR)$(SYSCONFDIR)/sonde/sonde.env || install -m 0644 deploy/systemd/sonde.env $(DESTDIR)$(SYSCONFDIR)/sonde/sonde.env
