@@ -67,3 +67,21 @@ install: build
 	install -d -m 0755 $(DESTDIR)$(SYSCONFDIR)/sonde
 	test -e $(DESTDIR)$(SYSCONFDIR)/sonde/sonde.yaml || install -m 0644 deploy/sonde.yaml $(DESTDIR)$(SYSCONFDIR)/sonde/sonde.yaml
 	test -e $(DESTDIR)$(SYSCONFDIR)/sonde/sonde.env || install -m 0644 deploy/systemd/sonde.env $(DESTDIR)$(SYSCONFDIR)/sonde/sonde.env
+
+# The OCI image, built without a container engine: bin/image (an OCI image layout) and
+# bin/sonde-image.tar (for docker load / podman load), holding only bin/sonde.
+IMAGE_TAG ?= ghcr.io/sonde-profiler/sonde:$(VERSION)
+.PHONY: image
+image: build
+	cd deploy/image && $(GO) run . -binary ../../bin/sonde -layout ../../bin/image \
+		-tar ../../bin/sonde-image.tar -tag '$(IMAGE_TAG)' -version '$(VERSION)'
+
+# Tests of deploy/: the Helm chart (helm built from Go modules), the manifests, the systemd
+# unit, the image, and sonde under the capability set it is deployed with (root, in CI).
+.PHONY: test-deploy lint-deploy
+test-deploy: build image
+	cd test/deploy && $(GO) test -count=1 -timeout 30m ./...
+
+lint-deploy:
+	cd deploy/image && $(GO) vet ./...
+	cd test/deploy && $(GO) vet ./...
