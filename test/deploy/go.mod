@@ -6,6 +6,7 @@ replace github.com/sonde-profiler/sonde => ../..
 
 require (
 	github.com/google/go-containerregistry v0.22.1
+	github.com/google/pprof v0.0.0-20260906184651-6331bc6350fe
 	github.com/sonde-profiler/sonde v0.0.0-00010101000000-000000000000
 	helm.sh/helm/v3 v3.20.0
 	k8s.io/api v0.35.4
