@@ -44,6 +44,7 @@ type Config struct {
 type Watcher struct {
 	node     string
 	informer cache.SharedIndexInformer
+	handler  cache.ResourceEventHandlerRegistration
 
 	mu         sync.RWMutex
 	pods       map[string]*Pod      // by pod UID, and by config hash for static pods
@@ -103,7 +104,8 @@ func New(cfg Config) (*Watcher, error) {
 	if err := w.informer.SetWatchErrorHandlerWithContext(w.watchError); err != nil {
 		return nil, fmt.Errorf("kube: %w", err)
 	}
-	if _, err := w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	var err error
+	if w.handler, err = w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { w.put(obj) },
 		UpdateFunc: func(_, obj any) { w.put(obj) },
 		DeleteFunc: w.delete,
@@ -142,8 +144,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 }
 
-// Synced reports whether the first list has been applied.
-func (w *Watcher) Synced() bool { return w.informer.HasSynced() }
+// Synced reports whether the first list has been applied: Lookup knows every pod
+// listed then. (The informer's own HasSynced turns true before its handlers have run.)
+func (w *Watcher) Synced() bool { return w.handler.HasSynced() }
 
 func (w *Watcher) watchError(ctx context.Context, r *cache.Reflector, err error) {
 	if w.informer.HasSynced() || !(apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err)) {
