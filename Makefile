@@ -50,3 +50,38 @@ lint:
 
 clean:
 	rm -rf bin profile.pb.gz
+
+# Installs the binary, the systemd unit, its environment file and the default configuration
+# (kept if already there). DESTDIR stages into another root, as packagers do.
+PREFIX     ?= /usr/local
+BINDIR     ?= $(PREFIX)/bin
+SYSCONFDIR ?= /etc
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+.PHONY: install
+install: build
+	install -D -m 0755 bin/sonde $(DESTDIR)$(BINDIR)/sonde
+	install -d $(DESTDIR)$(UNITDIR)
+	sed -e 's|/usr/local/bin/sonde|$(BINDIR)/sonde|' -e 's|/etc/sonde/|$(SYSCONFDIR)/sonde/|g' \
+		deploy/systemd/sonde.service > $(DESTDIR)$(UNITDIR)/sonde.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/sonde.service
+	install -d -m 0755 $(DESTDIR)$(SYSCONFDIR)/sonde
+	test -e $(DESTDIR)$(SYSCONFDIR)/sonde/sonde.yaml || install -m 0644 deploy/sonde.yaml $(DESTDIR)$(SYSCONFDIR)/sonde/sonde.yaml
+	test -e $(DESTDIR)$(SYSCONFDIR)/sonde/sonde.env || install -m 0644 deploy/systemd/sonde.env $(DESTDIR)$(SYSCONFDIR)/sonde/sonde.env
+
+# The OCI image, built without a container engine: bin/image (an OCI image layout) and
+# bin/sonde-image.tar (for docker load / podman load), holding only bin/sonde.
+IMAGE_TAG ?= ghcr.io/sonde-profiler/sonde:$(VERSION)
+.PHONY: image
+image: build
+	cd deploy/image && $(GO) run . -binary ../../bin/sonde -layout ../../bin/image \
+		-tar ../../bin/sonde-image.tar -tag '$(IMAGE_TAG)' -version '$(VERSION)'
+
+# Tests of deploy/: the Helm chart (helm built from Go modules), the manifests, the systemd
+# unit, the image, and sonde under the capability set it is deployed with (root, in CI).
+.PHONY: test-deploy lint-deploy
+test-deploy: build image
+	cd test/deploy && $(GO) test -count=1 -timeout 30m ./...
+
+lint-deploy:
+	cd deploy/image && $(GO) vet ./...
+	cd test/deploy && $(GO) vet ./...

@@ -1,0 +1,38 @@
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrNotCgroup2 is returned by ID for a path outside a cgroup v2 file system: a v1
+// hierarchy's directories have inode numbers too, but BPF never reports them.
+var ErrNotCgroup2 = errors.New("not a cgroup v2 directory")
+
+// ID returns the cgroup v2 id of the cgroup directory at path (a file system path such
+// as /sys/fs/cgroup/kubepods.slice): the number bpf_get_current_cgroup_id returns for the
+// processes in that cgroup. On 64-bit kernels that id is the kernfs node id, which is
+// also the directory's inode number.
+func ID(path string) (uint64, error) {
+	// One descriptor for both checks, so the file system and the inode are the same
+	// directory's even if the path is renamed meanwhile.
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, fmt.Errorf("cgroup id of %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &fs); err != nil {
+		return 0, fmt.Errorf("cgroup id of %s: %w", path, err)
+	}
+	if fs.Type != unix.CGROUP2_SUPER_MAGIC {
+		return 0, fmt.Errorf("cgroup id of %s: %w", path, ErrNotCgroup2)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return 0, fmt.Errorf("cgroup id of %s: %w", path, err)
+	}
+	return st.Ino, nil
+}

@@ -1,0 +1,186 @@
+package deploy
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/sonde-profiler/sonde/internal/testenv"
+)
+
+// The uids of TestCapabilities: sonde runs as nobody, the workload as another user.
+const (
+	sondeUID    = 65534
+	workloadUID = 1000
+)
+
+// TestCapabilities runs the built sonde as uid 65534 with only the deployed capability
+// set, as the DaemonSet and the systemd unit do, against a workload of another user
+// in its own mount namespace whose binary sits in a directory only that user may
+// search: like a container's process, its file is reachable only through
+// /proc/PID/root. With the set, the workload's function is named in the profile;
+// without CAP_SYS_PTRACE sonde runs but cannot read the file; without CAP_BPF it fails.
+func TestCapabilities(t *testing.T) {
+	testenv.RequireRoot(t)
+	sonde := requireBinary(t)
+	setpriv := testenv.RequireTool(t, "setpriv")
+	unshare := testenv.RequireTool(t, "unshare")
+	gcc := testenv.RequireTool(t, "gcc")
+
+	work := t.TempDir()
+	busy := filepath.Join(work, "busy")
+	if out, err := exec.Command(gcc, "-O1", "-g", "-fno-omit-frame-pointer", "-o", busy, "testdata/busy.c").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	// The workload's tmpfs is mounted over this empty directory in its namespace only.
+	mnt := filepath.Join(work, "mnt")
+	out := filepath.Join(work, "out")
+	for _, d := range []string{mnt, out} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []string{filepath.Dir(work), work} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(out, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	script := strings.Join([]string{
+		"set -e",
+		"mount -t tmpfs -o mode=755 none " + mnt,
+		"mkdir " + mnt + "/private",
+		"cp " + busy + " " + mnt + "/private/busy",
+		"chown -R " + strconv.Itoa(workloadUID) + ":" + strconv.Itoa(workloadUID) + " " + mnt + "/private",
+		"chmod 700 " + mnt + "/private",
+		"exec " + setpriv + " --reuid " + strconv.Itoa(workloadUID) + " --regid " + strconv.Itoa(workloadUID) + " --clear-groups " + mnt + "/private/busy",
+	}, "\n")
+	wl := exec.Command(unshare, "--mount", "--propagation", "private", "sh", "-c", script)
+	wl.Stderr = os.Stderr
+	if err := wl.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		wl.Process.Kill()
+		wl.Wait()
+	}()
+	// Wait for the exec: the workload is ready once it runs as its user.
+	deadline := time.Now().Add(time.Minute)
+	for !runsAs(wl.Process.Pid, workloadUID) {
+		if time.Now().After(deadline) {
+			t.Fatal("the workload did not start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := os.Stat(mnt + "/private/busy"); err == nil {
+		t.Fatal("the workload's binary is visible outside its mount namespace: the test would prove nothing")
+	}
+
+	run := func(name string, caps []string) (string, error) {
+		file := filepath.Join(out, name+".pb.gz")
+		set := "-all"
+		for _, c := range caps {
+			set += ",+" + strings.ToLower(c)
+		}
+		cmd := exec.Command(setpriv, "--reuid", strconv.Itoa(sondeUID), "--regid", strconv.Itoa(sondeUID), "--clear-groups",
+			"--no-new-privs", "--inh-caps="+set, "--ambient-caps="+set, "--bounding-set="+set,
+			sonde, "--duration", "4s", "--top", "0", "--output", file)
+		b, err := cmd.CombinedOutput()
+		if err != nil {
+			return string(b), err
+		}
+		return file, nil
+	}
+
+	t.Run("deployed set", func(t *testing.T) {
+		file, err := run("deployed", wantCaps)
+		if err != nil {
+			t.Fatalf("sonde with %v: %v\n%s", wantCaps, err, file)
+		}
+		if n := samplesIn(t, file, "sonde_cap_burn"); n == 0 {
+			t.Errorf("no sample of the workload's sonde_cap_burn in the profile")
+		}
+	})
+
+	t.Run("without SYS_PTRACE", func(t *testing.T) {
+		caps := without(wantCaps, "SYS_PTRACE")
+		file, err := run("noptrace", caps)
+		if err != nil {
+			t.Fatalf("sonde with %v: %v\n%s", caps, err, file)
+		}
+		if n := samplesIn(t, file, "sonde_cap_burn"); n != 0 {
+			t.Errorf("%d samples name sonde_cap_burn without CAP_SYS_PTRACE: then the capability is not needed, and the test no longer shows why it is deployed", n)
+		}
+	})
+
+	t.Run("without BPF", func(t *testing.T) {
+		caps := without(wantCaps, "BPF")
+		msg, err := run("nobpf", caps)
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+			t.Fatalf("sonde without CAP_BPF: %v, want a non-zero exit\n%s", err, msg)
+		}
+		// TODO(agent): once sonde names the missing capability, assert it:
+		//	if !strings.Contains(msg, "CAP_BPF") { t.Errorf("the message does not name CAP_BPF:\n%s", msg) }
+		// and add a "without PERFMON" case asserting "CAP_PERFMON" the same way.
+	})
+}
+
+func runsAs(pid, uid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" {
+			return f[1] == strconv.Itoa(uid)
+		}
+	}
+	return false
+}
+
+func without(caps []string, drop string) []string {
+	var out []string
+	for _, c := range caps {
+		if c != drop {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// samplesIn counts the samples whose stack names fn.
+func samplesIn(t *testing.T, file, fn string) int64 {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	p, err := profile.Parse(f)
+	if err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	var n int64
+	for _, s := range p.Sample {
+	stack:
+		for _, loc := range s.Location {
+			for _, l := range loc.Line {
+				if l.Function != nil && l.Function.Name == fn {
+					n += s.Value[0]
+					break stack
+				}
+			}
+		}
+	}
+	return n
+}
