@@ -26,7 +26,7 @@ func libcLocations(b *testing.B) []*trace.Location {
 	if err != nil {
 		b.Fatal(err)
 	}
-	id := gnuBuildID(f)
+	id := objfile.GNUBuildID(f)
 	f.Close()
 	if debug := filepath.Join("/usr/lib/debug/.build-id", id[:2], id[2:]+".debug"); id != "" {
 		if _, err := os.Stat(debug); err == nil {

@@ -101,7 +101,7 @@ func TestSymbolizerSeparateDebugFile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		id := gnuBuildID(f)
+		id := objfile.GNUBuildID(f)
 		f.Close()
 		if id == "" {
 			t.Fatal("no build id")
@@ -180,7 +180,7 @@ func TestSymbolizerLibcDebugPackage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := gnuBuildID(f)
+	id := objfile.GNUBuildID(f)
 	f.Close()
 	if _, err := os.Stat(filepath.Join("/usr/lib/debug/.build-id", id[:2], id[2:]+".debug")); err != nil {
 		testenv.Unavailable(t, "no debug file for libc (apt-get install libc6-dbg): %v", err)
@@ -269,7 +269,7 @@ func TestSymbolizerCaches(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer f.Close()
-		return gnuBuildID(f)
+		return objfile.GNUBuildID(f)
 	}
 	if buildID(a) == buildID(b) {
 		t.Fatal("two programs share a build id")

@@ -3,7 +3,6 @@ package symbolize
 import (
 	"bytes"
 	"debug/elf"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -36,14 +35,14 @@ func (d *debugFile) Close() error { return d.file.Close() }
 // when there is none; the error says why a candidate that exists could not be used.
 func findDebugFile(f *elf.File, h *objfile.Handle, buildID, path string, dirs []string) (*debugFile, error) {
 	if buildID == "" {
-		buildID = gnuBuildID(f)
+		buildID = objfile.GNUBuildID(f)
 	}
 	var errs []error
 	if len(buildID) > 2 {
 		for _, dir := range dirs {
 			p := filepath.Join(dir, ".build-id", buildID[:2], buildID[2:]+".debug")
 			d, err := openDebugFile(p, objfile.OpenHost, func(df *elf.File, _ *objfile.Handle) error {
-				if got := gnuBuildID(df); got != buildID {
+				if got := objfile.GNUBuildID(df); got != buildID {
 					return fmt.Errorf("build id %q, want %q", got, buildID)
 				}
 				return nil
@@ -114,41 +113,6 @@ func openDebugFile(p string, open func(string) (*objfile.Handle, error), check f
 		return nil, fmt.Errorf("debug file %s: %w", p, err)
 	}
 	return &debugFile{path: p, file: r, elf: ef}, nil
-}
-
-// ntGNUBuildID is the note type of a GNU build ID, under owner "GNU".
-const ntGNUBuildID = 3
-
-// gnuBuildID returns the hex GNU build ID from the notes of f, or "".
-func gnuBuildID(f *elf.File) (id string) {
-	defer func() {
-		if recover() != nil {
-			id = ""
-		}
-	}()
-	for _, s := range f.Sections {
-		if s.Type != elf.SHT_NOTE {
-			continue
-		}
-		data, err := s.Data()
-		if err != nil {
-			continue
-		}
-		for len(data) >= 12 {
-			namesz, descsz, typ := f.ByteOrder.Uint32(data), f.ByteOrder.Uint32(data[4:]), f.ByteOrder.Uint32(data[8:])
-			data = data[12:]
-			nameEnd := (uint64(namesz) + 3) &^ 3
-			descEnd := nameEnd + (uint64(descsz)+3)&^3
-			if descEnd > uint64(len(data)) {
-				break
-			}
-			if typ == ntGNUBuildID && string(bytes.TrimRight(data[:namesz], "\x00")) == "GNU" {
-				return hex.EncodeToString(data[nameEnd : nameEnd+uint64(descsz)])
-			}
-			data = data[descEnd:]
-		}
-	}
-	return ""
 }
 
 // debugLink returns the file name and CRC32 in .gnu_debuglink.

@@ -1,3 +1,7 @@
+// The steps model x86-64 signal frames and PLT stubs.
+
+//go:build amd64
+
 package unwind
 
 import (

@@ -156,3 +156,20 @@ func HTLHash(r io.ReaderAt, size int64) (string, error) {
 	h.Write(lenBuf[:])
 	return hex.EncodeToString(h.Sum(nil)[:16]), nil
 }
+
+// GNUBuildID returns the hex GNU build ID from the note sections of f, or "".
+func GNUBuildID(f *elf.File) string {
+	for _, s := range f.Sections {
+		if s.Type != elf.SHT_NOTE {
+			continue
+		}
+		data, err := SectionData(s, maxNotesSize)
+		if err != nil {
+			continue
+		}
+		if gnu, _ := ParseNotes(data, f.ByteOrder); gnu != "" {
+			return gnu
+		}
+	}
+	return ""
+}
