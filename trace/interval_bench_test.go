@@ -17,7 +17,7 @@ import (
 
 	"github.com/sonde-profiler/sonde/reporter/otlp"
 	"github.com/sonde-profiler/sonde/trace"
-	"github.com/sonde-profiler/sonde/trace/encoding"
+	"github.com/sonde-profiler/sonde/docs/encoding"
 )
 
 // BenchmarkInterval is the agent's CPU per sample over whole intervals, chunk interning
@@ -273,7 +273,7 @@ func benchStreams(tb testing.TB) []*intervalStream {
 		out = append(out, st)
 	}
 	for _, name := range []string{"average", "deep", "large"} {
-		c, err := encoding.Load("encoding/testdata/" + name + ".otlp.pb.gz")
+		c, err := encoding.Load("../docs/encoding/testdata/" + name + ".otlp.pb.gz")
 		if err != nil {
 			tb.Fatal(err)
 		}

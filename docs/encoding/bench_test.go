@@ -9,7 +9,7 @@ import (
 // allocations the message size raw, gzipped and zstd'ed, and peak-B: what a fresh
 // encoder holds once its first request is written (see retainedBytes).
 //
-//	go test -run '^$' -bench . ./trace/encoding
+//	go test -run '^$' -bench . ./docs/encoding
 func BenchmarkEncode(b *testing.B) {
 	for _, c := range loadCorpora(b) {
 		for _, codec := range Codecs() {

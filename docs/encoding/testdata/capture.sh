@@ -3,15 +3,15 @@
 # as gzip-compressed OTLP ProfilesData. Needs root (BPF), a C compiler, Go and python3.
 # Every workload is bounded in time and talks only to 127.0.0.1.
 #
-#   make build && trace/encoding/testdata/capture.sh            # all three
-#   trace/encoding/testdata/capture.sh deep                     # one of them
+#   make build && docs/encoding/testdata/capture.sh            # all three
+#   docs/encoding/testdata/capture.sh deep                     # one of them
 #
 # Profiles differ run to run (timing, addresses, what else the host runs), so a new
 # capture changes the study's numbers a little, not its conclusions.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../../.." && pwd)
-out="$repo/trace/encoding/testdata"
+out="$repo/docs/encoding/testdata"
 sonde=${SONDE:-$repo/bin/sonde}
 work=$(mktemp -d)
 pids=()
@@ -23,7 +23,7 @@ trap cleanup EXIT
 
 [ -x "$sonde" ] || { echo "capture: $sonde missing: run make build" >&2; exit 1; }
 cc -O1 -g -fno-inline -fno-optimize-sibling-calls -o "$work/deep" "$out/progs/deep/deep.c" -lm
-(cd "$repo" && go build -o "$work/svc" ./trace/encoding/testdata/progs/svc)
+(cd "$repo" && go build -o "$work/svc" ./docs/encoding/testdata/progs/svc)
 
 keep() { # keep NAME: gzip the capture into testdata
 	gzip -9 -n -c "$work/$1.otlp.pb" >"$out/$1.otlp.pb.gz"

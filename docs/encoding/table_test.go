@@ -14,7 +14,7 @@ var table = flag.Bool("table", false, "TestTable: print docs/encoding.md's table
 
 // TestTable prints the tables of docs/encoding.md in markdown:
 //
-//	go test -run '^TestTable$' -v ./trace/encoding -args -table
+//	go test -run '^TestTable$' -v ./docs/encoding -args -table
 //
 // Time and allocations come from testing.Benchmark, so they vary with the machine
 // and its load; sizes do not.

@@ -14,7 +14,7 @@ import (
 // inserting it on a miss. It runs a program of 16 such chunks through BPF_PROG_RUN
 // and subtracts an empty program's run. Needs root; prints with the tables:
 //
-//	go test -run '^TestKernelLRUCost$' -v ./trace/encoding -args -table
+//	go test -run '^TestKernelLRUCost$' -v ./docs/encoding -args -table
 func TestKernelLRUCost(t *testing.T) {
 	if !*table {
 		t.Skip("measures BPF map costs; run with -args -table")
