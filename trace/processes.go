@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sonde-profiler/sonde/internal/cgroup"
 	"github.com/sonde-profiler/sonde/internal/objfile"
 )
 
@@ -467,8 +467,10 @@ func (p *Processes) readProcess(dir string, img *image) *Process {
 	if exe, err := os.Readlink(filepath.Join(dir, "exe")); err == nil {
 		proc.ExePath = strings.ToValidUTF8(strings.TrimSuffix(exe, " (deleted)"), "\uFFFD")
 	}
-	if b, err := readSmallFile(filepath.Join(dir, "cgroup"), 64<<10); err == nil {
-		proc.ContainerID = containerID(b)
+	if b, err := readSmallFile(filepath.Join(dir, "cgroup"), cgroup.MaxInput); err == nil {
+		if info, err := cgroup.Parse(b); err == nil {
+			proc.ContainerID, proc.PodUID, proc.Cgroup = info.ContainerID, info.PodUID, strings.ToValidUTF8(info.Path, "\uFFFD")
+		}
 	}
 	return proc
 }
@@ -555,24 +557,6 @@ func (p *Processes) Stats() ProcessStats {
 	st := p.stats
 	st.Processes, st.Files, st.Pending = len(p.images), len(p.files), len(p.queue)
 	return st
-}
-
-// containerIDPattern matches the 64-hex-digit IDs that docker, containerd and cri-o put in
-// cgroup paths (…/docker-<id>.scope, …/cri-containerd-<id>.scope, …/<id>).
-var containerIDPattern = regexp.MustCompile(`[0-9a-f]{64}`)
-
-// containerID extracts a container ID from /proc/PID/cgroup, or "" outside containers.
-func containerID(cgroup []byte) string {
-	for _, line := range bytes.Split(cgroup, []byte("\n")) {
-		parts := bytes.SplitN(line, []byte(":"), 3)
-		if len(parts) != 3 {
-			continue
-		}
-		if ids := containerIDPattern.FindAll(parts[2], -1); len(ids) > 0 {
-			return string(ids[len(ids)-1])
-		}
-	}
-	return ""
 }
 
 // readSmallFile reads at most limit bytes of a /proc file.

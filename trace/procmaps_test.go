@@ -70,17 +70,25 @@ func TestMapsDeviceMatchesStat(t *testing.T) {
 	}
 }
 
-func TestContainerID(t *testing.T) {
-	const id = "3f2a9c0e5b7d4e1f8a6c2b9d0e7f1a3c5b8d2e4f6a9c1b3d5e7f9a2c4b6d8e0f"
-	for cgroup, want := range map[string]string{
-		"0::/system.slice/docker-" + id + ".scope\n":                                    id,
-		"0::/kubepods.slice/kubepods-burstable.slice/cri-containerd-" + id + ".scope\n": id,
-		"12:pids:/kubepods/besteffort/pod1234/" + id + "\n0::/\n":                       id,
-		"0::/user.slice/user-1000.slice/session-2.scope\n":                              "",
-		"0::/\n": "",
-	} {
-		if got := containerID([]byte(cgroup)); got != want {
-			t.Errorf("containerID(%q) = %q, want %q", cgroup, got, want)
+// The maps parser reads what any process's /proc/PID/maps says, paths included: it must
+// never panic, keep only executable mappings, and never return an end before a start.
+func FuzzParseMaps(f *testing.F) {
+	f.Add("55d0c0a02000-55d0c0a08000 r-xp 00002000 fd:01 1234                       /usr/bin/prog\n")
+	f.Add("7f1e2d028000-7f1e2d1bd000 r-xp 00028000 103:02 98765 /opt/my app/lib/libfoo.so (deleted)\n")
+	f.Add("ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsyscall]\n10-5 r-xp 0 00:00 0\n")
+	f.Add("1-2 r-xp 0 0:0 0 \xff\xfe\n\n1-2 rwxp ffffffffffffffff fffff:ffffff 18446744073709551615 /x")
+	f.Fuzz(func(t *testing.T, maps string) {
+		lines, err := parseMaps(strings.NewReader(maps))
+		if err != nil {
+			return
 		}
-	}
+		if len(lines) > maxExecMappings {
+			t.Fatalf("%d mappings kept, over the bound of %d", len(lines), maxExecMappings)
+		}
+		for _, l := range lines {
+			if l.End < l.Start || !strings.Contains(l.Perms, "x") {
+				t.Fatalf("kept %+v", l)
+			}
+		}
+	})
 }

@@ -43,6 +43,8 @@ type Process struct {
 	Name        string // the main thread's comm
 	ExePath     string
 	ContainerID string // from the cgroup path; empty outside containers
+	PodUID      string // the Kubernetes pod's UID, from the cgroup path
+	Cgroup      string // the cgroup v2 path (or the best v1 one) as the process sees it
 }
 
 // Line is one source-level frame at an address; inlined code yields several, innermost first.

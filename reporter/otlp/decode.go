@@ -197,6 +197,8 @@ func process(attrs []*commonpb.KeyValue) (*trace.Process, error) {
 			p.ExePath, known = v.GetStringValue(), true
 		case keyContainerID:
 			p.ContainerID = v.GetStringValue()
+		case keyPodUID:
+			p.PodUID = v.GetStringValue()
 		}
 	}
 	if !known {

@@ -28,6 +28,7 @@ const (
 	keyExecutableName = "process.executable.name"
 	keyExecutablePath = "process.executable.path"
 	keyContainerID    = "container.id"
+	keyPodUID         = "k8s.pod.uid"
 	keyThreadName     = "thread.name"
 	keyThreadID       = "thread.id"
 	keyFrameType      = "profile.frame.type"
@@ -264,6 +265,9 @@ func (e *encoder) processAttributes(proc trace.Process, known bool) []*commonpb.
 	}
 	if proc.ContainerID != "" {
 		kvs = setString(kvs, keyContainerID, proc.ContainerID)
+	}
+	if proc.PodUID != "" {
+		kvs = setString(kvs, keyPodUID, proc.PodUID)
 	}
 	return kvs
 }
