@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -81,7 +82,11 @@ type ProcessStats struct {
 	ExecReadsSkipped uint64
 	// Untracked counts samples of processes beyond MaxProcesses: they keep addresses only.
 	Untracked  uint64
-	FileErrors uint64 // mapped files that could not be identified
+	FileErrors uint64 // mapped files that could not be identified, for any of the reasons below or another
+	// Files refused by what they turned out to be: not a regular file (a FIFO, device,
+	// socket or directory where the mapped file was), another file than the one mapped,
+	// too large, on FUSE, or whose open stalled.
+	FilesNotRegular, FilesReplaced, FilesTooLarge, FilesFUSE, FilesStalled uint64
 	Processes  int    // processes tracked now
 	Files      int    // files tracked now
 	Pending    int    // reads waiting now
@@ -144,10 +149,11 @@ type image struct {
 	forgotten atomic.Bool // no longer tracked: samples of pid start a new image
 	requested atomic.Bool // a read is queued or running
 	createdAt time.Time
-	// rereads is the re-reads the rate limit allows now, as of rereadAt; guarded by
-	// Processes.mu.
-	rereads  float64
-	rereadAt time.Time
+	// rereads is the re-reads the rate limit allows now, as of rereadAt; followUps the
+	// reads after its exec still to come. Guarded by Processes.mu.
+	rereads   float64
+	rereadAt  time.Time
+	followUps int
 }
 
 // snapshot is one reading of an image's executable mappings, sorted by address.
@@ -335,13 +341,63 @@ func (p *Processes) Exec(pid uint32, execID uint64) {
 		p.tokens = min(rate, p.tokens+now.Sub(p.refill).Seconds()*rate)
 	}
 	p.refill = now
-	eager := p.tokens >= 1
-	if eager {
+	eager := p.tokens >= 1 || p.pinned[pid]
+	switch {
+	case p.pinned[pid]:
+	case eager:
 		p.tokens--
-	} else {
+	default:
 		p.stats.ExecReadsSkipped++
 	}
-	p.start(pid, execID, "", eager)
+	if img := p.start(pid, execID, "", eager); img != nil && eager {
+		img.followUps = len(execFollowUps)
+	}
+}
+
+// execFollowUps are when an image read at its exec is read again while the reading shows
+// only the program and its dynamic loader: at the exec, the loader has not mapped the
+// program's libraries yet, and a program that lives a few milliseconds is gone before its
+// samples would ask for another reading. Static programs, and dynamic ones whose libraries
+// are in, are not read again.
+var execFollowUps = [...]time.Duration{150 * time.Microsecond, 500 * time.Microsecond, 2 * time.Millisecond, 10 * time.Millisecond}
+
+// followUp schedules the image's next read after its exec, if its latest reading lacks
+// its libraries and the exec rate limit allows another read (targets named in advance do
+// not count against it).
+func (p *Processes) followUp(img *image, snap *snapshot) {
+	if img.followUps == 0 || !loaderOnly(snap) {
+		img.followUps = 0
+		return
+	}
+	delay := execFollowUps[len(execFollowUps)-img.followUps]
+	img.followUps--
+	time.AfterFunc(delay, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.images[img.pid] != img || img.exited.Load() {
+			return
+		}
+		if !p.pinned[img.pid] {
+			if p.tokens < 1 {
+				return
+			}
+			p.tokens--
+		}
+		p.enqueue(img)
+	})
+}
+
+// loaderOnly reports whether a reading maps no more files executable than a program and
+// its dynamic loader: what a dynamic program looks like before the loader mapped its
+// libraries.
+func loaderOnly(s *snapshot) bool {
+	files := 0
+	for _, m := range s.mappings {
+		if m.File != nil {
+			files++
+		}
+	}
+	return files <= 2
 }
 
 // Exit marks pid's image for removal at the next sweep: samples taken just before the
@@ -426,6 +482,9 @@ func (p *Processes) read(img *image) {
 	if p.cfg.Observer != nil {
 		p.cfg.Observer.ProcessMappings(img.pid, img.execID.Load(), snap.mappings)
 	}
+	p.mu.Lock()
+	p.followUp(img, snap)
+	p.mu.Unlock()
 }
 
 // same returns the mapping of the reading s equal to m, if any.
@@ -499,6 +558,7 @@ func (p *Processes) file(dir string, l mapsLine, hostRoot bool) *objfile.File {
 	if err != nil && !p.failed[key] {
 		p.failed[key] = true
 		p.stats.FileErrors++
+		p.countRefusal(err)
 		if p.cfg.OnFileError != nil {
 			p.cfg.OnFileError(src.Path, err)
 		}
@@ -550,6 +610,22 @@ func (p *Processes) sweep(seen map[*image]bool, intervalStart time.Time) {
 
 const maxRememberedFailures = 4096
 
+// countRefusal counts why a file was refused, when it was. Caller holds mu.
+func (p *Processes) countRefusal(err error) {
+	switch {
+	case errors.Is(err, objfile.ErrNotRegular):
+		p.stats.FilesNotRegular++
+	case errors.Is(err, objfile.ErrReplaced):
+		p.stats.FilesReplaced++
+	case errors.Is(err, objfile.ErrTooLarge):
+		p.stats.FilesTooLarge++
+	case errors.Is(err, objfile.ErrFUSE):
+		p.stats.FilesFUSE++
+	case errors.Is(err, objfile.ErrStalled):
+		p.stats.FilesStalled++
+	}
+}
+
 // Stats returns the counts so far.
 func (p *Processes) Stats() ProcessStats {
 	p.mu.Lock()
@@ -577,5 +653,7 @@ func (s ProcessStats) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.Int("tracked", s.Processes), slog.Int("files", s.Files), slog.Uint64("maps_reads", s.MapsReads),
 		slog.Uint64("maps_errors", s.MapsErrors), slog.Uint64("maps_stale", s.MapsStale), slog.Uint64("files_unidentified", s.FileErrors),
+		slog.Uint64("files_not_regular", s.FilesNotRegular), slog.Uint64("files_replaced", s.FilesReplaced), slog.Uint64("files_too_large", s.FilesTooLarge),
+		slog.Uint64("files_fuse", s.FilesFUSE), slog.Uint64("files_stalled", s.FilesStalled),
 		slog.Uint64("reads_dropped", s.ReadsDropped), slog.Uint64("exec_reads_skipped", s.ExecReadsSkipped), slog.Uint64("untracked_samples", s.Untracked))
 }
