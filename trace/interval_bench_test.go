@@ -15,9 +15,9 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/sonde-profiler/sonde/docs/encoding"
 	"github.com/sonde-profiler/sonde/reporter/otlp"
 	"github.com/sonde-profiler/sonde/trace"
-	"github.com/sonde-profiler/sonde/docs/encoding"
 )
 
 // BenchmarkInterval is the agent's CPU per sample over whole intervals, chunk interning

@@ -87,9 +87,9 @@ type ProcessStats struct {
 	// socket or directory where the mapped file was), another file than the one mapped,
 	// too large, on FUSE, or whose open stalled.
 	FilesNotRegular, FilesReplaced, FilesTooLarge, FilesFUSE, FilesStalled uint64
-	Processes  int    // processes tracked now
-	Files      int    // files tracked now
-	Pending    int    // reads waiting now
+	Processes                                                              int // processes tracked now
+	Files                                                                  int // files tracked now
+	Pending                                                                int // reads waiting now
 }
 
 // Re-reading a process's maps because addresses miss every mapping is rate-limited per
