@@ -119,6 +119,8 @@ type Sampler struct {
 	cpus      []int
 	frequency int
 	ringBytes atomic.Uint64
+	polls     atomic.Uint64 // reads of the ring buffer that worked, records or not
+	lastPoll  atomic.Int64  // unix nanoseconds of the latest
 
 	tablesMu sync.Mutex
 	slots    tableSlots
@@ -283,6 +285,10 @@ func (s *Sampler) Run(ctx context.Context, h Handler) error {
 		// collected on this poll interval.
 		s.ring.SetDeadline(time.Now().Add(pollInterval))
 		err := s.ring.ReadInto(&rec)
+		if err == nil || errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, ringbuf.ErrFlushed) {
+			s.polls.Add(1)
+			s.lastPoll.Store(time.Now().UnixNano())
+		}
 		switch {
 		case errors.Is(err, ringbuf.ErrFlushed) && ctx.Err() != nil:
 			return nil
@@ -359,6 +365,14 @@ func commString(c *[16]int8) string {
 	}
 	return string(b)
 }
+
+// Polls is how many reads of the ring buffer have worked so far, whether they found
+// records or waited out the poll interval; LastPoll is when the latest did. A reader that
+// stopped or stalls stops them.
+func (s *Sampler) Polls() uint64 { return s.polls.Load() }
+
+// LastPoll is when the ring buffer was last read.
+func (s *Sampler) LastPoll() time.Time { return time.Unix(0, s.lastPoll.Load()) }
 
 // RingBytes is how many bytes of records the reader has taken from the ring buffer.
 func (s *Sampler) RingBytes() uint64 { return s.ringBytes.Load() }

@@ -387,3 +387,61 @@ func inExec(s *profile.Sample) bool {
 	}
 	return false
 }
+
+// Output files: a directory where a file is asked for is a usage error before anything
+// is sampled; files get the mode the umask gives, replace what was there atomically,
+// appear when sonde is interrupted too, and no temporary file is left behind.
+func TestOutputFiles(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := t.TempDir()
+	t.Run("directory", func(t *testing.T) {
+		asDir := filepath.Join(dir, "already.pb.gz")
+		os.Mkdir(asDir, 0o755)
+		began := time.Now()
+		_, stderr, err := runSonde(t, "--duration", "5s", "--output", asDir)
+		var exit *exec.ExitError
+		if !errAs(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(stderr, "is a directory") {
+			t.Errorf("--output naming a directory: %v\n%s", err, stderr)
+		}
+		if time.Since(began) > 3*time.Second {
+			t.Errorf("the usage error came after %v: sonde sampled first", time.Since(began))
+		}
+	})
+	t.Run("umask-and-replace", func(t *testing.T) {
+		out := filepath.Join(dir, "run.pb.gz")
+		os.WriteFile(out, []byte("old"), 0o600)
+		old := syscall.Umask(0o027)
+		_, stderr, err := runSonde(t, "--duration", "1s", "--output", out, "--output", filepath.Join(dir, "run.folded"), "--top", "0")
+		syscall.Umask(old)
+		if err != nil {
+			t.Fatalf("sonde: %v\n%s", err, stderr)
+		}
+		st, err := os.Stat(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm() != 0o640 {
+			t.Errorf("output mode %v under umask 027, want -rw-r-----", st.Mode().Perm())
+		}
+		readProfile(t, out)
+	})
+	t.Run("interrupted", func(t *testing.T) {
+		out := filepath.Join(dir, "int.pb.gz")
+		cmd := exec.Command(sonde(t), "--output", out, "--top", "0")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1500 * time.Millisecond)
+		cmd.Process.Signal(os.Interrupt)
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("sonde after Ctrl-C: %v", err)
+		}
+		readProfile(t, out)
+	})
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.Name() != "already.pb.gz" && e.Name() != "run.pb.gz" && e.Name() != "run.folded" && e.Name() != "int.pb.gz" {
+			t.Errorf("left behind in the output directory: %s", e.Name())
+		}
+	}
+}

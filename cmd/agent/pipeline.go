@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sonde-profiler/sonde/bpf"
@@ -46,6 +47,11 @@ type pipeline struct {
 	resource   otlp.Resource
 	encode     otlp.EncodeOptions
 	targets    *targets
+	health     *health
+	telemetry  *telemetry // nil without --metrics-addr
+	// symStats is the symbolizer's counters as of the last interval: the symbolizer
+	// holds its lock while it names an interval, which /metrics must not wait for.
+	symStats atomic.Pointer[symbolize.Stats]
 }
 
 // run samples until ctx ends, --duration passes or every --pid target exits. Every
@@ -143,6 +149,13 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 	p.sinks = p.makeSinks()
 	p.pressure = &pressure{limit: p.budget.rss, log: log, sheds: p.shedders()}
 	p.targets = newTargets(cfg.pids)
+	p.health = &health{sampler: p.sampler}
+	if cfg.metricsAddr != "" {
+		if p.telemetry, err = newTelemetry(p, p.health); err != nil {
+			p.sampler.Close()
+			return nil, err
+		}
+	}
 	return p, nil
 }
 
@@ -198,10 +211,15 @@ func (p *pipeline) run(ctx context.Context) error {
 		stages.Go(func() { p.tables.Run(stageCtx) })
 	}
 	stages.Go(func() { p.pressure.run(stageCtx, time.Second) })
+	if p.telemetry != nil {
+		p.telemetry.serve(p.log)
+		defer p.telemetry.close()
+	}
 	p.prime()
 	if err := p.sampler.Start(); err != nil {
 		return err
 	}
+	p.health.started.Store(true)
 	p.log.Info("sampling", "frequency_hz", p.cfg.frequency, "pids", p.cfg.pids, "duration", p.cfg.duration,
 		"otlp_endpoint", p.exportTarget(), "interval", p.cfg.interval, "memory", p.budget, "version", version)
 
@@ -221,6 +239,7 @@ func (p *pipeline) run(ctx context.Context) error {
 	go func() { sampled <- p.sampler.Run(ctx, p) }()
 
 	runErr := p.loop(sampled)
+	p.health.stopped.Store(true)
 	cancel()
 	if runErr != nil {
 		p.log.Error("sampling stopped early; reporting what was collected", "err", runErr)
@@ -271,6 +290,8 @@ func (p *pipeline) deliver(prof *trace.Profile) {
 		for _, err := range p.symbolizer.Symbolize(prof) {
 			p.log.Info("cannot symbolize; frames keep addresses and build ids", "err", err)
 		}
+		st := p.symbolizer.Stats()
+		p.symStats.Store(&st)
 	}
 	for _, s := range p.sinks {
 		s.add(prof)

@@ -1,6 +1,7 @@
 package otlp
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -187,3 +188,10 @@ func (c Config) withDefaults() Config {
 	}
 	return c
 }
+
+// Target is the address the exporter dials and whether it speaks plaintext, for other
+// exporters that follow the profiles' configuration.
+func (c Config) Target() (addr string, plaintext bool, err error) { return c.target() }
+
+// TLS is the TLS configuration the exporter uses.
+func (c Config) TLS() (*tls.Config, error) { return tlsConfig(c) }

@@ -1,0 +1,259 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sonde-profiler/sonde/internal/testenv"
+)
+
+// The long scenarios run for minutes from `make soak` (SONDE_SOAK=1); make test runs them
+// for about a minute each, with the same assertions.
+func soak() bool { return os.Getenv("SONDE_SOAK") == "1" }
+
+// agent is a running sonde with its metrics endpoint.
+type agent struct {
+	cmd    *exec.Cmd
+	addr   string
+	stderr *lockedBuffer
+	done   chan error
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startAgent runs sonde with args and a metrics endpoint, and waits until it is healthy.
+func startAgent(t *testing.T, args ...string) *agent {
+	t.Helper()
+	a := &agent{addr: freeAddr(t), stderr: &lockedBuffer{}, done: make(chan error, 1)}
+	a.cmd = exec.Command(sonde(t), append([]string{"--metrics-addr", a.addr, "--top", "0"}, args...)...)
+	a.cmd.Stderr = a.stderr
+	if err := a.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { a.done <- a.cmd.Wait() }()
+	t.Cleanup(func() {
+		a.cmd.Process.Kill()
+		<-a.done
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if code, _ := a.get(t, "/healthz"); code == http.StatusOK {
+			return a
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sonde not healthy after 20 s:\n%s", a.stderr.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (a *agent) get(t *testing.T, path string) (int, string) {
+	t.Helper()
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + a.addr + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	b.ReadFrom(resp.Body)
+	return resp.StatusCode, b.String()
+}
+
+// metrics scrapes /metrics into name{labels} → value.
+func (a *agent) metrics(t *testing.T) map[string]float64 {
+	t.Helper()
+	code, body := a.get(t, "/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d %s", code, body)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(strings.NewReader(body))
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err == nil {
+			out[line[:i]] = v
+		}
+	}
+	return out
+}
+
+// stop interrupts sonde and waits for it to exit.
+func (a *agent) stop(t *testing.T) {
+	t.Helper()
+	a.cmd.Process.Signal(os.Interrupt)
+	select {
+	case err := <-a.done:
+		a.done <- err
+		if err != nil {
+			t.Fatalf("sonde: %v\n%s", err, a.stderr.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("sonde did not stop within a minute of SIGINT")
+	}
+}
+
+// /healthz answers once sampling runs and /metrics' counters move as samples flow.
+func TestMetricsEndpoint(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := buildWorkload(t, "chain", chainC, "-O2")
+	startWorkload(t, bin, 30)
+	a := startAgent(t, "--frequency", "99", "--interval", "1s")
+	first := a.metrics(t)
+	// The first interval's names take a while (kallsyms, libc's DWARF): wait for them.
+	var second map[string]float64
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		time.Sleep(time.Second)
+		second = a.metrics(t)
+		if second[`sonde_symbolize_locations_total{outcome="named"}`] > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, name := range []string{"sonde_samples_total", `sonde_symbolize_locations_total{outcome="named"}`} {
+		if second[name] <= first[name] {
+			t.Errorf("%s did not move: %v then %v", name, first[name], second[name])
+		}
+	}
+	for _, name := range []string{"go_goroutines", "process_open_fds", "sonde_memory_rss_bytes", `sonde_bpf_map_entries{map="proc_maps"}`, "sonde_processes", `sonde_unwind_walks_total{outcome="complete"}`} {
+		if _, ok := second[name]; !ok {
+			t.Errorf("no %s in /metrics", name)
+		}
+	}
+	if code, body := a.get(t, "/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz while sampling: %d %s", code, body)
+	}
+	a.stop(t)
+}
+
+// churnC forks and execs a short-lived program at the rate given, for the seconds given.
+const churnC = `#include <stdlib.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+static double now(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec+t.tv_nsec/1e9;}
+int main(int argc,char**argv){double rate=atof(argv[1]),end=now()+atof(argv[2]),next=now();
+ while(now()<end){ if(now()<next){usleep(200);continue;} next+=1/rate;
+  pid_t p=fork(); if(p==0){execl(argv[3],argv[3],(char*)0);_exit(127);} if(p>0) waitpid(p,0,0);}
+ return 0;}
+`
+
+// stats reads what the churn and overflow tests compare: memory, descriptors,
+// goroutines, and the per-process state sonde and the kernel hold.
+func (a *agent) stats(t *testing.T) (rss, fds, goroutines, kernelProcs, tracked float64) {
+	m := a.metrics(t)
+	return m["sonde_memory_rss_bytes"], m["process_open_fds"], m["go_goroutines"], m[`sonde_bpf_map_entries{map="proc_maps"}`], m["sonde_processes"]
+}
+
+// Thousands of short-lived processes a second: memory comes back to where it was,
+// per-process state in sonde and in the kernel goes back to baseline, and nothing leaks.
+func TestChurn(t *testing.T) {
+	testenv.RequireRoot(t)
+	churn := buildWorkload(t, "churn", churnC, "-O2")
+	short := buildWorkload(t, "short", "int main(void){volatile unsigned long a=0;for(int i=0;i<100000;i++)a+=i;return 0;}\n", "-O1")
+	secs := 60
+	if soak() {
+		secs = 300
+	}
+	a := startAgent(t, "--frequency", "99", "--interval", "2s")
+	// A few intervals first, so that what sonde loads once (kallsyms, its own tables)
+	// is in the baseline.
+	time.Sleep(8 * time.Second)
+	rss0, fds0, gor0, kern0, tracked0 := a.stats(t)
+	cmd := exec.Command(churn, "1000", strconv.Itoa(secs), short)
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("churn: %v", err)
+	}
+	during := a.metrics(t)
+	// Two intervals for exited processes to be forgotten.
+	time.Sleep(6 * time.Second)
+	rss1, fds1, gor1, kern1, tracked1 := a.stats(t)
+	t.Logf("before: RSS %.1f MiB, %v fds, %v goroutines, %v kernel processes, %v tracked", rss0/(1<<20), fds0, gor0, kern0, tracked0)
+	t.Logf("after:  RSS %.1f MiB, %v fds, %v goroutines, %v kernel processes, %v tracked", rss1/(1<<20), fds1, gor1, kern1, tracked1)
+	t.Logf("during: %v samples, RSS %.1f MiB", during["sonde_samples_total"], during["sonde_memory_rss_bytes"]/(1<<20))
+	if rss1 > rss0*1.1 {
+		t.Errorf("RSS %.1f MiB after the churn, %.1f MiB before: over 10%% more", rss1/(1<<20), rss0/(1<<20))
+	}
+	if fds1 > fds0+2 || gor1 > gor0+2 {
+		t.Errorf("file descriptors %v → %v, goroutines %v → %v: a leak", fds0, fds1, gor0, gor1)
+	}
+	if kern1 > kern0+5 || tracked1 > tracked0+5 {
+		t.Errorf("processes in the kernel %v → %v, tracked %v → %v: per-process state outlives its processes", kern0, kern1, tracked0, tracked1)
+	}
+	a.stop(t)
+}
+
+// A stalled reader (sonde stopped for a moment) lets the ring buffer overflow at the
+// highest rate: the losses are counted and reported, and sampling goes on afterwards.
+func TestRingOverflow(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := buildWorkload(t, "chain", chainC, "-O2")
+	startWorkload(t, bin, 60)
+	startWorkload(t, bin, 60)
+	a := startAgent(t, "--frequency", strconv.Itoa(maxFrequency), "--interval", "1s", "--memory-limit", "64MiB")
+	time.Sleep(time.Second)
+	a.cmd.Process.Signal(syscall.SIGSTOP)
+	time.Sleep(2 * time.Second)
+	a.cmd.Process.Signal(syscall.SIGCONT)
+	time.Sleep(500 * time.Millisecond)
+	before := a.metrics(t)
+	time.Sleep(2 * time.Second)
+	after := a.metrics(t)
+	if before["sonde_samples_lost_total"] == 0 {
+		t.Errorf("no samples counted lost after the reader stalled for 2 s at %d Hz", maxFrequency)
+	}
+	if after["sonde_samples_total"] <= before["sonde_samples_total"] {
+		t.Errorf("sampling did not go on after the overflow: %v then %v samples", before["sonde_samples_total"], after["sonde_samples_total"])
+	}
+	if code, _ := a.get(t, "/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz after the overflow: %d", code)
+	}
+	a.stop(t)
+	log := a.stderr.String()
+	if !strings.Contains(log, "ring buffer full") {
+		t.Errorf("the overflow was not reported:\n%s", log)
+	}
+	if summaryCount(t, log, "kernel.ring_buffer_full") == 0 {
+		t.Errorf("the summary counts no lost samples")
+	}
+	t.Logf("%v samples, %v lost", after["sonde_samples_total"], after["sonde_samples_lost_total"])
+}
