@@ -95,9 +95,18 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.StringVar(&endpoint, "otlp-endpoint", "", "send OTLP profiles over gRPC to this collector (`host:port`, or https://, http://); default from OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT")
 	fs.BoolVar(&c.otlp.Insecure, "otlp-insecure", c.otlp.Insecure, "send to the collector in plaintext instead of TLS")
 	fs.IntVar(&c.otlp.QueueSize, "otlp-queue", c.otlp.QueueSize, "intervals kept while the collector is unreachable; beyond this, or beyond their share of --memory-limit, the oldest are dropped")
+	fs.String("config", "", "read flags from a YAML `FILE` of flag names and values (also SONDE_CONFIG); the command line wins over SONDE_* variables, which win over the file")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: sonde [flags]\n\nsonde samples CPU stacks with eBPF and writes profiles.\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "Usage: sonde [flags]\n\nsonde samples CPU stacks with eBPF and writes profiles.\n\nEvery flag can also be set in the --config file, under its name, or in the environment\nas SONDE_ and its name in capitals with underscores (SONDE_OTLP_ENDPOINT).\n\nFlags:\n")
 		fs.PrintDefaults()
+	}
+	layers, err := configLayers(fs, args, getenv)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	repeated, err := applyLayers(fs, layers)
+	if err != nil {
+		return nil, usageError{err}
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -107,6 +116,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	}
 	if fs.NArg() > 0 {
 		return nil, usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	if len(outputs) == 0 {
+		outputs = repeated["output"]
 	}
 	if endpoint != "" {
 		c.otlp.Endpoint = endpoint

@@ -3,7 +3,11 @@ package main
 import (
 	"errors"
 	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -80,6 +84,63 @@ func TestParseConfigErrors(t *testing.T) {
 		var uerr usageError
 		if !errors.As(err, &uerr) {
 			t.Errorf("parseConfig(%v) = %v, want a usage error", args, err)
+		}
+	}
+}
+
+// One precedence everywhere: flag, then SONDE_* variable, then the --config file, then
+// the default; a bad key or value fails before anything starts and names itself.
+func TestConfigPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "sonde.yaml")
+	os.WriteFile(file, []byte("frequency: 49\ninterval: 3s\ntop: 3\noutput: [a.pb.gz, b.folded]\nlog-level: warn\n"), 0o644)
+	env := map[string]string{"SONDE_INTERVAL": "4s", "SONDE_TOP": "5"}
+	getenv := func(k string) string { return env[k] }
+	c, err := parseConfig([]string{"--config", file, "--top", "7"}, getenv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.frequency != 49 || c.interval != 4*time.Second || c.top != 7 || c.logLevel != slog.LevelWarn {
+		t.Errorf("file 49 Hz/3s/top 3, env 4s/top 5, flag top 7: got %d Hz, %v, top %d, log %v", c.frequency, c.interval, c.top, c.logLevel)
+	}
+	if len(c.outputs) != 2 || c.outputs[1].format != formatFolded {
+		t.Errorf("outputs from the file: %+v", c.outputs)
+	}
+	c, err = parseConfig([]string{"--output", "c.pb.gz"}, func(k string) string { return map[string]string{"SONDE_CONFIG": file}[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.outputs) != 1 || c.outputs[0].path != "c.pb.gz" || c.frequency != 49 {
+		t.Errorf("SONDE_CONFIG and --output: %+v at %d Hz; the command line's outputs replace the file's", c.outputs, c.frequency)
+	}
+	for _, tc := range []struct {
+		file string
+		env  map[string]string
+		want string
+	}{
+		{"frequncy: 19\n", nil, `unknown key "frequncy"`},
+		{"frequency: fast\n", nil, "config file " + file + ": frequency"},
+		{"interval: {a: 1}\n", nil, `key "interval"`},
+		{"frequency: 19\n", map[string]string{"SONDE_FREQUENCY": "x"}, "SONDE_FREQUENCY"},
+		{"[not, a, mapping]\n", nil, "not a YAML mapping"},
+	} {
+		os.WriteFile(file, []byte(tc.file), 0o644)
+		_, err := parseConfig([]string{"--config", file}, func(k string) string { return tc.env[k] }, io.Discard)
+		var uerr usageError
+		if !errors.As(err, &uerr) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("config %q env %v: %v, want a usage error naming %q", tc.file, tc.env, err, tc.want)
+		}
+	}
+	if _, err := parseConfig([]string{"--config", filepath.Join(dir, "missing.yaml")}, noEnv, io.Discard); err == nil {
+		t.Error("a missing config file was accepted")
+	}
+}
+
+// The configuration files deploy/ ships parse, every key a flag sonde has.
+func TestShippedConfigParses(t *testing.T) {
+	for _, p := range []string{"../../deploy/sonde.yaml"} {
+		if _, err := parseConfig([]string{"--config", p}, noEnv, io.Discard); err != nil {
+			t.Errorf("%s: %v", p, err)
 		}
 	}
 }
