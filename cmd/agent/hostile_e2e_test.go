@@ -445,3 +445,22 @@ func TestOutputFiles(t *testing.T) {
 		}
 	}
 }
+
+// Without a capability it cannot run without, sonde names it; without one it can do
+// without, it names it and what degrades, and profiles.
+func TestMissingCapabilitiesAreNamed(t *testing.T) {
+	testenv.RequireRoot(t)
+	setpriv := testenv.RequireTool(t, "setpriv")
+	out, _ := exec.Command(setpriv, "--bounding-set=-all,+perfmon,+sys_ptrace", "--", sonde(t), "--duration", "1s").CombinedOutput()
+	if !strings.Contains(string(out), "missing CAP_BPF") || strings.Count(strings.TrimSpace(string(out)), "\n") > 0 {
+		t.Errorf("without CAP_BPF sonde said:\n%s", out)
+	}
+	cmd := exec.Command(setpriv, "--bounding-set=-all,+bpf,+perfmon,+sys_ptrace,+dac_read_search", "--", sonde(t), "--duration", "1s", "--top", "0")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("sonde without CAP_SYSLOG: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "missing CAP_SYSLOG: kernel frames keep addresses only") {
+		t.Errorf("without CAP_SYSLOG sonde did not say what degrades:\n%s", out)
+	}
+}

@@ -50,7 +50,7 @@ func runMain(args []string) int {
 func explain(err error) string {
 	switch {
 	case errors.Is(err, bpf.ErrPermission):
-		return "sonde needs root, or the capabilities CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE, to load its BPF programs and read other processes' memory maps: run it with sudo (" + err.Error() + ")"
+		return "sonde needs root, or at least the capabilities CAP_BPF and CAP_PERFMON (see deploy/README.md for the full set), to load its BPF programs: run it with sudo (" + err.Error() + ")"
 	case errors.Is(err, bpf.ErrNoBPF):
 		return "this kernel lacks what sonde's BPF programs need (Linux 5.17 or later, built with CONFIG_BPF_SYSCALL, CONFIG_BPF_EVENTS and CONFIG_DEBUG_INFO_BTF); missing: " + err.Error()
 	default:

@@ -71,6 +71,9 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 	if err := checkPIDsExist(cfg.pids); err != nil {
 		return nil, usageError{err}
 	}
+	if err := checkCapabilities(log); err != nil {
+		return nil, err
+	}
 	cpus, err := bpf.OnlineCPUs()
 	if err != nil {
 		return nil, err
