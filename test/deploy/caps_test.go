@@ -129,9 +129,21 @@ func TestCapabilities(t *testing.T) {
 		if !errors.As(err, &exit) || exit.ExitCode() == 0 {
 			t.Fatalf("sonde without CAP_BPF: %v, want a non-zero exit\n%s", err, msg)
 		}
-		// TODO(agent): once sonde names the missing capability, assert it:
-		//	if !strings.Contains(msg, "CAP_BPF") { t.Errorf("the message does not name CAP_BPF:\n%s", msg) }
-		// and add a "without PERFMON" case asserting "CAP_PERFMON" the same way.
+		if !strings.Contains(msg, "missing CAP_BPF") {
+			t.Errorf("the message does not name CAP_BPF:\n%s", msg)
+		}
+	})
+
+	t.Run("without PERFMON", func(t *testing.T) {
+		caps := without(wantCaps, "PERFMON")
+		msg, err := run("noperfmon", caps)
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+			t.Fatalf("sonde without CAP_PERFMON: %v, want a non-zero exit\n%s", err, msg)
+		}
+		if !strings.Contains(msg, "missing CAP_PERFMON") {
+			t.Errorf("the message does not name CAP_PERFMON:\n%s", msg)
+		}
 	})
 }
 
