@@ -21,6 +21,7 @@ struct bpf_perf_event_data;
 
 /* Load-time settings, rewritten by the loader before the verifier sees the program. */
 const volatile __u8 filter_pids = 0;
+const volatile __u8 filter_cgroups = 0;
 const volatile __u8 collect_kernel = 1;
 /* 0: user stacks by bpf_get_stack's frame-pointer walk only; 1: table-driven unwinding. */
 const volatile __u8 table_unwinding = 1;
@@ -34,6 +35,15 @@ struct {
 	__type(key, __u32);
 	__type(value, __u8);
 } target_pids SEC(".maps");
+
+/* cgroup v2 ids whose processes, and their descendants' processes, to sample when
+ * filter_cgroups is set; sized by the loader, updated as pods come and go. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, __u64);
+	__type(value, __u8);
+} target_cgroups SEC(".maps");
 
 /* Sized by the loader from the sampling rate and CPU count. */
 struct {
@@ -108,11 +118,38 @@ static __always_inline void count(__u32 which)
 		(*c)++;
 }
 
+static long cgroup_level_step(__u32 i, void *ctx)
+{
+	int *found = ctx;
+	/* Level 0 is the root, which no filter names. */
+	__u64 id = bpf_get_current_ancestor_cgroup_id(i + 1);
+	if (!id)
+		return 1; /* deeper than the task's own cgroup */
+	if (bpf_map_lookup_elem(&target_cgroups, &id)) {
+		*found = 1;
+		return 1;
+	}
+	return 0;
+}
+
+/* A target cgroup is the current task's own or one of its ancestors: a pod's cgroup holds
+ * its containers' cgroups. A loop callback, not an unrolled loop, keeps the verifier's work
+ * the same whatever MAX_CGROUP_LEVELS is. */
+static __always_inline int in_target_cgroup(void)
+{
+	int found = 0;
+	bpf_loop(MAX_CGROUP_LEVELS, cgroup_level_step, &found, 0);
+	return found;
+}
+
+/* With both filters, a process either names is sampled. */
 static __always_inline int wanted(__u32 tgid)
 {
-	if (!filter_pids)
+	if (!filter_pids && !filter_cgroups)
 		return 1;
-	return bpf_map_lookup_elem(&target_pids, &tgid) != NULL;
+	if (filter_pids && bpf_map_lookup_elem(&target_pids, &tgid))
+		return 1;
+	return filter_cgroups && in_target_cgroup();
 }
 
 #if ARCH_TABLE_UNWIND

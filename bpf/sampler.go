@@ -26,6 +26,13 @@ const pollInterval = 50 * time.Millisecond
 type Config struct {
 	// PIDs, when not empty, restricts sampling to these thread groups; the check runs in the kernel.
 	PIDs []uint32
+	// CgroupFilter restricts sampling to processes in the cgroups Cgroups names and those
+	// AddCgroup adds later, and in their descendants, by cgroup v2 id. With PIDs too,
+	// a process either names is sampled.
+	CgroupFilter bool
+	Cgroups      []uint64
+	// MaxCgroups sizes the cgroup filter for ids added later; at least len(Cgroups).
+	MaxCgroups int
 	// Frequency is the sampling rate per CPU, in Hz.
 	Frequency int
 	// KernelStacks records kernel stacks too.
@@ -154,6 +161,11 @@ func Load(cfg Config) (*Sampler, error) {
 	if err := spec.Variables["filter_pids"].Set(boolByte(len(cfg.PIDs) > 0)); err != nil {
 		return nil, fmt.Errorf("set filter_pids: %w", err)
 	}
+	cgroupFilter := cfg.CgroupFilter || len(cfg.Cgroups) > 0
+	if err := spec.Variables["filter_cgroups"].Set(boolByte(cgroupFilter)); err != nil {
+		return nil, fmt.Errorf("set filter_cgroups: %w", err)
+	}
+	spec.Maps["target_cgroups"].MaxEntries = uint32(max(len(cfg.Cgroups), cfg.MaxCgroups, 1))
 	if err := spec.Variables["collect_kernel"].Set(boolByte(cfg.KernelStacks)); err != nil {
 		return nil, fmt.Errorf("set collect_kernel: %w", err)
 	}
@@ -193,6 +205,12 @@ func Load(cfg Config) (*Sampler, error) {
 		if err := s.objs.TargetPids.Put(pid, uint8(1)); err != nil {
 			s.Close()
 			return nil, fmt.Errorf("add pid %d to filter: %w", pid, err)
+		}
+	}
+	for _, id := range cfg.Cgroups {
+		if err := s.AddCgroup(id); err != nil {
+			s.Close()
+			return nil, err
 		}
 	}
 	if s.ring, err = ringbuf.NewReader(s.objs.Events); err != nil {
@@ -364,6 +382,23 @@ func commString(c *[16]int8) string {
 		}
 	}
 	return string(b)
+}
+
+// AddCgroup adds a cgroup to the kernel's filter: its processes and those of the cgroups
+// below it are sampled from now on.
+func (s *Sampler) AddCgroup(id uint64) error {
+	if err := s.objs.TargetCgroups.Put(id, uint8(1)); err != nil {
+		return fmt.Errorf("add cgroup %d to filter: %w", id, err)
+	}
+	return nil
+}
+
+// RemoveCgroup takes a cgroup out of the kernel's filter.
+func (s *Sampler) RemoveCgroup(id uint64) error {
+	if err := s.objs.TargetCgroups.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("remove cgroup %d from filter: %w", id, err)
+	}
+	return nil
 }
 
 // Polls is how many reads of the ring buffer have worked so far, whether they found

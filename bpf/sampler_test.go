@@ -2,10 +2,15 @@ package bpf
 
 import (
 	"context"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sonde-profiler/sonde/internal/cgroup"
 	"github.com/sonde-profiler/sonde/internal/testenv"
 )
 
@@ -93,4 +98,67 @@ func TestSamplerFiltersInKernel(t *testing.T) {
 		t.Errorf("program stats %+v: want runs and runtime", st)
 	}
 	t.Logf("%d samples, %d runs, %v per run", len(rec.samples), st.Runs, st.Runtime/time.Duration(st.Runs))
+}
+
+// A cgroup filter samples the processes of a cgroup and of the cgroups below it, and no
+// others.
+func TestSamplerFiltersByCgroup(t *testing.T) {
+	testenv.RequireRoot(t)
+	root, err := cgroup.Root("/proc/self/mountinfo")
+	if err != nil {
+		testenv.Unavailable(t, "no cgroup v2 here: %v", err)
+	}
+	parent, err := os.MkdirTemp(root, "sonde-test-")
+	if err != nil {
+		testenv.Unavailable(t, "cannot make a cgroup under %s: %v", root, err)
+	}
+	defer os.Remove(parent)
+	child := filepath.Join(parent, "child")
+	if err := os.Mkdir(child, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(child)
+	var st syscall.Stat_t
+	if err := syscall.Stat(parent, &st); err != nil {
+		t.Fatal(err)
+	}
+	inside := exec.Command("sh", "-c", "while :; do :; done")
+	outside := exec.Command("sh", "-c", "while :; do :; done")
+	for _, c := range []*exec.Cmd{inside, outside} {
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func(c *exec.Cmd) { c.Process.Kill(); c.Wait() }(c)
+	}
+	// Moved into the child: the filter names only its parent.
+	if err := os.WriteFile(filepath.Join(child, "cgroup.procs"), []byte(strconv.Itoa(inside.Process.Pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Load(Config{Cgroups: []uint64{st.Ino}, Frequency: 199})
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	defer s.Close()
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var rec recorder
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, &rec) }()
+	time.Sleep(time.Second)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	counts := map[uint32]int{}
+	for _, smp := range rec.samples {
+		counts[smp.PID]++
+	}
+	if counts[uint32(inside.Process.Pid)] < 50 {
+		t.Errorf("%d samples of the process in the filtered cgroup's child", counts[uint32(inside.Process.Pid)])
+	}
+	if len(counts) != 1 {
+		t.Errorf("samples of processes outside the cgroup leaked through: %v", counts)
+	}
 }

@@ -127,12 +127,14 @@ const (
 	samplerMapExecIds            = "exec_ids"
 	samplerMapProcMaps           = "proc_maps"
 	samplerMapScratch            = "scratch"
+	samplerMapTargetCgroups      = "target_cgroups"
 	samplerMapTargetPids         = "target_pids"
 	samplerMapUnwindTables       = "unwind_tables"
 	samplerProgOnExec            = "on_exec"
 	samplerProgOnExit            = "on_exit"
 	samplerProgSample            = "sample"
 	samplerVarCollectKernel      = "collect_kernel"
+	samplerVarFilterCgroups      = "filter_cgroups"
 	samplerVarFilterPids         = "filter_pids"
 	samplerVarRingWakeupBytes    = "ring_wakeup_bytes"
 	samplerVarTableUnwinding     = "table_unwinding"
@@ -198,13 +200,14 @@ type samplerProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type samplerMapSpecs struct {
-	Counters     *ebpf.MapSpec `ebpf:"counters"`
-	Events       *ebpf.MapSpec `ebpf:"events"`
-	ExecIds      *ebpf.MapSpec `ebpf:"exec_ids"`
-	ProcMaps     *ebpf.MapSpec `ebpf:"proc_maps"`
-	Scratch      *ebpf.MapSpec `ebpf:"scratch"`
-	TargetPids   *ebpf.MapSpec `ebpf:"target_pids"`
-	UnwindTables *ebpf.MapSpec `ebpf:"unwind_tables"`
+	Counters      *ebpf.MapSpec `ebpf:"counters"`
+	Events        *ebpf.MapSpec `ebpf:"events"`
+	ExecIds       *ebpf.MapSpec `ebpf:"exec_ids"`
+	ProcMaps      *ebpf.MapSpec `ebpf:"proc_maps"`
+	Scratch       *ebpf.MapSpec `ebpf:"scratch"`
+	TargetCgroups *ebpf.MapSpec `ebpf:"target_cgroups"`
+	TargetPids    *ebpf.MapSpec `ebpf:"target_pids"`
+	UnwindTables  *ebpf.MapSpec `ebpf:"unwind_tables"`
 }
 
 // samplerVariableSpecs contains global variables before they are loaded into the kernel.
@@ -212,6 +215,7 @@ type samplerMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type samplerVariableSpecs struct {
 	CollectKernel      *ebpf.VariableSpec `ebpf:"collect_kernel"`
+	FilterCgroups      *ebpf.VariableSpec `ebpf:"filter_cgroups"`
 	FilterPids         *ebpf.VariableSpec `ebpf:"filter_pids"`
 	RingWakeupBytes    *ebpf.VariableSpec `ebpf:"ring_wakeup_bytes"`
 	TableUnwinding     *ebpf.VariableSpec `ebpf:"table_unwinding"`
@@ -246,13 +250,14 @@ func (o *samplerObjects) Close() error {
 //
 // It can be passed to loadSamplerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type samplerMaps struct {
-	Counters     *ebpf.Map `ebpf:"counters"`
-	Events       *ebpf.Map `ebpf:"events"`
-	ExecIds      *ebpf.Map `ebpf:"exec_ids"`
-	ProcMaps     *ebpf.Map `ebpf:"proc_maps"`
-	Scratch      *ebpf.Map `ebpf:"scratch"`
-	TargetPids   *ebpf.Map `ebpf:"target_pids"`
-	UnwindTables *ebpf.Map `ebpf:"unwind_tables"`
+	Counters      *ebpf.Map `ebpf:"counters"`
+	Events        *ebpf.Map `ebpf:"events"`
+	ExecIds       *ebpf.Map `ebpf:"exec_ids"`
+	ProcMaps      *ebpf.Map `ebpf:"proc_maps"`
+	Scratch       *ebpf.Map `ebpf:"scratch"`
+	TargetCgroups *ebpf.Map `ebpf:"target_cgroups"`
+	TargetPids    *ebpf.Map `ebpf:"target_pids"`
+	UnwindTables  *ebpf.Map `ebpf:"unwind_tables"`
 }
 
 func (m *samplerMaps) Close() error {
@@ -262,6 +267,7 @@ func (m *samplerMaps) Close() error {
 		m.ExecIds,
 		m.ProcMaps,
 		m.Scratch,
+		m.TargetCgroups,
 		m.TargetPids,
 		m.UnwindTables,
 	)
@@ -272,6 +278,7 @@ func (m *samplerMaps) Close() error {
 // It can be passed to loadSamplerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type samplerVariables struct {
 	CollectKernel      *ebpf.Variable `ebpf:"collect_kernel"`
+	FilterCgroups      *ebpf.Variable `ebpf:"filter_cgroups"`
 	FilterPids         *ebpf.Variable `ebpf:"filter_pids"`
 	RingWakeupBytes    *ebpf.Variable `ebpf:"ring_wakeup_bytes"`
 	TableUnwinding     *ebpf.Variable `ebpf:"table_unwinding"`

@@ -10,6 +10,8 @@
 #define MAX_USER_DEPTH 128
 /* Executable mappings the unwinder knows per process; the rest fall back to frame pointers. */
 #define MAX_PROC_MAPPINGS 256
+/* How deep below the root a target cgroup may be: kubepods nest pods three or four deep. */
+#define MAX_CGROUP_LEVELS 12
 
 enum event_kind {
 	EVENT_SAMPLE = 1,

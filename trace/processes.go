@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"net/url"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -44,6 +46,15 @@ type ProcessConfig struct {
 	// they capture short-lived processes, but a host running thousands of execs a second
 	// must not cost a /proc read each. 0 means DefaultExecReadsPerSecond, less than 0 none.
 	ExecReadsPerSecond int
+	// Describer, when set, adds resource attributes to each process read.
+	Describer Describer
+}
+
+// Describer adds what sonde knows of a process from elsewhere (Kubernetes, the service it
+// is) to its Attributes. It returns false when it could not say everything it will be
+// able to later, and is asked again at the next flush, on a copy.
+type Describer interface {
+	Describe(p *Process) (complete bool)
 }
 
 // Defaults of ProcessConfig.
@@ -147,6 +158,7 @@ type image struct {
 
 	exited    atomic.Bool
 	forgotten atomic.Bool // no longer tracked: samples of pid start a new image
+	described atomic.Bool // the Describer said all it could
 	requested atomic.Bool // a read is queued or running
 	createdAt time.Time
 	// rereads is the re-reads the rate limit allows now, as of rereadAt; followUps the
@@ -531,7 +543,44 @@ func (p *Processes) readProcess(dir string, img *image) *Process {
 			proc.ContainerID, proc.PodUID, proc.Cgroup = info.ContainerID, info.PodUID, strings.ToValidUTF8(info.Path, "\uFFFD")
 		}
 	}
+	if b, err := readSmallFile(filepath.Join(dir, "environ"), maxEnviron); err == nil {
+		proc.EnvServiceName = strings.ToValidUTF8(envServiceName(b), "\uFFFD")
+	}
+	if p.cfg.Describer != nil {
+		img.described.Store(p.cfg.Describer.Describe(proc))
+	}
 	return proc
+}
+
+// maxEnviron bounds what is read of a process's environment: the variables the
+// OpenTelemetry SDK reads are usually set by whoever starts the process, near the start.
+const maxEnviron = 256 << 10
+
+// envServiceName finds the service name an OpenTelemetry SDK in the process would use,
+// from its environment: OTEL_SERVICE_NAME, else service.name in OTEL_RESOURCE_ATTRIBUTES.
+func envServiceName(environ []byte) string {
+	var fromAttrs string
+	for _, kv := range bytes.Split(environ, []byte{0}) {
+		k, v, ok := bytes.Cut(kv, []byte{'='})
+		if !ok {
+			continue
+		}
+		switch string(k) {
+		case "OTEL_SERVICE_NAME":
+			if s := strings.TrimSpace(string(v)); s != "" {
+				return s
+			}
+		case "OTEL_RESOURCE_ATTRIBUTES":
+			for _, pair := range strings.Split(string(v), ",") {
+				if name, value, ok := strings.Cut(pair, "="); ok && strings.TrimSpace(name) == "service.name" {
+					if u, err := url.PathUnescape(strings.TrimSpace(value)); err == nil {
+						fromAttrs = u
+					}
+				}
+			}
+		}
+	}
+	return fromAttrs
 }
 
 // sharesRoot reports whether the process at dir has sonde's own root directory.
@@ -595,6 +644,14 @@ func (p *Processes) sweep(seen map[*image]bool, intervalStart time.Time) {
 		}
 	}
 	p.files = live
+	var redescribe []*image
+	if p.cfg.Describer != nil {
+		for _, img := range p.images {
+			if proc := img.proc.Load(); proc != nil && !img.described.Load() {
+				redescribe = append(redescribe, img)
+			}
+		}
+	}
 	// Failures are remembered longer than files so a broken file is reported once, not
 	// once per interval; the bound keeps a host full of broken files from growing it forever.
 	if len(p.failed) > maxRememberedFailures {
@@ -605,6 +662,14 @@ func (p *Processes) sweep(seen map[*image]bool, intervalStart time.Time) {
 		for _, pid := range gone {
 			p.cfg.Observer.ProcessGone(pid)
 		}
+	}
+	// What a Describer could not say at first (a pod the watch had not delivered yet)
+	// it may say now; samples pick the new description up through the image.
+	for _, img := range redescribe {
+		next := *img.proc.Load()
+		next.Attributes = maps.Clone(next.Attributes)
+		img.described.Store(p.cfg.Describer.Describe(&next))
+		img.proc.Store(&next)
 	}
 }
 

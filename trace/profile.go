@@ -45,6 +45,12 @@ type Process struct {
 	ContainerID string // from the cgroup path; empty outside containers
 	PodUID      string // the Kubernetes pod's UID, from the cgroup path
 	Cgroup      string // the cgroup v2 path (or the best v1 one) as the process sees it
+	// EnvServiceName is the service name the process's environment gives the
+	// OpenTelemetry SDK: OTEL_SERVICE_NAME, else service.name in OTEL_RESOURCE_ATTRIBUTES.
+	EnvServiceName string
+	// Attributes are resource attributes a Describer added (service.name, k8s.*). A
+	// Process is not changed once published; a new description is a new Process.
+	Attributes map[string]string
 }
 
 // Line is one source-level frame at an address; inlined code yields several, innermost first.

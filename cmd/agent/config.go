@@ -40,6 +40,7 @@ type config struct {
 	memoryLimit  int64
 	metricsAddr  string
 	metricsOTLP  bool
+	threadAttrs  otlp.ThreadAttributes
 	// export is set when profiles go to a collector: --otlp-endpoint or the OTEL_* variables name one.
 	export bool
 	otlp   otlp.Config
@@ -89,6 +90,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.DurationVar(&c.interval, "interval", 10*time.Second, "how often collected samples are symbolized and sent (±10% jitter)")
 	fs.BoolVar(&c.timestamps, "timestamps", false, "send each sample's time, not only counts per stack")
 	fs.StringVar(&memoryLimit, "memory-limit", "256MiB", "memory sonde may use (`SIZE`, e.g. 128MiB, 1GiB), its own and its BPF maps': caches, queues and maps are sized from it, and under pressure caches and queued intervals are dropped first")
+	var threadAttrs string
+	fs.StringVar(&threadAttrs, "thread-attributes", "name", "per-sample thread attributes sent over OTLP: `name`, id, name,id or none (each distinct value can become a series in the backend)")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve /healthz and /metrics (Prometheus text) on `ADDR`, e.g. :9464 (empty: none)")
 	fs.BoolVar(&c.metricsOTLP, "metrics-otlp", false, "also push sonde's metrics over OTLP to the collector profiles go to, every --interval")
 	var endpoint string
@@ -178,6 +181,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	if c.top < 0 {
 		return nil, usageError{fmt.Errorf("--top %d: must not be negative", c.top)}
 	}
+	if c.threadAttrs, err = parseThreadAttributes(threadAttrs); err != nil {
+		return nil, usageError{err}
+	}
 	if c.metricsOTLP && !c.export {
 		return nil, usageError{errors.New("--metrics-otlp: no collector to push to; set --otlp-endpoint")}
 	}
@@ -261,4 +267,22 @@ func checkPIDsExist(pids []uint32) error {
 		}
 	}
 	return nil
+}
+
+func parseThreadAttributes(s string) (otlp.ThreadAttributes, error) {
+	if strings.TrimSpace(s) == "none" {
+		return otlp.ThreadNone, nil
+	}
+	var out otlp.ThreadAttributes
+	for _, f := range strings.Split(s, ",") {
+		switch strings.TrimSpace(f) {
+		case "name":
+			out |= otlp.ThreadName
+		case "id":
+			out |= otlp.ThreadID
+		default:
+			return 0, fmt.Errorf("--thread-attributes %q: want name, id, name,id or none", s)
+		}
+	}
+	return out, nil
 }

@@ -84,7 +84,7 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 	if err != nil {
 		log.Warn("resource attributes from the environment ignored", "err", err)
 	}
-	p.encode = otlp.EncodeOptions{Version: version, Timestamps: cfg.timestamps}
+	p.encode = otlp.EncodeOptions{Version: version, Timestamps: cfg.timestamps, ThreadAttributes: cfg.threadAttrs}
 	if cfg.export {
 		ocfg := cfg.otlp
 		ocfg.QueueBytes = p.budget.queueBytes

@@ -3,6 +3,9 @@ package cgroup
 import (
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -35,4 +38,42 @@ func ID(path string) (uint64, error) {
 		return 0, fmt.Errorf("cgroup id of %s: %w", path, err)
 	}
 	return st.Ino, nil
+}
+
+// Root finds where the cgroup v2 hierarchy is mounted, from the mount table in
+// mountinfo (/proc/self/mountinfo): /sys/fs/cgroup on unified hosts,
+// /sys/fs/cgroup/unified on hybrid ones.
+func Root(mountinfo string) (string, error) {
+	data, err := os.ReadFile(mountinfo)
+	if err != nil {
+		return "", fmt.Errorf("find the cgroup v2 mount: %w", err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		// "36 35 0:31 / /sys/fs/cgroup rw,nosuid shared:9 - cgroup2 cgroup2 rw"
+		pre, post, ok := strings.Cut(line, " - ")
+		if !ok {
+			continue
+		}
+		fields, after := strings.Fields(pre), strings.Fields(post)
+		if len(fields) >= 5 && len(after) >= 1 && after[0] == "cgroup2" {
+			return unescapeMount(fields[4]), nil
+		}
+	}
+	return "", fmt.Errorf("find the cgroup v2 mount: none in %s: %w", mountinfo, ErrNotCgroup2)
+}
+
+// unescapeMount undoes mountinfo's octal escapes of spaces, tabs, newlines and backslashes.
+func unescapeMount(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }

@@ -127,3 +127,21 @@ func TestHelperBPFCgroupID(t *testing.T) {
 	}
 	fmt.Printf("cgroup id %d\n", binary.NativeEndian.Uint64(out[:]))
 }
+
+func TestRootFromMountinfo(t *testing.T) {
+	dir := t.TempDir()
+	mi := filepath.Join(dir, "mountinfo")
+	os.WriteFile(mi, []byte("22 1 0:21 / /sys/fs/cgroup ro - tmpfs tmpfs ro\n36 22 0:31 / /sys/fs/cgroup/uni\\040fied rw - cgroup2 cgroup2 rw\n"), 0o644)
+	if got, err := Root(mi); err != nil || got != "/sys/fs/cgroup/uni fied" {
+		t.Errorf("Root = %q, %v", got, err)
+	}
+	os.WriteFile(mi, []byte("22 1 0:21 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n"), 0o644)
+	if _, err := Root(mi); !errors.Is(err, ErrNotCgroup2) {
+		t.Errorf("v1 only: %v", err)
+	}
+	if got, err := Root("/proc/self/mountinfo"); err == nil {
+		if _, err := ID(got); err != nil {
+			t.Errorf("the host's cgroup v2 root %s: %v", got, err)
+		}
+	}
+}

@@ -42,15 +42,19 @@ func FactsFrom(p *trace.Profile) Facts {
 	if p.Period > 0 {
 		f.Frequency = float64(time.Second) / float64(p.Period)
 	}
-	byPID := make(map[trace.Process]*Process)
+	type pidName struct {
+		pid  uint32
+		name string
+	}
+	byPID := make(map[pidName]*Process)
 	for _, s := range p.Samples {
 		if s.Process == nil {
 			continue
 		}
-		k := trace.Process{PID: s.Process.PID, Name: s.Process.Name}
+		k := pidName{s.Process.PID, s.Process.Name}
 		pr := byPID[k]
 		if pr == nil {
-			pr = &Process{PID: k.PID, Name: k.Name}
+			pr = &Process{PID: k.pid, Name: k.name}
 			byPID[k] = pr
 		}
 		pr.Samples += s.Count

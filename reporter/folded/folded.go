@@ -119,7 +119,7 @@ func Read(r io.Reader) (*trace.Profile, error) {
 	rd := reader{
 		p:         &trace.Profile{},
 		locations: make(map[string]*trace.Location),
-		processes: make(map[trace.Process]*trace.Process),
+		processes: make(map[pidName]*trace.Process),
 		samples:   make(map[string]*trace.Sample),
 	}
 	var buf []byte
@@ -177,10 +177,16 @@ func trimEOL(b []byte) []byte {
 	return b
 }
 
+// pidName is what a folded stack's root frame says of its process.
+type pidName struct {
+	pid  uint32
+	name string
+}
+
 type reader struct {
 	p         *trace.Profile
 	locations map[string]*trace.Location
-	processes map[trace.Process]*trace.Process
+	processes map[pidName]*trace.Process
 	samples   map[string]*trace.Sample
 }
 
@@ -212,10 +218,10 @@ func (rd *reader) parse(line string) error {
 	s := &trace.Sample{Count: count}
 	names := strings.Split(stack, ";")
 	if name, pid, ok := frames.ParseProcessName(names[0]); ok {
-		key := trace.Process{PID: pid, Name: name}
+		key := pidName{pid, name}
 		proc := rd.processes[key]
 		if proc == nil {
-			proc = &key
+			proc = &trace.Process{PID: pid, Name: name}
 			rd.processes[key] = proc
 		}
 		s.Process = proc

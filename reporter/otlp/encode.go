@@ -29,6 +29,7 @@ const (
 	keyExecutablePath = "process.executable.path"
 	keyContainerID    = "container.id"
 	keyPodUID         = "k8s.pod.uid"
+	keyServiceName    = "service.name"
 	keyThreadName     = "thread.name"
 	keyThreadID       = "thread.id"
 	keyFrameType      = "profile.frame.type"
@@ -49,7 +50,21 @@ type EncodeOptions struct {
 	// Rand supplies profile IDs; crypto/rand when nil. Tests set it to get
 	// reproducible requests.
 	Rand io.Reader
+	// ThreadAttributes chooses the per-sample thread attributes; zero sends both name
+	// and id. A backend that turns sample attributes into series labels (Pyroscope) makes
+	// one series per value: thread.id alone can multiply a service's series by its threads.
+	ThreadAttributes ThreadAttributes
 }
+
+// ThreadAttributes is a set of per-sample thread attributes.
+type ThreadAttributes uint8
+
+const (
+	ThreadName ThreadAttributes = 1 << iota // thread.name
+	ThreadID                                // thread.id
+	// ThreadNone sends neither.
+	ThreadNone ThreadAttributes = 1 << 7
+)
 
 // Encode turns profiles, usually one per interval, into a request: one
 // ResourceProfiles per process, holding one Profile per interval the process was
@@ -106,7 +121,7 @@ type encoder struct {
 	scope     *commonpb.InstrumentationScope
 	// scopes holds each process's single ScopeProfiles, keyed by value because
 	// successive intervals describe the same process with different pointers.
-	scopes map[trace.Process]*profilespb.ScopeProfiles
+	scopes map[processKey]*profilespb.ScopeProfiles
 	// threadAttrs caches the attribute_indices of a thread; samples share the slices.
 	threadAttrs map[threadKey][]int32
 
@@ -144,7 +159,7 @@ func newEncoder(host Resource, opts EncodeOptions) *encoder {
 		rand:        opts.Rand,
 		d:           newDictBuilder(),
 		scope:       &commonpb.InstrumentationScope{Name: ScopeName, Version: opts.Version},
-		scopes:      make(map[trace.Process]*profilespb.ScopeProfiles),
+		scopes:      make(map[processKey]*profilespb.ScopeProfiles),
 		threadAttrs: make(map[threadKey][]int32),
 		samples:     make(map[sampleKey]*profilespb.Sample),
 		chunkIDs:    make(map[**trace.Location]int32),
@@ -198,33 +213,55 @@ func setValue(kvs []*commonpb.KeyValue, key string, v *commonpb.AnyValue) []*com
 	return append(kvs, &commonpb.KeyValue{Key: key, Value: v})
 }
 
+// processKey is a process's identity in a request: what its resource says.
+type processKey struct {
+	pid                                      uint32
+	name, exe, container, pod, cgroup, attrs string
+	known                                    bool
+}
+
+func keyOf(p *trace.Process) processKey {
+	if p == nil {
+		return processKey{}
+	}
+	k := processKey{pid: p.PID, name: p.Name, exe: p.ExePath, container: p.ContainerID, pod: p.PodUID, cgroup: p.Cgroup, known: true}
+	if len(p.Attributes) > 0 {
+		var b strings.Builder
+		for _, key := range sortedKeys(p.Attributes) {
+			b.WriteString(key)
+			b.WriteByte(0)
+			b.WriteString(p.Attributes[key])
+			b.WriteByte(0)
+		}
+		k.attrs = b.String()
+	}
+	return k
+}
+
 func (e *encoder) addProfile(p *trace.Profile) {
 	// One Profile per process in this interval.
-	profiles := make(map[trace.Process]*profilespb.Profile)
+	profiles := make(map[*trace.Process]*profilespb.Profile)
 	// Slabs: one allocation for all the samples and values of the interval.
 	sampleSlab := make([]profilespb.Sample, len(p.Samples))
 	valueSlab := make([]int64, len(p.Samples))
 	for i, s := range p.Samples {
-		var proc trace.Process
-		if s.Process != nil {
-			proc = *s.Process
-		}
-		prof := profiles[proc]
+		prof := profiles[s.Process]
 		if prof == nil {
-			prof = e.newProfile(proc, s.Process != nil, p)
-			profiles[proc] = prof
+			prof = e.newProfile(s.Process, p)
+			profiles[s.Process] = prof
 		}
 		e.addSample(prof, s, &sampleSlab[i], valueSlab[i:i+1:i+1])
 	}
 }
 
-func (e *encoder) newProfile(proc trace.Process, known bool, p *trace.Profile) *profilespb.Profile {
-	sp := e.scopes[proc]
+func (e *encoder) newProfile(proc *trace.Process, p *trace.Profile) *profilespb.Profile {
+	key := keyOf(proc)
+	sp := e.scopes[key]
 	if sp == nil {
 		sp = &profilespb.ScopeProfiles{Scope: e.scope}
-		e.scopes[proc] = sp
+		e.scopes[key] = sp
 		e.req.ResourceProfiles = append(e.req.ResourceProfiles, &profilespb.ResourceProfiles{
-			Resource:      &resourcepb.Resource{Attributes: e.processAttributes(proc, known)},
+			Resource:      &resourcepb.Resource{Attributes: e.processAttributes(proc)},
 			ScopeProfiles: []*profilespb.ScopeProfiles{sp},
 		})
 	}
@@ -244,12 +281,16 @@ func (e *encoder) newProfile(proc trace.Process, known bool, p *trace.Profile) *
 	return prof
 }
 
-func (e *encoder) processAttributes(proc trace.Process, known bool) []*commonpb.KeyValue {
+// processAttributes is the resource of a process: the host's attributes, then the
+// process's own, which win, then what a Describer added (service.name, k8s.*), which wins
+// over both. Every resource carries service.name: the process's, else the executable's
+// name, which the host's OTEL_SERVICE_NAME, naming sonde, must not replace.
+func (e *encoder) processAttributes(proc *trace.Process) []*commonpb.KeyValue {
 	kvs := make([]*commonpb.KeyValue, 0, len(e.hostAttrs)+4)
 	for _, kv := range e.hostAttrs {
 		kvs = append(kvs, &commonpb.KeyValue{Key: kv.Key, Value: kv.Value})
 	}
-	if !known {
+	if proc == nil {
 		return kvs
 	}
 	kvs = setValue(kvs, keyProcessPID, &commonpb.AnyValue{Value: &commonpb.AnyValue_IntValue{IntValue: int64(proc.PID)}})
@@ -269,7 +310,24 @@ func (e *encoder) processAttributes(proc trace.Process, known bool) []*commonpb.
 	if proc.PodUID != "" {
 		kvs = setString(kvs, keyPodUID, proc.PodUID)
 	}
+	for _, k := range sortedKeys(proc.Attributes) {
+		kvs = setString(kvs, k, proc.Attributes[k])
+	}
+	if _, ok := proc.Attributes[keyServiceName]; !ok {
+		service := cmpOr(proc.EnvServiceName, name)
+		if service == "" {
+			service = "unknown_service"
+		}
+		kvs = setString(kvs, keyServiceName, service)
+	}
 	return kvs
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }
 
 func (e *encoder) addSample(prof *profilespb.Profile, s *trace.Sample, slot *profilespb.Sample, value []int64) {
@@ -301,11 +359,17 @@ func (e *encoder) threadAttributes(t threadKey) []int32 {
 	if idx, ok := e.threadAttrs[t]; ok {
 		return idx
 	}
+	which := e.opts.ThreadAttributes
+	if which == 0 {
+		which = ThreadName | ThreadID
+	}
 	idx := make([]int32, 0, 2)
-	if t.name != "" {
+	if t.name != "" && which&ThreadName != 0 {
 		idx = append(idx, e.d.attrString(keyThreadName, t.name))
 	}
-	idx = append(idx, e.d.attrInt(keyThreadID, int64(t.tid)))
+	if which&ThreadID != 0 {
+		idx = append(idx, e.d.attrInt(keyThreadID, int64(t.tid)))
+	}
 	e.threadAttrs[t] = idx
 	return idx
 }

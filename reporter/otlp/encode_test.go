@@ -218,11 +218,14 @@ func TestEncodeEmpty(t *testing.T) {
 	}
 }
 
+// A process's own attributes win over the agent's environment; service.name in sonde's
+// environment names sonde, not the processes it profiles, which are named by their own.
 func TestEncodeProcessAttributesWinOverEnv(t *testing.T) {
-	host := Resource{HostName: "box", Attributes: map[string]string{"process.pid": "1", "host.name": "override", "service.name": "svc"}}
-	req := Encode([]*trace.Profile{newFixture().profile}, host, EncodeOptions{})
+	host := Resource{HostName: "box", Attributes: map[string]string{"process.pid": "1", "host.name": "override", "service.name": "sonde", "deployment.environment": "prod"}}
+	f := newFixture()
+	req := Encode([]*trace.Profile{f.profile}, host, EncodeOptions{})
 	rp := req.ResourceProfiles[0]
-	for key, want := range map[string]any{"process.pid": int64(100), "host.name": "override", "service.name": "svc"} {
+	for key, want := range map[string]any{"process.pid": int64(100), "host.name": "override", "service.name": "app", "deployment.environment": "prod"} {
 		if got, _ := resourceAttr(rp, key); got != want {
 			t.Errorf("%s = %v, want %v", key, got, want)
 		}
@@ -258,5 +261,31 @@ func TestEncodeRepairsInvalidUTF8(t *testing.T) {
 	}
 	if !bytes.Contains(raw, []byte("w\uFFFDrk\uFFFD")) {
 		t.Errorf("the name is not in the request with its invalid bytes replaced")
+	}
+}
+
+// service.name comes from what describes the process best: a Describer's, else the
+// service name in its environment, else its executable's name.
+func TestEncodeServiceName(t *testing.T) {
+	for _, tc := range []struct {
+		proc trace.Process
+		want string
+	}{
+		{trace.Process{PID: 1, Name: "app"}, "app"},
+		{trace.Process{PID: 1, ExePath: "/usr/bin/server"}, "server"},
+		{trace.Process{PID: 1, Name: "app", EnvServiceName: "checkout"}, "checkout"},
+		{trace.Process{PID: 1, Name: "app", EnvServiceName: "checkout", Attributes: map[string]string{"service.name": "cart", "k8s.pod.name": "cart-1"}}, "cart"},
+		{trace.Process{PID: 1}, "unknown_service"},
+	} {
+		p := &trace.Profile{Start: t0, End: t0.Add(time.Second), Samples: []*trace.Sample{{Process: &tc.proc, TID: 1, Count: 1}}}
+		req := Encode([]*trace.Profile{p}, Resource{}, EncodeOptions{})
+		if got, _ := resourceAttr(req.ResourceProfiles[0], "service.name"); got != tc.want {
+			t.Errorf("%+v: service.name %v, want %s", tc.proc, got, tc.want)
+		}
+		if tc.proc.Attributes != nil {
+			if got, _ := resourceAttr(req.ResourceProfiles[0], "k8s.pod.name"); got != "cart-1" {
+				t.Errorf("k8s.pod.name %v", got)
+			}
+		}
 	}
 }
