@@ -55,14 +55,42 @@ const DefaultMemoryLimit = 256 << 20
 // parseConfig reads flags and the OTEL_* environment (through getenv); flags win. Both
 // -flag and --flag work, as with the standard flag package.
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
+	fs, check, err := agentFlags(getenv)
+	if err != nil {
+		return nil, err
+	}
+	fs.SetOutput(stderr)
+	showVersion := fs.Bool("version", false, "print the version, Go's and what this kernel supports, and exit")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: sonde [flags]\n\nsonde samples CPU stacks with eBPF and writes profiles.\n\n%s\nFlags:\n", commandsHelp)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, usageError{err}
+	}
+	if *showVersion {
+		return nil, errShowVersion
+	}
+	if fs.NArg() > 0 {
+		return nil, usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	return check(fs)
+}
+
+// agentFlags defines the agent's flags, which the subcommands share where they mean the
+// same. check validates what was parsed into the config, set being the flag set that
+// parsed it (the agent's, or a subcommand's sharing these flags' values).
+func agentFlags(getenv func(string) string) (*flag.FlagSet, func(set *flag.FlagSet) (*config, error), error) {
 	c := &config{}
 	var err error
 	if c.otlp, err = otlp.ConfigFromEnv(getenv); err != nil {
-		return nil, usageError{err}
+		return nil, nil, usageError{err}
 	}
 	envEndpoint := getenv("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != ""
 	fs := flag.NewFlagSet("sonde", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var pids, logLevel, memoryLimit string
 	var outputs []string
 	fs.StringVar(&pids, "pid", "", "profile only these processes (`PID[,PID...]`); filtered in the kernel")
@@ -91,78 +119,68 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.StringVar(&endpoint, "otlp-endpoint", "", "send OTLP profiles over gRPC to this collector (`host:port`, or https://, http://); default from OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT")
 	fs.BoolVar(&c.otlp.Insecure, "otlp-insecure", c.otlp.Insecure, "send to the collector in plaintext instead of TLS")
 	fs.IntVar(&c.otlp.QueueSize, "otlp-queue", c.otlp.QueueSize, "intervals kept while the collector is unreachable; beyond this, or beyond their share of --memory-limit, the oldest are dropped")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: sonde [flags]\n\nsonde samples CPU stacks with eBPF and writes profiles.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
+	check := func(set *flag.FlagSet) (*config, error) {
+		if endpoint != "" {
+			c.otlp.Endpoint = endpoint
 		}
-		return nil, usageError{err}
-	}
-	if fs.NArg() > 0 {
-		return nil, usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
-	}
-	if endpoint != "" {
-		c.otlp.Endpoint = endpoint
-	}
-	c.export = endpoint != "" || envEndpoint
-	if c.interval < 100*time.Millisecond {
-		return nil, usageError{fmt.Errorf("--interval %v: must be at least 100ms", c.interval)}
-	}
-	if c.symbolize.Mode, err = symbolize.ParseMode(symMode); err != nil {
-		return nil, usageError{fmt.Errorf("--symbolize: %w", err)}
-	}
-	if c.symbolize.FileCacheSize < 1 || c.symbolize.AddressCacheSize < 0 {
-		return nil, usageError{fmt.Errorf("--symbol-cache-files must be positive and --symbol-cache-addresses not negative")}
-	}
-	if c.chunkSize < 1 || c.chunkCache < 0 {
-		return nil, usageError{fmt.Errorf("--chunk-size %d must be positive and --chunk-cache %d not negative", c.chunkSize, c.chunkCache)}
-	}
-	if c.unwind != "tables" && c.unwind != "fp" {
-		return nil, usageError{fmt.Errorf("--unwind %q: want tables or fp", c.unwind)}
-	}
-	if c.unwindRows < 0 {
-		return nil, usageError{fmt.Errorf("--unwind-rows %d: must not be negative", c.unwindRows)}
-	}
-	if c.otlp.QueueSize < 1 {
-		return nil, usageError{fmt.Errorf("--otlp-queue %d: must be at least 1", c.otlp.QueueSize)}
-	}
-	if c.memoryLimit, err = parseSize(memoryLimit); err != nil {
-		return nil, usageError{fmt.Errorf("--memory-limit %q: %w", memoryLimit, err)}
-	}
-	if c.memoryLimit < minMemoryLimit {
-		return nil, usageError{fmt.Errorf("--memory-limit %s: sonde needs at least %dMiB", memoryLimit, minMemoryLimit>>20)}
-	}
-	if err := c.logLevel.UnmarshalText([]byte(logLevel)); err != nil {
-		return nil, usageError{fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)}
-	}
-	if c.pids, err = parsePIDs(pids); err != nil {
-		return nil, usageError{err}
-	}
-	frequencySet := false
-	fs.Visit(func(f *flag.Flag) { frequencySet = frequencySet || f.Name == "frequency" })
-	if !frequencySet {
-		c.frequency = defaultFrequency(c.pids)
-	}
-	if err := checkFrequency(c.frequency); err != nil {
-		return nil, usageError{err}
-	}
-	if c.duration < 0 {
-		return nil, usageError{fmt.Errorf("--duration %v: must not be negative", c.duration)}
-	}
-	for _, name := range outputs {
-		o, err := parseOutput(name)
-		if err != nil {
+		c.export = endpoint != "" || envEndpoint
+		if c.interval < 100*time.Millisecond {
+			return nil, usageError{fmt.Errorf("--interval %v: must be at least 100ms", c.interval)}
+		}
+		if c.symbolize.Mode, err = symbolize.ParseMode(symMode); err != nil {
+			return nil, usageError{fmt.Errorf("--symbolize: %w", err)}
+		}
+		if c.symbolize.FileCacheSize < 1 || c.symbolize.AddressCacheSize < 0 {
+			return nil, usageError{fmt.Errorf("--symbol-cache-files must be positive and --symbol-cache-addresses not negative")}
+		}
+		if c.chunkSize < 1 || c.chunkCache < 0 {
+			return nil, usageError{fmt.Errorf("--chunk-size %d must be positive and --chunk-cache %d not negative", c.chunkSize, c.chunkCache)}
+		}
+		if c.unwind != "tables" && c.unwind != "fp" {
+			return nil, usageError{fmt.Errorf("--unwind %q: want tables or fp", c.unwind)}
+		}
+		if c.unwindRows < 0 {
+			return nil, usageError{fmt.Errorf("--unwind-rows %d: must not be negative", c.unwindRows)}
+		}
+		if c.otlp.QueueSize < 1 {
+			return nil, usageError{fmt.Errorf("--otlp-queue %d: must be at least 1", c.otlp.QueueSize)}
+		}
+		if c.memoryLimit, err = parseSize(memoryLimit); err != nil {
+			return nil, usageError{fmt.Errorf("--memory-limit %q: %w", memoryLimit, err)}
+		}
+		if c.memoryLimit < minMemoryLimit {
+			return nil, usageError{fmt.Errorf("--memory-limit %s: sonde needs at least %dMiB", memoryLimit, minMemoryLimit>>20)}
+		}
+		if err := c.logLevel.UnmarshalText([]byte(logLevel)); err != nil {
+			return nil, usageError{fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)}
+		}
+		if c.pids, err = parsePIDs(pids); err != nil {
 			return nil, usageError{err}
 		}
-		c.outputs = append(c.outputs, o)
+		frequencySet := false
+		set.Visit(func(f *flag.Flag) { frequencySet = frequencySet || f.Name == "frequency" })
+		if !frequencySet {
+			c.frequency = defaultFrequency(c.pids)
+		}
+		if err := checkFrequency(c.frequency); err != nil {
+			return nil, usageError{err}
+		}
+		if c.duration < 0 {
+			return nil, usageError{fmt.Errorf("--duration %v: must not be negative", c.duration)}
+		}
+		for _, name := range outputs {
+			o, err := parseOutput(name)
+			if err != nil {
+				return nil, usageError{err}
+			}
+			c.outputs = append(c.outputs, o)
+		}
+		if c.top < 0 {
+			return nil, usageError{fmt.Errorf("--top %d: must not be negative", c.top)}
+		}
+		return c, nil
 	}
-	if c.top < 0 {
-		return nil, usageError{fmt.Errorf("--top %d: must not be negative", c.top)}
-	}
-	return c, nil
+	return fs, check, nil
 }
 
 // Host-wide, sonde runs all the time and 19 Hz keeps it cheap while a fleet adds up to

@@ -23,9 +23,15 @@ func main() {
 }
 
 func runMain(args []string) int {
+	if status, ok := dispatch(args); ok {
+		return status
+	}
 	cfg, err := parseConfig(args, os.Getenv, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
+	}
+	if errors.Is(err, errShowVersion) {
+		return versionMain(nil, os.Stdout, os.Stderr)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "sonde: %v\nRun 'sonde --help' for usage.\n", err)
