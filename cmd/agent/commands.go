@@ -30,6 +30,8 @@ func dispatch(args []string) (status int, ok bool) {
 		return 0, false
 	}
 	switch args[0] {
+	case "view":
+		return viewMain(args[1:], os.Stdout, os.Stderr), true
 	case "version":
 		return versionMain(args[1:], os.Stdout, os.Stderr), true
 	}
