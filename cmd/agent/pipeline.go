@@ -46,6 +46,9 @@ type pipeline struct {
 	resource   otlp.Resource
 	encode     otlp.EncodeOptions
 	targets    *targets
+
+	// Set by subcommands between build and run.
+	quiet bool // no progress line: a live view owns the terminal
 }
 
 // run samples until ctx ends, --duration passes or every --pid target exits. Every
@@ -220,8 +223,10 @@ func (p *pipeline) run(ctx context.Context) error {
 	sampled := make(chan error, 1)
 	go func() { sampled <- p.sampler.Run(ctx, p) }()
 
+	stopProgress := p.showProgress()
 	runErr := p.loop(sampled)
 	cancel()
+	stopProgress()
 	if runErr != nil {
 		p.log.Error("sampling stopped early; reporting what was collected", "err", runErr)
 	}
