@@ -131,9 +131,11 @@ const (
 	samplerMapUnwindTables       = "unwind_tables"
 	samplerProgOnExec            = "on_exec"
 	samplerProgOnExit            = "on_exit"
+	samplerProgOnFork            = "on_fork"
 	samplerProgSample            = "sample"
 	samplerVarCollectKernel      = "collect_kernel"
 	samplerVarFilterPids         = "filter_pids"
+	samplerVarFollowForks        = "follow_forks"
 	samplerVarRingWakeupBytes    = "ring_wakeup_bytes"
 	samplerVarTableUnwinding     = "table_unwinding"
 	samplerVarUnusedCfaRule      = "unused_cfa_rule"
@@ -191,6 +193,7 @@ type samplerSpecs struct {
 type samplerProgramSpecs struct {
 	OnExec *ebpf.ProgramSpec `ebpf:"on_exec"`
 	OnExit *ebpf.ProgramSpec `ebpf:"on_exit"`
+	OnFork *ebpf.ProgramSpec `ebpf:"on_fork"`
 	Sample *ebpf.ProgramSpec `ebpf:"sample"`
 }
 
@@ -213,6 +216,7 @@ type samplerMapSpecs struct {
 type samplerVariableSpecs struct {
 	CollectKernel      *ebpf.VariableSpec `ebpf:"collect_kernel"`
 	FilterPids         *ebpf.VariableSpec `ebpf:"filter_pids"`
+	FollowForks        *ebpf.VariableSpec `ebpf:"follow_forks"`
 	RingWakeupBytes    *ebpf.VariableSpec `ebpf:"ring_wakeup_bytes"`
 	TableUnwinding     *ebpf.VariableSpec `ebpf:"table_unwinding"`
 	UnusedCfaRule      *ebpf.VariableSpec `ebpf:"unused_cfa_rule"`
@@ -273,6 +277,7 @@ func (m *samplerMaps) Close() error {
 type samplerVariables struct {
 	CollectKernel      *ebpf.Variable `ebpf:"collect_kernel"`
 	FilterPids         *ebpf.Variable `ebpf:"filter_pids"`
+	FollowForks        *ebpf.Variable `ebpf:"follow_forks"`
 	RingWakeupBytes    *ebpf.Variable `ebpf:"ring_wakeup_bytes"`
 	TableUnwinding     *ebpf.Variable `ebpf:"table_unwinding"`
 	UnusedCfaRule      *ebpf.Variable `ebpf:"unused_cfa_rule"`
@@ -292,6 +297,7 @@ type samplerVariables struct {
 type samplerPrograms struct {
 	OnExec *ebpf.Program `ebpf:"on_exec"`
 	OnExit *ebpf.Program `ebpf:"on_exit"`
+	OnFork *ebpf.Program `ebpf:"on_fork"`
 	Sample *ebpf.Program `ebpf:"sample"`
 }
 
@@ -299,6 +305,7 @@ func (p *samplerPrograms) Close() error {
 	return _SamplerClose(
 		p.OnExec,
 		p.OnExit,
+		p.OnFork,
 		p.Sample,
 	)
 }
