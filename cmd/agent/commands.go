@@ -30,10 +30,14 @@ func dispatch(args []string) (status int, ok bool) {
 		return 0, false
 	}
 	switch args[0] {
+	case "record":
+		return recordMain(args[1:]), true
 	case "view":
 		return viewMain(args[1:], os.Stdout, os.Stderr), true
 	case "version":
 		return versionMain(args[1:], os.Stdout, os.Stderr), true
+	case shimArg:
+		return recordShim(args[1:]), true
 	}
 	return 0, false
 }

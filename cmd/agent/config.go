@@ -38,6 +38,8 @@ type config struct {
 	interval     time.Duration
 	timestamps   bool
 	memoryLimit  int64
+	// followForks profiles the children of pids too (sonde record); no flag sets it.
+	followForks bool
 	// export is set when profiles go to a collector: --otlp-endpoint or the OTEL_* variables name one.
 	export bool
 	otlp   otlp.Config

@@ -48,7 +48,8 @@ type pipeline struct {
 	targets    *targets
 
 	// Set by subcommands between build and run.
-	quiet bool // no progress line: a live view owns the terminal
+	quiet   bool   // no progress line: a live view or a recorded program owns the terminal
+	started func() // called once sampling runs: sonde record lets its program start
 }
 
 // run samples until ctx ends, --duration passes or every --pid target exits. Every
@@ -94,6 +95,7 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 		FramePointersOnly: cfg.unwind == "fp",
 		MaxProcesses:      p.budget.maxProcesses,
 		RingBufferBytes:   p.budget.ringBytes,
+		FollowForks:       cfg.followForks,
 	}
 	if cfg.unwind == "tables" && !bcfg.TableUnwinding() {
 		log.Info("unwind tables are not supported on this architecture yet; user stacks are walked by frame pointer")
@@ -204,6 +206,9 @@ func (p *pipeline) run(ctx context.Context) error {
 	p.prime()
 	if err := p.sampler.Start(); err != nil {
 		return err
+	}
+	if p.started != nil {
+		p.started()
 	}
 	p.log.Info("sampling", "frequency_hz", p.cfg.frequency, "pids", p.cfg.pids, "duration", p.cfg.duration,
 		"otlp_endpoint", p.exportTarget(), "interval", p.cfg.interval, "memory", p.budget, "version", version)
