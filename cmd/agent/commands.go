@@ -32,6 +32,8 @@ func dispatch(args []string) (status int, ok bool) {
 	switch args[0] {
 	case "record":
 		return recordMain(args[1:]), true
+	case "top":
+		return topMain(args[1:]), true
 	case "view":
 		return viewMain(args[1:], os.Stdout, os.Stderr), true
 	case "version":
