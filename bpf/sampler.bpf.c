@@ -270,18 +270,30 @@ static __always_inline int emit_process_event(__u32 kind)
  * target_pids holds the live ones and a reused PID is no one's target. */
 const volatile __u8 follow_forks = 0;
 
-/* A flavour of task_struct (CO-RE drops the ___ suffix): only what on_fork reads. */
-struct task_struct___fork {
+/* Flavours of the kernel's structs (CO-RE drops the ___ suffix): only what is read here. */
+struct signal_struct___follow {
+	struct {
+		int counter;
+	} live; /* atomic_t: the thread group's threads not yet exiting */
+} __attribute__((preserve_access_index));
+
+struct task_struct___follow {
 	int tgid;
+	struct signal_struct___follow *signal;
 } __attribute__((preserve_access_index));
 
 static __always_inline void forget_followed(void)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32;
-
-	if (follow_forks && tgid == (__u32)id)
-		bpf_map_delete_elem(&target_pids, &tgid);
+	if (!follow_forks)
+		return;
+	struct task_struct___follow *task = (void *)bpf_get_current_task_btf();
+	/* do_exit counts live down before this tracepoint: at 0 the whole process is gone.
+	 * Checking the thread instead (pid == tgid) would take for an exit the leader thread
+	 * that dies while another thread execs and takes over its PID. */
+	if (task->signal->live.counter != 0)
+		return;
+	__u32 tgid = task->tgid;
+	bpf_map_delete_elem(&target_pids, &tgid);
 }
 
 /* Raw tracepoints need neither tracefs nor the tracepoint's arguments: current is the process. */
@@ -308,7 +320,7 @@ int on_fork(struct bpf_raw_tracepoint_args *ctx)
 
 	if (!follow_forks || !bpf_map_lookup_elem(&target_pids, &parent))
 		return 0;
-	struct task_struct___fork *child = (void *)ctx->args[1];
+	struct task_struct___follow *child = (void *)ctx->args[1];
 	int tgid = 0;
 	/* A new thread of a target needs nothing: its thread group is a target already. */
 	if (bpf_probe_read_kernel(&tgid, sizeof(tgid), &child->tgid) || (__u32)tgid == parent)

@@ -2,7 +2,9 @@ package bpf
 
 import (
 	"context"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -180,4 +182,69 @@ func targets(t *testing.T, s *Sampler) map[uint32]bool {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// threadExecC execs a spinning shell from a second thread once a byte arrives: the kernel
+// kills the leader thread, and the exec'ing thread takes over the process's PID.
+const threadExecC = `#include <pthread.h>
+#include <unistd.h>
+static void *run(void *a){char b; (void)a; if (read(0,&b,1)==1) execl("/bin/sh","sh","-c","while :; do :; done",(char*)0); return 0;}
+int main(void){pthread_t t; pthread_create(&t,0,run,0); pthread_join(t,0); return 0;}
+`
+
+// A followed process whose second thread execs is the same process afterwards: its
+// leader thread's exit does not take it out of the filter.
+func TestSamplerFollowsExecFromThread(t *testing.T) {
+	testenv.RequireRoot(t)
+	gcc := testenv.RequireTool(t, "gcc")
+	dir := t.TempDir()
+	src, bin := filepath.Join(dir, "texec.c"), filepath.Join(dir, "texec")
+	if err := os.WriteFile(src, []byte(threadExecC), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(gcc, "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	target := exec.Command(bin)
+	trigger, err := target.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := target.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { target.Process.Kill(); target.Wait() }()
+	pid := uint32(target.Process.Pid)
+
+	s, err := Load(Config{PIDs: []uint32{pid}, Frequency: 199, FollowForks: true})
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	defer s.Close()
+	if err := s.Start(); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var rec recorder
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, &rec) }()
+	trigger.Write([]byte{1})
+	time.Sleep(time.Second)
+	followed := targets(t, s)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if !followed[pid] {
+		t.Errorf("pid %d left the filter when its leader thread died in the exec: %v", pid, followed)
+	}
+	shell := 0
+	for _, smp := range rec.samples {
+		if smp.PID == pid && smp.Comm == "sh" {
+			shell++
+		}
+	}
+	if shell < 20 {
+		t.Errorf("%d samples of the exec'd shell in 1 s at 199 Hz", shell)
+	}
 }
