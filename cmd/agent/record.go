@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"syscall"
 
@@ -186,6 +187,15 @@ func startShim(path string, argv []string) (*exec.Cmd, func(run bool) bool, erro
 		return released
 	}
 	return cmd, release, nil
+}
+
+// The shim must exec from the thread group's leader: an exec from another thread kills
+// the leader, and the kernel reports that as the PID's exit, ending the recording before
+// it starts. Locking main's goroutine in init keeps it on the leader thread.
+func init() {
+	if len(os.Args) > 1 && os.Args[1] == shimArg {
+		runtime.LockOSThread()
+	}
 }
 
 // recordShim is the shim: it waits for sonde's word on descriptor 3, then becomes the
