@@ -128,6 +128,9 @@ func record(c *config, path string, argv []string, log *slog.Logger) int {
 	}
 	defer p.sampler.Close()
 	p.quiet = true // the terminal is the program's
+	// The program's end is its wait status, not the kernel's exit event: that event also
+	// fires when a thread execs and the old leader thread dies, and the process lives on.
+	p.targets = newTargets(nil)
 	ran := false
 	p.started = func() { ran = release(true) }
 	for _, s := range p.sinks {
