@@ -141,10 +141,16 @@ func topMain(args []string) int {
 	go v.readKeys(quit, restore)
 	go v.followResizes(ctx, restore)
 	v.draw()
+	began := time.Now()
 	if err := p.run(ctx); err != nil {
 		restore()
 		fmt.Fprintf(stderr, "sonde top: %s\n", printable(explain(err)))
 		return 1
+	}
+	// Neither a key, a signal nor --duration: the view closes because its targets did.
+	if ctx.Err() == nil && len(c.pids) > 0 && (c.duration == 0 || time.Since(began) < c.duration) {
+		restore()
+		fmt.Fprintln(stderr, "sonde top: every --pid process exited")
 	}
 	return 0
 }
