@@ -40,7 +40,8 @@ fuzz:
 	done
 
 run: build
-	bin/sonde --duration $(RUN_SECONDS)s --output profile.pb.gz
+	bin/sonde --duration $(RUN_SECONDS)s --output profile.pb.gz --output profile.html
+	@echo "flame graph: file://$(CURDIR)/profile.html"
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
@@ -51,7 +52,7 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 clean:
-	rm -rf bin profile.pb.gz
+	rm -rf bin profile.pb.gz profile.html sonde.html
 
 # Installs the binary, the systemd unit, its environment file and the default configuration
 # (kept if already there). DESTDIR stages into another root, as packagers do.

@@ -37,18 +37,59 @@ func helper(pt ebpf.ProgramType, fn asm.BuiltinFunc) func() error {
 func CheckFeatures() error { return checkFeatures(required) }
 
 func checkFeatures(list []feature) error {
-	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
-		return fmt.Errorf("kernel BTF (/sys/kernel/btf/vmlinux, CONFIG_DEBUG_INFO_BTF, Linux 5.4 or later): %w: %w", ErrNoBPF, err)
+	if err := checkBTF(); err != nil {
+		return err
 	}
 	for _, f := range list {
-		err := f.probe()
-		switch {
-		case err == nil:
-		case errors.Is(err, ebpf.ErrNotSupported):
-			return fmt.Errorf("%s (Linux %s or later): %w: %w", f.name, f.since, ErrNoBPF, err)
-		default:
-			return classify("probe for "+f.name, err)
+		if err := f.check(); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+func checkBTF() error {
+	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
+		return fmt.Errorf("kernel BTF (/sys/kernel/btf/vmlinux, CONFIG_DEBUG_INFO_BTF, Linux 5.4 or later): %w: %w", ErrNoBPF, err)
+	}
+	return nil
+}
+
+func (f feature) check() error {
+	err := f.probe()
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ebpf.ErrNotSupported):
+		return fmt.Errorf("%s (Linux %s or later): %w: %w", f.name, f.since, ErrNoBPF, err)
+	default:
+		return classify("probe for "+f.name, err)
+	}
+}
+
+// FeatureStatus is one thing sonde needs from the kernel and whether this kernel has it.
+type FeatureStatus struct {
+	Name string
+	// Since is the Linux release that added it.
+	Since string
+	// Err is nil when the kernel has the feature. It wraps ErrNoBPF when the kernel lacks
+	// it, ErrPermission when the probe was refused (probes load small programs and maps,
+	// which needs the privileges sonde runs with), and is some other error when the
+	// probe itself failed.
+	Err error
+}
+
+// Available reports whether the kernel has the feature.
+func (f FeatureStatus) Available() bool { return f.Err == nil }
+
+// Features reports every feature CheckFeatures probes, kernel BTF first, each with its
+// own status: a bug report then says all that this kernel lacks, not only the first.
+func Features() []FeatureStatus { return featureStatuses(required) }
+
+func featureStatuses(list []feature) []FeatureStatus {
+	out := []FeatureStatus{{Name: "kernel BTF (/sys/kernel/btf/vmlinux)", Since: "5.4", Err: checkBTF()}}
+	for _, f := range list {
+		out = append(out, FeatureStatus{Name: f.name, Since: f.since, Err: f.check()})
+	}
+	return out
 }

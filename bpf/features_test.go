@@ -43,3 +43,38 @@ func TestFeaturesOfThisKernel(t *testing.T) {
 		t.Fatalf("feature probes on this kernel: %v", err)
 	}
 }
+
+// Features goes on past a missing feature and tells a refused probe from a missing one.
+func TestFeaturesReportsEach(t *testing.T) {
+	got := featureStatuses([]feature{
+		{"bpf_task_pt_regs", "5.15", func() error { return nil }},
+		{"bpf_loop", "5.17", func() error { return ebpf.ErrNotSupported }},
+		{"ring buffers", "5.8", func() error { return fmt.Errorf("probe: %w", os.ErrPermission) }},
+		{"later", "9.9", func() error { return nil }},
+	})
+	if len(got) != 5 || !strings.HasPrefix(got[0].Name, "kernel BTF") {
+		t.Fatalf("statuses %+v: want BTF and the four features", got)
+	}
+	if !got[1].Available() || got[1].Name != "bpf_task_pt_regs" || got[1].Since != "5.15" {
+		t.Errorf("available feature: %+v", got[1])
+	}
+	if got[2].Available() || !errors.Is(got[2].Err, ErrNoBPF) {
+		t.Errorf("missing feature: %+v", got[2])
+	}
+	if !errors.Is(got[3].Err, ErrPermission) || errors.Is(got[3].Err, ErrNoBPF) {
+		t.Errorf("refused probe: %+v", got[3])
+	}
+	if !got[4].Available() {
+		t.Errorf("a feature after a missing one was not probed: %+v", got[4])
+	}
+}
+
+// As root, this kernel has every feature Features lists.
+func TestFeaturesOfThisKernelEach(t *testing.T) {
+	testenv.RequireRoot(t)
+	for _, f := range Features() {
+		if !f.Available() {
+			t.Errorf("%s (Linux %s): %v", f.Name, f.Since, f.Err)
+		}
+	}
+}

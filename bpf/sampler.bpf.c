@@ -302,6 +302,37 @@ static __always_inline int emit_process_event(__u32 kind)
 	return 0;
 }
 
+/* sonde record follows a command's children: a process a target forks becomes a target
+ * before its first instruction (on_fork), and leaves the filter when it exits, so that
+ * target_pids holds the live ones and a reused PID is no one's target. */
+const volatile __u8 follow_forks = 0;
+
+/* Flavours of the kernel's structs (CO-RE drops the ___ suffix): only what is read here. */
+struct signal_struct___follow {
+	struct {
+		int counter;
+	} live; /* atomic_t: the thread group's threads not yet exiting */
+} __attribute__((preserve_access_index));
+
+struct task_struct___follow {
+	int tgid;
+	struct signal_struct___follow *signal;
+} __attribute__((preserve_access_index));
+
+static __always_inline void forget_followed(void)
+{
+	if (!follow_forks)
+		return;
+	struct task_struct___follow *task = (void *)bpf_get_current_task_btf();
+	/* do_exit counts live down before this tracepoint: at 0 the whole process is gone.
+	 * Checking the thread instead (pid == tgid) would take for an exit the leader thread
+	 * that dies while another thread execs and takes over its PID. */
+	if (task->signal->live.counter != 0)
+		return;
+	__u32 tgid = task->tgid;
+	bpf_map_delete_elem(&target_pids, &tgid);
+}
+
 /* Raw tracepoints need neither tracefs nor the tracepoint's arguments: current is the process. */
 SEC("raw_tracepoint/sched_process_exec")
 int on_exec(void *ctx)
@@ -312,5 +343,28 @@ int on_exec(void *ctx)
 SEC("raw_tracepoint/sched_process_exit")
 int on_exit(void *ctx)
 {
-	return emit_process_event(EVENT_EXIT);
+	emit_process_event(EVENT_EXIT);
+	forget_followed(); /* after the event, which only a target's exit sends */
+	return 0;
+}
+
+/* Attached only with follow_forks. sched_process_fork fires in the forking task: current
+ * is the parent, args[1] the child. */
+SEC("raw_tracepoint/sched_process_fork")
+int on_fork(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u32 parent = bpf_get_current_pid_tgid() >> 32;
+
+	if (!follow_forks || !bpf_map_lookup_elem(&target_pids, &parent))
+		return 0;
+	struct task_struct___follow *child = (void *)ctx->args[1];
+	int tgid = 0;
+	/* A new thread of a target needs nothing: its thread group is a target already. */
+	if (bpf_probe_read_kernel(&tgid, sizeof(tgid), &child->tgid) || (__u32)tgid == parent)
+		return 0;
+	__u32 key = tgid;
+	__u8 one = 1;
+	/* With the map full (bpf.MaxFollowed live targets) the child is not followed. */
+	bpf_map_update_elem(&target_pids, &key, &one, BPF_NOEXIST);
+	return 0;
 }

@@ -48,7 +48,15 @@ type Config struct {
 	MaxTables int
 	// MaxProcesses bounds how many processes' mappings the kernel unwinder holds.
 	MaxProcesses int
+	// FollowForks makes the children of PIDs targets too, from the fork on, and their
+	// children in turn, at most MaxFollowed alive at once: a command and all it starts.
+	FollowForks bool
 }
+
+// MaxFollowed bounds the targets alive at once with FollowForks: the PID filter is a
+// preallocated map (the sampling program may not allocate), 8192 entries of a few dozen
+// bytes. Forks past it run unsampled.
+const MaxFollowed = 8192
 
 // TableUnwinding reports whether the kernel walks user stacks with unwind tables under
 // cfg: on an architecture the table walker supports, unless frame pointers were asked for.
@@ -173,6 +181,12 @@ func Load(cfg Config) (*Sampler, error) {
 		return nil, fmt.Errorf("set table_unwinding: %w", err)
 	}
 	spec.Maps["target_pids"].MaxEntries = uint32(max(len(cfg.PIDs), 1))
+	if cfg.FollowForks {
+		if err := spec.Variables["follow_forks"].Set(uint8(1)); err != nil {
+			return nil, fmt.Errorf("set follow_forks: %w", err)
+		}
+		spec.Maps["target_pids"].MaxEntries = uint32(max(len(cfg.PIDs), MaxFollowed))
+	}
 	maxTables := cmp.Or(cfg.MaxTables, DefaultMaxTables)
 	spec.Maps["unwind_tables"].MaxEntries = uint32(maxTables)
 	maxProcs := uint32(cmp.Or(cfg.MaxProcesses, DefaultMaxProcesses))
@@ -222,6 +236,14 @@ func Load(cfg Config) (*Sampler, error) {
 		if err != nil {
 			s.Close()
 			return nil, classify("attach raw tracepoint "+name, err)
+		}
+		s.links = append(s.links, l)
+	}
+	if cfg.FollowForks {
+		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sched_process_fork", Program: s.objs.OnFork})
+		if err != nil {
+			s.Close()
+			return nil, classify("attach raw tracepoint sched_process_fork", err)
 		}
 		s.links = append(s.links, l)
 	}

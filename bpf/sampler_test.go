@@ -135,12 +135,42 @@ func TestSamplerFiltersByCgroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, err := Load(Config{Cgroups: []uint64{st.Ino}, Frequency: 199})
+// TestSamplerFollowsForks: with FollowForks a target's children and grandchildren are
+// sampled from their start, a process outside the family is not, and the filter lets go
+// of each follower as it exits.
+func TestSamplerFollowsForks(t *testing.T) {
+	testenv.RequireRoot(t)
+	outsider := exec.Command("sh", "-c", "while :; do :; done")
+	if err := outsider.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { outsider.Process.Kill(); outsider.Wait() }()
+	// The target waits for a line, then starts a child that starts a grandchild; both spin.
+	target := exec.Command("sh", "-c", `read go; sh -c 'while :; do :; done & while :; do :; done'`)
+	target.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	trigger, err := target.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := target.Start(); err != nil {
+		t.Fatal(err)
+	}
+	killFamily := func() { syscall.Kill(-target.Process.Pid, syscall.SIGKILL) }
+	defer killFamily()
+	pid := uint32(target.Process.Pid)
+
+	s, err := Load(Config{PIDs: []uint32{pid}, Frequency: 199, FollowForks: true})
 	if err != nil {
 		t.Fatalf("load: %v", err)
 	}
 	defer s.Close()
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
+	if got := s.objs.TargetPids.MaxEntries(); got != MaxFollowed {
+		t.Errorf("target_pids holds %d, want %d", got, MaxFollowed)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatalf("start: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var rec recorder
@@ -160,5 +190,114 @@ func TestSamplerFiltersByCgroup(t *testing.T) {
 	}
 	if len(counts) != 1 {
 		t.Errorf("samples of processes outside the cgroup leaked through: %v", counts)
+	trigger.Write([]byte("go\n"))
+	time.Sleep(time.Second)
+	followed := targets(t, s)
+	killFamily()
+	target.Wait()
+	time.Sleep(200 * time.Millisecond)
+	left := targets(t, s)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+
+	busy := map[uint32]int{}
+	for _, smp := range rec.samples {
+		if smp.PID == uint32(outsider.Process.Pid) {
+			t.Fatalf("the outsider %d was sampled", smp.PID)
+		}
+		if !followed[smp.PID] {
+			t.Fatalf("sample of pid %d, not among the followed %v", smp.PID, followed)
+		}
+		busy[smp.PID]++
+	}
+	delete(busy, pid)
+	if len(busy) != 2 || len(followed) != 3 {
+		t.Errorf("samples by pid %v from the followed %v: want the child and the grandchild", busy, followed)
+	}
+	if len(left) != 0 {
+		t.Errorf("exited processes still in the filter: %v", left)
+	}
+}
+
+// targets lists the PID filter's entries.
+func targets(t *testing.T, s *Sampler) map[uint32]bool {
+	t.Helper()
+	out := map[uint32]bool{}
+	var pid uint32
+	var v uint8
+	it := s.objs.TargetPids.Iterate()
+	for it.Next(&pid, &v) {
+		out[pid] = true
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// threadExecC execs a spinning shell from a second thread once a byte arrives: the kernel
+// kills the leader thread, and the exec'ing thread takes over the process's PID.
+const threadExecC = `#include <pthread.h>
+#include <unistd.h>
+static void *run(void *a){char b; (void)a; if (read(0,&b,1)==1) execl("/bin/sh","sh","-c","while :; do :; done",(char*)0); return 0;}
+int main(void){pthread_t t; pthread_create(&t,0,run,0); pthread_join(t,0); return 0;}
+`
+
+// A followed process whose second thread execs is the same process afterwards: its
+// leader thread's exit does not take it out of the filter.
+func TestSamplerFollowsExecFromThread(t *testing.T) {
+	testenv.RequireRoot(t)
+	gcc := testenv.RequireTool(t, "gcc")
+	dir := t.TempDir()
+	src, bin := filepath.Join(dir, "texec.c"), filepath.Join(dir, "texec")
+	if err := os.WriteFile(src, []byte(threadExecC), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(gcc, "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	target := exec.Command(bin)
+	trigger, err := target.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := target.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { target.Process.Kill(); target.Wait() }()
+	pid := uint32(target.Process.Pid)
+
+	s, err := Load(Config{PIDs: []uint32{pid}, Frequency: 199, FollowForks: true})
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	defer s.Close()
+	if err := s.Start(); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var rec recorder
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, &rec) }()
+	trigger.Write([]byte{1})
+	time.Sleep(time.Second)
+	followed := targets(t, s)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if !followed[pid] {
+		t.Errorf("pid %d left the filter when its leader thread died in the exec: %v", pid, followed)
+	}
+	shell := 0
+	for _, smp := range rec.samples {
+		if smp.PID == pid && smp.Comm == "sh" {
+			shell++
+		}
+	}
+	if shell < 20 {
+		t.Errorf("%d samples of the exec'd shell in 1 s at 199 Hz", shell)
 	}
 }

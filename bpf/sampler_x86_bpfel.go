@@ -132,10 +132,12 @@ const (
 	samplerMapUnwindTables       = "unwind_tables"
 	samplerProgOnExec            = "on_exec"
 	samplerProgOnExit            = "on_exit"
+	samplerProgOnFork            = "on_fork"
 	samplerProgSample            = "sample"
 	samplerVarCollectKernel      = "collect_kernel"
 	samplerVarFilterCgroups      = "filter_cgroups"
 	samplerVarFilterPids         = "filter_pids"
+	samplerVarFollowForks        = "follow_forks"
 	samplerVarRingWakeupBytes    = "ring_wakeup_bytes"
 	samplerVarTableUnwinding     = "table_unwinding"
 	samplerVarUnusedCfaRule      = "unused_cfa_rule"
@@ -193,6 +195,7 @@ type samplerSpecs struct {
 type samplerProgramSpecs struct {
 	OnExec *ebpf.ProgramSpec `ebpf:"on_exec"`
 	OnExit *ebpf.ProgramSpec `ebpf:"on_exit"`
+	OnFork *ebpf.ProgramSpec `ebpf:"on_fork"`
 	Sample *ebpf.ProgramSpec `ebpf:"sample"`
 }
 
@@ -217,6 +220,7 @@ type samplerVariableSpecs struct {
 	CollectKernel      *ebpf.VariableSpec `ebpf:"collect_kernel"`
 	FilterCgroups      *ebpf.VariableSpec `ebpf:"filter_cgroups"`
 	FilterPids         *ebpf.VariableSpec `ebpf:"filter_pids"`
+	FollowForks        *ebpf.VariableSpec `ebpf:"follow_forks"`
 	RingWakeupBytes    *ebpf.VariableSpec `ebpf:"ring_wakeup_bytes"`
 	TableUnwinding     *ebpf.VariableSpec `ebpf:"table_unwinding"`
 	UnusedCfaRule      *ebpf.VariableSpec `ebpf:"unused_cfa_rule"`
@@ -280,6 +284,7 @@ type samplerVariables struct {
 	CollectKernel      *ebpf.Variable `ebpf:"collect_kernel"`
 	FilterCgroups      *ebpf.Variable `ebpf:"filter_cgroups"`
 	FilterPids         *ebpf.Variable `ebpf:"filter_pids"`
+	FollowForks        *ebpf.Variable `ebpf:"follow_forks"`
 	RingWakeupBytes    *ebpf.Variable `ebpf:"ring_wakeup_bytes"`
 	TableUnwinding     *ebpf.Variable `ebpf:"table_unwinding"`
 	UnusedCfaRule      *ebpf.Variable `ebpf:"unused_cfa_rule"`
@@ -299,6 +304,7 @@ type samplerVariables struct {
 type samplerPrograms struct {
 	OnExec *ebpf.Program `ebpf:"on_exec"`
 	OnExit *ebpf.Program `ebpf:"on_exit"`
+	OnFork *ebpf.Program `ebpf:"on_fork"`
 	Sample *ebpf.Program `ebpf:"sample"`
 }
 
@@ -306,6 +312,7 @@ func (p *samplerPrograms) Close() error {
 	return _SamplerClose(
 		p.OnExec,
 		p.OnExit,
+		p.OnFork,
 		p.Sample,
 	)
 }

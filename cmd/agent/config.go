@@ -41,6 +41,8 @@ type config struct {
 	metricsAddr  string
 	metricsOTLP  bool
 	threadAttrs  otlp.ThreadAttributes
+	// followForks profiles the children of pids too (sonde record); no flag sets it.
+	followForks bool
 	// export is set when profiles go to a collector: --otlp-endpoint or the OTEL_* variables name one.
 	export bool
 	otlp   otlp.Config
@@ -55,17 +57,68 @@ const maxFrequency = 10000
 // the OpenTelemetry eBPF profiler publishes, which sonde stays well under on its own.
 const DefaultMemoryLimit = 256 << 20
 
-// parseConfig reads flags and the OTEL_* environment (through getenv); flags win. Both
-// -flag and --flag work, as with the standard flag package.
+// parseConfig reads the agent's flags, the SONDE_* environment, the --config file and the
+// OTEL_* environment (through getenv), in that precedence. Both -flag and --flag work, as
+// with the standard flag package.
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
+	fs, check, err := agentFlags(getenv)
+	if err != nil {
+		return nil, err
+	}
+	fs.SetOutput(stderr)
+	showVersion := fs.Bool("version", false, "print the version, Go's and what this kernel supports, and exit")
+	fs.String("config", "", "read flags from a YAML `FILE` of flag names and values (also SONDE_CONFIG); the command line wins over SONDE_* variables, which win over the file")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: sonde [flags]\n\nsonde samples CPU stacks with eBPF and writes profiles.\n\n%s\nEvery flag can also be set in the --config file, under its name, or in the environment\nas SONDE_ and its name in capitals with underscores (SONDE_OTLP_ENDPOINT).\n\nFlags:\n", commandsHelp)
+		fs.PrintDefaults()
+	}
+	layers, err := configLayers(fs, args, getenv)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	repeated, err := applyLayers(fs, layers)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, usageError{err}
+	}
+	if *showVersion {
+		return nil, errShowVersion
+	}
+	if fs.NArg() > 0 {
+		return nil, usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	// A repeatable flag from the environment or file counts only when the command line
+	// does not give it.
+	for name, values := range repeated {
+		onCommandLine := false
+		fs.Visit(func(f *flag.Flag) { onCommandLine = onCommandLine || f.Name == name })
+		for _, v := range values {
+			if !onCommandLine {
+				if err := fs.Set(name, v); err != nil {
+					return nil, usageError{fmt.Errorf("%s: %w", name, err)}
+				}
+			}
+		}
+	}
+	return check(fs)
+}
+
+// agentFlags defines the agent's flags, which the subcommands share where they mean the
+// same. check validates what was parsed into the config, set being the flag set that
+// parsed it (the agent's, or a subcommand's sharing these flags' values).
+func agentFlags(getenv func(string) string) (*flag.FlagSet, func(set *flag.FlagSet) (*config, error), error) {
 	c := &config{}
 	var err error
 	if c.otlp, err = otlp.ConfigFromEnv(getenv); err != nil {
-		return nil, usageError{err}
+		return nil, nil, usageError{err}
 	}
 	envEndpoint := getenv("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != ""
 	fs := flag.NewFlagSet("sonde", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var pids, logLevel, memoryLimit string
 	var outputs []string
 	fs.StringVar(&pids, "pid", "", "profile only these processes (`PID[,PID...]`); filtered in the kernel")
@@ -90,104 +143,82 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.DurationVar(&c.interval, "interval", 10*time.Second, "how often collected samples are symbolized and sent (±10% jitter)")
 	fs.BoolVar(&c.timestamps, "timestamps", false, "send each sample's time, not only counts per stack")
 	fs.StringVar(&memoryLimit, "memory-limit", "256MiB", "memory sonde may use (`SIZE`, e.g. 128MiB, 1GiB), its own and its BPF maps': caches, queues and maps are sized from it, and under pressure caches and queued intervals are dropped first")
-	var threadAttrs string
-	fs.StringVar(&threadAttrs, "thread-attributes", "name", "per-sample thread attributes sent over OTLP: `name`, id, name,id or none (each distinct value can become a series in the backend)")
-	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve /healthz and /metrics (Prometheus text) on `ADDR`, e.g. :9464 (empty: none)")
-	fs.BoolVar(&c.metricsOTLP, "metrics-otlp", false, "also push sonde's metrics over OTLP to the collector profiles go to, every --interval")
 	var endpoint string
 	fs.StringVar(&endpoint, "otlp-endpoint", "", "send OTLP profiles over gRPC to this collector (`host:port`, or https://, http://); default from OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT")
 	fs.BoolVar(&c.otlp.Insecure, "otlp-insecure", c.otlp.Insecure, "send to the collector in plaintext instead of TLS")
 	fs.IntVar(&c.otlp.QueueSize, "otlp-queue", c.otlp.QueueSize, "intervals kept while the collector is unreachable; beyond this, or beyond their share of --memory-limit, the oldest are dropped")
-	fs.String("config", "", "read flags from a YAML `FILE` of flag names and values (also SONDE_CONFIG); the command line wins over SONDE_* variables, which win over the file")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: sonde [flags]\n\nsonde samples CPU stacks with eBPF and writes profiles.\n\nEvery flag can also be set in the --config file, under its name, or in the environment\nas SONDE_ and its name in capitals with underscores (SONDE_OTLP_ENDPOINT).\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
-	layers, err := configLayers(fs, args, getenv)
-	if err != nil {
-		return nil, usageError{err}
-	}
-	repeated, err := applyLayers(fs, layers)
-	if err != nil {
-		return nil, usageError{err}
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
+	var threadAttrs string
+	fs.StringVar(&threadAttrs, "thread-attributes", "name", "per-sample thread attributes sent over OTLP: `name`, id, name,id or none (each distinct value can become a series in the backend)")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve /healthz and /metrics (Prometheus text) on `ADDR`, e.g. :9464 (empty: none)")
+	fs.BoolVar(&c.metricsOTLP, "metrics-otlp", false, "also push sonde's metrics over OTLP to the collector profiles go to, every --interval")
+	check := func(set *flag.FlagSet) (*config, error) {
+		if endpoint != "" {
+			c.otlp.Endpoint = endpoint
 		}
-		return nil, usageError{err}
-	}
-	if fs.NArg() > 0 {
-		return nil, usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
-	}
-	if len(outputs) == 0 {
-		outputs = repeated["output"]
-	}
-	if endpoint != "" {
-		c.otlp.Endpoint = endpoint
-	}
-	c.export = endpoint != "" || envEndpoint
-	if c.interval < 100*time.Millisecond {
-		return nil, usageError{fmt.Errorf("--interval %v: must be at least 100ms", c.interval)}
-	}
-	if c.symbolize.Mode, err = symbolize.ParseMode(symMode); err != nil {
-		return nil, usageError{fmt.Errorf("--symbolize: %w", err)}
-	}
-	if c.symbolize.FileCacheSize < 1 || c.symbolize.AddressCacheSize < 0 {
-		return nil, usageError{fmt.Errorf("--symbol-cache-files must be positive and --symbol-cache-addresses not negative")}
-	}
-	if c.chunkSize < 1 || c.chunkCache < 0 {
-		return nil, usageError{fmt.Errorf("--chunk-size %d must be positive and --chunk-cache %d not negative", c.chunkSize, c.chunkCache)}
-	}
-	if c.unwind != "tables" && c.unwind != "fp" {
-		return nil, usageError{fmt.Errorf("--unwind %q: want tables or fp", c.unwind)}
-	}
-	if c.unwindRows < 0 {
-		return nil, usageError{fmt.Errorf("--unwind-rows %d: must not be negative", c.unwindRows)}
-	}
-	if c.otlp.QueueSize < 1 {
-		return nil, usageError{fmt.Errorf("--otlp-queue %d: must be at least 1", c.otlp.QueueSize)}
-	}
-	if c.memoryLimit, err = parseSize(memoryLimit); err != nil {
-		return nil, usageError{fmt.Errorf("--memory-limit %q: %w", memoryLimit, err)}
-	}
-	if c.memoryLimit < minMemoryLimit {
-		return nil, usageError{fmt.Errorf("--memory-limit %s: sonde needs at least %dMiB", memoryLimit, minMemoryLimit>>20)}
-	}
-	if err := c.logLevel.UnmarshalText([]byte(logLevel)); err != nil {
-		return nil, usageError{fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)}
-	}
-	if c.pids, err = parsePIDs(pids); err != nil {
-		return nil, usageError{err}
-	}
-	frequencySet := false
-	fs.Visit(func(f *flag.Flag) { frequencySet = frequencySet || f.Name == "frequency" })
-	if !frequencySet {
-		c.frequency = defaultFrequency(c.pids)
-	}
-	if err := checkFrequency(c.frequency); err != nil {
-		return nil, usageError{err}
-	}
-	if c.duration < 0 {
-		return nil, usageError{fmt.Errorf("--duration %v: must not be negative", c.duration)}
-	}
-	for _, name := range outputs {
-		o, err := parseOutput(name)
-		if err != nil {
+		c.export = endpoint != "" || envEndpoint
+		if c.interval < 100*time.Millisecond {
+			return nil, usageError{fmt.Errorf("--interval %v: must be at least 100ms", c.interval)}
+		}
+		if c.symbolize.Mode, err = symbolize.ParseMode(symMode); err != nil {
+			return nil, usageError{fmt.Errorf("--symbolize: %w", err)}
+		}
+		if c.symbolize.FileCacheSize < 1 || c.symbolize.AddressCacheSize < 0 {
+			return nil, usageError{fmt.Errorf("--symbol-cache-files must be positive and --symbol-cache-addresses not negative")}
+		}
+		if c.chunkSize < 1 || c.chunkCache < 0 {
+			return nil, usageError{fmt.Errorf("--chunk-size %d must be positive and --chunk-cache %d not negative", c.chunkSize, c.chunkCache)}
+		}
+		if c.unwind != "tables" && c.unwind != "fp" {
+			return nil, usageError{fmt.Errorf("--unwind %q: want tables or fp", c.unwind)}
+		}
+		if c.unwindRows < 0 {
+			return nil, usageError{fmt.Errorf("--unwind-rows %d: must not be negative", c.unwindRows)}
+		}
+		if c.otlp.QueueSize < 1 {
+			return nil, usageError{fmt.Errorf("--otlp-queue %d: must be at least 1", c.otlp.QueueSize)}
+		}
+		if c.memoryLimit, err = parseSize(memoryLimit); err != nil {
+			return nil, usageError{fmt.Errorf("--memory-limit %q: %w", memoryLimit, err)}
+		}
+		if c.memoryLimit < minMemoryLimit {
+			return nil, usageError{fmt.Errorf("--memory-limit %s: sonde needs at least %dMiB", memoryLimit, minMemoryLimit>>20)}
+		}
+		if err := c.logLevel.UnmarshalText([]byte(logLevel)); err != nil {
+			return nil, usageError{fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)}
+		}
+		if c.pids, err = parsePIDs(pids); err != nil {
 			return nil, usageError{err}
 		}
-		c.outputs = append(c.outputs, o)
+		frequencySet := false
+		set.Visit(func(f *flag.Flag) { frequencySet = frequencySet || f.Name == "frequency" })
+		if !frequencySet {
+			c.frequency = defaultFrequency(c.pids)
+		}
+		if err := checkFrequency(c.frequency); err != nil {
+			return nil, usageError{err}
+		}
+		if c.duration < 0 {
+			return nil, usageError{fmt.Errorf("--duration %v: must not be negative", c.duration)}
+		}
+		for _, name := range outputs {
+			o, err := parseOutput(name)
+			if err != nil {
+				return nil, usageError{err}
+			}
+			c.outputs = append(c.outputs, o)
+		}
+		if c.top < 0 {
+			return nil, usageError{fmt.Errorf("--top %d: must not be negative", c.top)}
+		}
+		if c.threadAttrs, err = parseThreadAttributes(threadAttrs); err != nil {
+			return nil, usageError{err}
+		}
+		if c.metricsOTLP && !c.export {
+			return nil, usageError{errors.New("--metrics-otlp: no collector to push to; set --otlp-endpoint")}
+		}
+		return c, nil
 	}
-	if c.top < 0 {
-		return nil, usageError{fmt.Errorf("--top %d: must not be negative", c.top)}
-	}
-	if c.threadAttrs, err = parseThreadAttributes(threadAttrs); err != nil {
-		return nil, usageError{err}
-	}
-	if c.metricsOTLP && !c.export {
-		return nil, usageError{errors.New("--metrics-otlp: no collector to push to; set --otlp-endpoint")}
-	}
-	return c, nil
+	return fs, check, nil
 }
 
 // Host-wide, sonde runs all the time and 19 Hz keeps it cheap while a fleet adds up to
@@ -268,7 +299,6 @@ func checkPIDsExist(pids []uint32) error {
 	}
 	return nil
 }
-
 func parseThreadAttributes(s string) (otlp.ThreadAttributes, error) {
 	if strings.TrimSpace(s) == "none" {
 		return otlp.ThreadNone, nil

@@ -23,15 +23,21 @@ func main() {
 }
 
 func runMain(args []string) int {
+	if status, ok := dispatch(args); ok {
+		return status
+	}
 	cfg, err := parseConfig(args, os.Getenv, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
+	}
+	if errors.Is(err, errShowVersion) {
+		return versionMain(nil, os.Stdout, os.Stderr)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "sonde: %v\nRun 'sonde --help' for usage.\n", err)
 		return 2
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -52,6 +52,10 @@ type pipeline struct {
 	// symStats is the symbolizer's counters as of the last interval: the symbolizer
 	// holds its lock while it names an interval, which /metrics must not wait for.
 	symStats atomic.Pointer[symbolize.Stats]
+
+	// Set by subcommands between build and run.
+	quiet   bool   // no progress line: a live view or a recorded program owns the terminal
+	started func() // called once sampling runs: sonde record lets its program start
 }
 
 // run samples until ctx ends, --duration passes or every --pid target exits. Every
@@ -100,6 +104,7 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 		FramePointersOnly: cfg.unwind == "fp",
 		MaxProcesses:      p.budget.maxProcesses,
 		RingBufferBytes:   p.budget.ringBytes,
+		FollowForks:       cfg.followForks,
 	}
 	if cfg.unwind == "tables" && !bcfg.TableUnwinding() {
 		log.Info("unwind tables are not supported on this architecture yet; user stacks are walked by frame pointer")
@@ -223,6 +228,9 @@ func (p *pipeline) run(ctx context.Context) error {
 		return err
 	}
 	p.health.started.Store(true)
+	if p.started != nil {
+		p.started()
+	}
 	p.log.Info("sampling", "frequency_hz", p.cfg.frequency, "pids", p.cfg.pids, "duration", p.cfg.duration,
 		"otlp_endpoint", p.exportTarget(), "interval", p.cfg.interval, "memory", p.budget, "version", version)
 
@@ -241,9 +249,11 @@ func (p *pipeline) run(ctx context.Context) error {
 	sampled := make(chan error, 1)
 	go func() { sampled <- p.sampler.Run(ctx, p) }()
 
+	stopProgress := p.showProgress()
 	runErr := p.loop(sampled)
 	p.health.stopped.Store(true)
 	cancel()
+	stopProgress()
 	if runErr != nil {
 		p.log.Error("sampling stopped early; reporting what was collected", "err", runErr)
 	}

@@ -24,10 +24,13 @@ func Build(profiles ...*trace.Profile) (*profile.Profile, error) {
 			{Type: "samples", Unit: "count"},
 			{Type: "cpu", Unit: "nanoseconds"},
 		},
-		PeriodType:    &profile.ValueType{Type: "cpu", Unit: "nanoseconds"},
-		Period:        period,
-		TimeNanos:     first.Start.UnixNano(),
-		DurationNanos: last.End.Sub(first.Start).Nanoseconds(),
+		PeriodType: &profile.ValueType{Type: "cpu", Unit: "nanoseconds"},
+		Period:     period,
+	}
+	// Profiles read from folded stacks have no time: pprof's zero says unknown.
+	if !first.Start.IsZero() {
+		out.TimeNanos = first.Start.UnixNano()
+		out.DurationNanos = last.End.Sub(first.Start).Nanoseconds()
 	}
 	b := builder{out: out, mappings: map[mappingKey]*profile.Mapping{}, functions: map[trace.Line]*profile.Function{}}
 	for _, p := range profiles {
@@ -36,14 +39,13 @@ func Build(profiles ...*trace.Profile) (*profile.Profile, error) {
 			ps := &profile.Sample{
 				Value:    []int64{s.Count, s.Count * period},
 				Location: make([]*profile.Location, len(s.Locations)),
-				Label: map[string][]string{
-					"thread_name":  {s.ThreadName},
-					"process_name": {s.Process.Name},
-				},
-				NumLabel: map[string][]int64{
-					"pid": {int64(s.Process.PID)},
-					"tid": {int64(s.TID)},
-				},
+				Label:    map[string][]string{"thread_name": {s.ThreadName}},
+				NumLabel: map[string][]int64{"tid": {int64(s.TID)}},
+			}
+			// A sample read from folded stacks without a process frame has no process.
+			if s.Process != nil {
+				ps.Label["process_name"] = []string{s.Process.Name}
+				ps.NumLabel["pid"] = []int64{int64(s.Process.PID)}
 			}
 			for i, l := range s.Locations {
 				pl, ok := locs[l]

@@ -108,3 +108,24 @@ func TestBuildMergesIntervals(t *testing.T) {
 		t.Error("empty build succeeded")
 	}
 }
+
+// What folded stacks give, no time, no period, samples without a process, writes and
+// reads back without inventing any of them.
+func TestWriteUntimedWithoutProcess(t *testing.T) {
+	f := &trace.Location{Lines: []trace.Line{{Function: "f"}}}
+	in := &trace.Profile{Locations: []*trace.Location{f}, Samples: []*trace.Sample{{Count: 3, Locations: []*trace.Location{f}}}}
+	var buf bytes.Buffer
+	if err := Write(&buf, in); err != nil {
+		t.Fatal(err)
+	}
+	out, err := Read(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !out.Start.IsZero() || out.Period != 0 || len(out.Samples) != 1 {
+		t.Fatalf("read back start %v, period %v, %d samples", out.Start, out.Period, len(out.Samples))
+	}
+	if s := out.Samples[0]; s.Process != nil || s.Count != 3 || s.Locations[0].Lines[0].Function != "f" {
+		t.Errorf("sample read back: %+v", s)
+	}
+}

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sonde-profiler/sonde/internal/testenv"
+)
+
+func TestProgressLine(t *testing.T) {
+	p := progress{elapsed: 12345 * time.Millisecond, duration: 30 * time.Second, samples: 1234, processes: 17, lost: 2}
+	if got := p.line(0); got != "sonde: 12.3s / 30s  1234 samples  17 processes  2 lost" {
+		t.Errorf("line %q", got)
+	}
+	p.duration = 0
+	if got := p.line(20); got != "sonde: 12.3s  1234 s" {
+		t.Errorf("without duration, cut to 20 columns: %q", got)
+	}
+}
+
+// Log lines clear the status line first, so the two never share a line.
+func TestStatusWriterClearsBeforeOutput(t *testing.T) {
+	var out strings.Builder
+	s := &statusWriter{w: &out}
+	s.Write([]byte("first\n"))
+	s.show("status 1")
+	s.show("status 2")
+	s.Write([]byte("log line\n"))
+	s.show("status 3")
+	s.clear()
+	s.clear()
+	want := "first\n\rstatus 1\x1b[K\rstatus 2\x1b[K\r\x1b[Klog line\n\rstatus 3\x1b[K\r\x1b[K"
+	if out.String() != want {
+		t.Errorf("got %q\nwant %q", out.String(), want)
+	}
+}
+
+// On a terminal sonde shows its progress while it samples and clears it before the
+// table; the counters move.
+func TestProgressOnTerminal(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := buildWorkload(t, "chain", chainC, "-O2", "-fno-omit-frame-pointer")
+	w := startWorkload(t, bin, 30)
+	cmd := exec.Command(sonde(t), "--pid", strconv.Itoa(w.Process.Pid), "--duration", "2s", "--top", "3", "--log-level", "warn")
+	term := startInTerminal(t, cmd, 24, 100)
+	term.wait(t, 20*time.Second)
+	out := term.output()
+	lines := regexp.MustCompile(`\rsonde: [0-9.]+m?s / 2s  (\d+) samples  1 processes  0 lost\x1b\[K`).FindAllStringSubmatch(out, -1)
+	if len(lines) < 3 {
+		t.Fatalf("%d progress lines in:\n%q", len(lines), out)
+	}
+	if last, _ := strconv.Atoi(lines[len(lines)-1][1]); last == 0 {
+		t.Errorf("the sample count never moved: %q", lines)
+	}
+	table := strings.Index(out, "self%")
+	if table < 0 || !strings.Contains(out[:table], "\x1b[K\r\x1b[K") || strings.Contains(out[table:], "\rsonde: ") {
+		t.Errorf("progress not cleared before the table:\n%q", out)
+	}
+}
+
+// Not on a terminal, sonde draws nothing: logs and pipes get lines, not redraws.
+func TestNoProgressOffTerminal(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := buildWorkload(t, "chain", chainC, "-O2", "-fno-omit-frame-pointer")
+	w := startWorkload(t, bin, 30)
+	stdout, stderr, err := runSonde(t, "--pid", strconv.Itoa(w.Process.Pid), "--duration", "1s", "--top", "3")
+	if err != nil {
+		t.Fatalf("sonde: %v\n%s", err, stderr)
+	}
+	if strings.ContainsAny(stdout+stderr, "\r\x1b") {
+		t.Errorf("redraws off a terminal:\n%q\n%q", stdout, stderr)
+	}
+}

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sonde-profiler/sonde/internal/objfile"
+	"github.com/sonde-profiler/sonde/reporter/folded"
+	"github.com/sonde-profiler/sonde/reporter/pprof"
+	"github.com/sonde-profiler/sonde/trace"
+)
+
+// viewProfile has what the formats must carry through: two processes of one name,
+// threads, inlined lines, kernel and unnamed frames, a name folded stacks escape.
+func viewProfile() *trace.Profile {
+	start := time.Unix(1700000000, 0)
+	m := &trace.Mapping{Start: 0x400000, End: 0x500000, Offset: 0x1000, Path: "/usr/bin/app", File: &objfile.File{Path: "/usr/bin/app", GNUBuildID: "0123abcd"}}
+	kernel := &trace.Mapping{Start: 0xffff800000000000, End: ^uint64(0), Path: trace.KernelPath}
+	loc := func(kind trace.FrameKind, mp *trace.Mapping, addr uint64, names ...string) *trace.Location {
+		l := &trace.Location{Kind: kind, Address: addr, Mapping: mp}
+		for i, n := range names {
+			l.Lines = append(l.Lines, trace.Line{Function: n, File: "app.c", Line: int64(10 + i)})
+		}
+		return l
+	}
+	main := loc(trace.FrameNative, m, 0x400100, "main")
+	work := loc(trace.FrameNative, m, 0x400200, "helper", "work")
+	spin := loc(trace.FrameNative, m, 0x400300, "spin")
+	odd := loc(trace.FrameNative, m, 0x400400, "a;b\x1b[31m")
+	unnamed := loc(trace.FrameNative, m, 0x400500)
+	sys := loc(trace.FrameKernel, kernel, 0xffffffff81000010, "do_syscall_64")
+	a := &trace.Process{PID: 100, Name: "app"}
+	b := &trace.Process{PID: 101, Name: "app"}
+	return &trace.Profile{
+		Start: start, End: start.Add(10 * time.Second), Period: time.Second / 99,
+		Locations: []*trace.Location{main, work, spin, odd, unnamed, sys},
+		Samples: []*trace.Sample{
+			{Process: a, TID: 100, ThreadName: "app", Count: 40, Locations: []*trace.Location{spin, work, main}},
+			{Process: a, TID: 102, ThreadName: "worker", Count: 15, Locations: []*trace.Location{spin, work, main}},
+			{Process: a, TID: 100, ThreadName: "app", Count: 7, Locations: []*trace.Location{sys, unnamed, main}},
+			{Process: b, TID: 101, ThreadName: "app", Count: 9, Locations: []*trace.Location{odd, work, main}},
+		},
+	}
+}
+
+// view runs sonde view in this process and returns its exit status and output.
+func view(t *testing.T, args ...string) (status int, stdout, stderr string) {
+	t.Helper()
+	var o, e bytes.Buffer
+	status = viewMain(args, &o, &e)
+	return status, o.String(), e.String()
+}
+
+// pprof → OTLP → OTLP/JSON → folded, each step a sonde view command, and the last two
+// read by content rather than name: the same stacks and counts come out.
+func TestViewRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	orig := viewProfile()
+	var pb bytes.Buffer
+	if err := pprof.Write(&pb, orig); err != nil {
+		t.Fatal(err)
+	}
+	path := func(name string) string { return filepath.Join(dir, name) }
+	if err := os.WriteFile(path("a.pb.gz"), pb.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct{ in, out, rename string }{
+		{"a.pb.gz", "b.otlp.pb", "b.bin"},
+		{"b.bin", "c.otlp.json", "c.data"},
+		{"c.data", "d.folded", ""},
+	}
+	for _, st := range steps {
+		status, stdout, stderr := view(t, path(st.in), "--output", path(st.out))
+		if status != 0 {
+			t.Fatalf("view %s --output %s: status %d\n%s", st.in, st.out, status, stderr)
+		}
+		if !strings.Contains(stdout, "71 samples") || !strings.Contains(stdout, " 77.46%  77.46%  spin\n") {
+			t.Errorf("view %s printed:\n%s", st.in, stdout)
+		}
+		if !strings.Contains(stderr, "wrote "+path(st.out)) {
+			t.Errorf("view %s said:\n%s", st.in, stderr)
+		}
+		if st.rename != "" {
+			if err := os.Rename(path(st.out), path(st.rename)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	got, err := os.ReadFile(path("d.folded"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want bytes.Buffer
+	if err := folded.Write(&want, orig); err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != want.String() {
+		t.Errorf("pprof → OTLP → OTLP/JSON → folded changed the stacks:\ngot:\n%s\nwant:\n%s", got, want.String())
+	}
+	// And back from folded to pprof: counts and stacks again.
+	if status, _, stderr := view(t, path("d.folded"), "--output", path("e.pb.gz"), "--top", "0"); status != 0 {
+		t.Fatalf("folded to pprof: %d\n%s", status, stderr)
+	}
+	f, err := os.Open(path("e.pb.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	back, err := pprof.Read(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var again bytes.Buffer
+	if err := folded.Write(&again, back); err != nil {
+		t.Fatal(err)
+	}
+	if again.String() != want.String() {
+		t.Errorf("folded → pprof changed the stacks:\n%s", again.String())
+	}
+}
+
+// Several files merge; --focus and --pid keep what they select; flags may follow files.
+func TestViewMergesAndFilters(t *testing.T) {
+	dir := t.TempDir()
+	one := filepath.Join(dir, "one.folded")
+	two := filepath.Join(dir, "two.txt")
+	os.WriteFile(one, []byte("app-1;main;spin 6\napp-2;main;idle 2\n"), 0o644)
+	os.WriteFile(two, []byte("app-1;main;spin 4\napp-1;main;x\x1b[2J\x07 1\n"), 0o644)
+
+	status, stdout, stderr := view(t, one, two)
+	if status != 0 {
+		t.Fatalf("status %d\n%s", status, stderr)
+	}
+	if !strings.HasPrefix(stdout, "13 samples\n") || !strings.Contains(stdout, "  0.00% 100.00%  main\n") || !strings.Contains(stdout, " 76.92%  76.92%  spin\n") {
+		t.Errorf("merged table:\n%s", stdout)
+	}
+	if strings.ContainsAny(stdout, "\x1b\x07") || !strings.Contains(stdout, `x\x1b[2J\x07`) {
+		t.Errorf("a name's escapes reached the terminal raw:\n%q", stdout)
+	}
+	out := filepath.Join(dir, "focus.folded")
+	if status, _, stderr := view(t, one, "--focus", "^spin$", two, "--output", out, "--top", "0"); status != 0 {
+		t.Fatalf("--focus: %d\n%s", status, stderr)
+	}
+	if got, _ := os.ReadFile(out); string(got) != "app-1;main;spin 10\n" {
+		t.Errorf("--focus ^spin$ kept:\n%s", got)
+	}
+	if status, _, stderr := view(t, "--pid", "2", "--output", out, one, two); status != 0 {
+		t.Fatalf("--pid: %d\n%s", status, stderr)
+	}
+	if got, _ := os.ReadFile(out); string(got) != "app-2;main;idle 2\n" {
+		t.Errorf("--pid 2 kept:\n%s", got)
+	}
+}
+
+func TestViewErrors(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "p.folded")
+	os.WriteFile(good, []byte("main 1\n"), 0o644)
+	html := filepath.Join(dir, "p.html")
+	os.WriteFile(html, []byte("<html>"), 0o644)
+	empty := filepath.Join(dir, "empty")
+	os.WriteFile(empty, nil, 0o644)
+	for _, tc := range []struct {
+		args   []string
+		status int
+		want   string
+	}{
+		{nil, 2, "no profile to read"},
+		{[]string{"--focus", "(", good}, 2, "--focus"},
+		{[]string{"--pid", "x", good}, 2, "not a process ID"},
+		{[]string{"--no-such-flag", good}, 2, "flag provided but not defined"},
+		{[]string{good, "--output", filepath.Join(dir, "out.json")}, 2, "unknown format"},
+		{[]string{filepath.Join(dir, "missing.pb.gz")}, 1, "no such file"},
+		{[]string{html}, 1, "cannot be read back"},
+		{[]string{empty}, 1, "empty file"},
+		{[]string{"--help"}, 0, "Usage: sonde view"},
+	} {
+		status, _, stderr := view(t, tc.args...)
+		if status != tc.status || !strings.Contains(stderr, tc.want) {
+			t.Errorf("view %q: status %d, want %d, saying %q:\n%s", tc.args, status, tc.status, tc.want, stderr)
+		}
+	}
+}
