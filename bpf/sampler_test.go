@@ -135,6 +135,34 @@ func TestSamplerFiltersByCgroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, err := Load(Config{Cgroups: []uint64{st.Ino}, Frequency: 199})
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	defer s.Close()
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var rec recorder
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, &rec) }()
+	time.Sleep(time.Second)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	counts := map[uint32]int{}
+	for _, smp := range rec.samples {
+		counts[smp.PID]++
+	}
+	if counts[uint32(inside.Process.Pid)] < 50 {
+		t.Errorf("%d samples of the process in the filtered cgroup's child", counts[uint32(inside.Process.Pid)])
+	}
+	if len(counts) != 1 {
+		t.Errorf("samples of processes outside the cgroup leaked through: %v", counts)
+	}
+}
+
 // TestSamplerFollowsForks: with FollowForks a target's children and grandchildren are
 // sampled from their start, a process outside the family is not, and the filter lets go
 // of each follower as it exits.
@@ -164,8 +192,6 @@ func TestSamplerFollowsForks(t *testing.T) {
 		t.Fatalf("load: %v", err)
 	}
 	defer s.Close()
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
 	if got := s.objs.TargetPids.MaxEntries(); got != MaxFollowed {
 		t.Errorf("target_pids holds %d, want %d", got, MaxFollowed)
 	}
@@ -176,20 +202,6 @@ func TestSamplerFollowsForks(t *testing.T) {
 	var rec recorder
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx, &rec) }()
-	time.Sleep(time.Second)
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	counts := map[uint32]int{}
-	for _, smp := range rec.samples {
-		counts[smp.PID]++
-	}
-	if counts[uint32(inside.Process.Pid)] < 50 {
-		t.Errorf("%d samples of the process in the filtered cgroup's child", counts[uint32(inside.Process.Pid)])
-	}
-	if len(counts) != 1 {
-		t.Errorf("samples of processes outside the cgroup leaked through: %v", counts)
 	trigger.Write([]byte("go\n"))
 	time.Sleep(time.Second)
 	followed := targets(t, s)
