@@ -59,8 +59,8 @@ func TestSamplerFiltersInKernel(t *testing.T) {
 		t.Fatalf("run: %v", err)
 	}
 
-	if len(rec.samples) < 50 {
-		t.Fatalf("got %d samples of a busy process in 1 s at 199 Hz, want at least 50", len(rec.samples))
+	if len(rec.samples) < 20 {
+		t.Fatalf("got %d samples of a busy process in 1 s at 199 Hz, want at least 20 (a tenth of a core on a busy machine)", len(rec.samples))
 	}
 	for _, smp := range rec.samples {
 		if smp.PID != pid {
@@ -155,7 +155,7 @@ func TestSamplerFiltersByCgroup(t *testing.T) {
 	for _, smp := range rec.samples {
 		counts[smp.PID]++
 	}
-	if counts[uint32(inside.Process.Pid)] < 50 {
+	if counts[uint32(inside.Process.Pid)] < 20 {
 		t.Errorf("%d samples of the process in the filtered cgroup's child", counts[uint32(inside.Process.Pid)])
 	}
 	if len(counts) != 1 {
