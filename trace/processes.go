@@ -722,3 +722,14 @@ func (s ProcessStats) LogValue() slog.Value {
 		slog.Uint64("files_fuse", s.FilesFUSE), slog.Uint64("files_stalled", s.FilesStalled),
 		slog.Uint64("reads_dropped", s.ReadsDropped), slog.Uint64("exec_reads_skipped", s.ExecReadsSkipped), slog.Uint64("untracked_samples", s.Untracked))
 }
+
+// Process returns what was read of pid's current image, or nil.
+func (p *Processes) Process(pid uint32) *Process {
+	p.mu.Lock()
+	img := p.images[pid]
+	p.mu.Unlock()
+	if img == nil {
+		return nil
+	}
+	return img.proc.Load()
+}

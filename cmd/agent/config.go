@@ -41,6 +41,7 @@ type config struct {
 	metricsAddr  string
 	metricsOTLP  bool
 	threadAttrs  otlp.ThreadAttributes
+	kube         kubeConfig
 	// followForks profiles the children of pids too (sonde record); no flag sets it.
 	followForks bool
 	// export is set when profiles go to a collector: --otlp-endpoint or the OTEL_* variables name one.
@@ -151,6 +152,13 @@ func agentFlags(getenv func(string) string) (*flag.FlagSet, func(set *flag.FlagS
 	fs.StringVar(&threadAttrs, "thread-attributes", "name", "per-sample thread attributes sent over OTLP: `name`, id, name,id or none (each distinct value can become a series in the backend)")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve /healthz and /metrics (Prometheus text) on `ADDR`, e.g. :9464 (empty: none)")
 	fs.BoolVar(&c.metricsOTLP, "metrics-otlp", false, "also push sonde's metrics over OTLP to the collector profiles go to, every --interval")
+	var namespaces, selector, cgroups string
+	fs.StringVar(&cgroups, "cgroup", "", "profile only processes in these cgroup v2 directories and below them (`PATH[,PATH...]`, relative to --cgroup-root); filtered in the kernel")
+	fs.StringVar(&c.kube.cgroupRoot, "cgroup-root", "", "where the host's cgroup v2 hierarchy is mounted (`DIR`; default: found in /proc/self/mountinfo)")
+	fs.StringVar(&c.kube.nodeName, "k8s-node-name", getenv("NODE_NAME"), "this Kubernetes node's `NAME` (default $NODE_NAME): with it, pods' names, namespaces, containers and workloads are added to their processes' resources")
+	fs.BoolVar(&c.kube.metadata, "k8s-metadata", true, "ask the API server about this node's pods (needs --k8s-node-name)")
+	fs.StringVar(&namespaces, "k8s-namespaces", "", "profile only pods in these `NAMESPACES` (comma-separated); filtered in the kernel by the pods' cgroups")
+	fs.StringVar(&selector, "k8s-pod-selector", "", "profile only pods whose labels match this `SELECTOR` (a=b,c!=d,e in (f,g)); with --k8s-namespaces a pod must match both")
 	check := func(set *flag.FlagSet) (*config, error) {
 		if endpoint != "" {
 			c.otlp.Endpoint = endpoint
@@ -211,6 +219,9 @@ func agentFlags(getenv func(string) string) (*flag.FlagSet, func(set *flag.FlagS
 			return nil, usageError{fmt.Errorf("--top %d: must not be negative", c.top)}
 		}
 		if c.threadAttrs, err = parseThreadAttributes(threadAttrs); err != nil {
+			return nil, usageError{err}
+		}
+		if err := parseKube(&c.kube, namespaces, selector, cgroups); err != nil {
 			return nil, usageError{err}
 		}
 		if c.metricsOTLP && !c.export {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sonde-profiler/sonde/bpf"
+	"github.com/sonde-profiler/sonde/internal/kube"
 	"github.com/sonde-profiler/sonde/reporter/merge"
 	"github.com/sonde-profiler/sonde/reporter/otlp"
 	"github.com/sonde-profiler/sonde/reporter/top"
@@ -48,7 +49,9 @@ type pipeline struct {
 	encode     otlp.EncodeOptions
 	targets    *targets
 	health     *health
-	telemetry  *telemetry // nil without --metrics-addr
+	telemetry  *telemetry    // nil without --metrics-addr
+	watcher    *kube.Watcher // nil outside Kubernetes or without API access
+	pods       *podFilter    // nil without --k8s-namespaces and --k8s-pod-selector
 	// symStats is the symbolizer's counters as of the last interval: the symbolizer
 	// holds its lock while it names an interval, which /metrics must not wait for.
 	symStats atomic.Pointer[symbolize.Stats]
@@ -96,8 +99,15 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 			return nil, usageError{err}
 		}
 	}
+	cgroupIDs, err := cgroupIDs(&cfg.kube)
+	if err != nil {
+		return nil, usageError{err}
+	}
 	bcfg := bpf.Config{
 		PIDs:              cfg.pids,
+		Cgroups:           cgroupIDs,
+		CgroupFilter:      cfg.kube.filterByPod,
+		MaxCgroups:        maxFilteredPods,
 		Frequency:         cfg.frequency,
 		KernelStacks:      cfg.kernelStacks,
 		CollectStats:      cfg.bpfStats,
@@ -127,7 +137,12 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 		})
 		observer = p.tables
 	}
+	if p.watcher, err = newWatcher(cfg, log); err != nil {
+		p.sampler.Close()
+		return nil, err
+	}
 	p.procs = trace.NewProcesses(trace.ProcessConfig{
+		Describer: describer{watcher: p.watcher},
 		OnFileError: func(path string, err error) {
 			log.Info("cannot identify mapped file; its frames keep addresses only", "file", path, "err", err)
 		},
@@ -223,6 +238,7 @@ func (p *pipeline) run(ctx context.Context) error {
 		p.telemetry.serve(p.log)
 		defer p.telemetry.close()
 	}
+	p.startWatcher(stageCtx, &stages)
 	p.prime()
 	if err := p.sampler.Start(); err != nil {
 		return err

@@ -77,3 +77,46 @@ func unescapeMount(s string) string {
 	}
 	return b.String()
 }
+
+// FindPod finds the cgroup directory of a Kubernetes pod under root, the cgroup v2 root
+// of the host: kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice
+// with the systemd driver (dashes in the UID turned to underscores), kubepods/burstable/
+// pod<uid> with the cgroupfs one, each with or without the QoS level. uid may also be a
+// static pod's config hash.
+func FindPod(root, uid string) (string, error) {
+	want := []string{"pod" + uid, "pod" + strings.ReplaceAll(uid, "-", "_")}
+	matches := func(name string) bool {
+		for _, w := range want {
+			if name == w || strings.HasSuffix(name, "-"+w+".slice") {
+				return true
+			}
+		}
+		return false
+	}
+	// Breadth first, three levels: the kubelet's top, the QoS level, the pod.
+	level := []string{root}
+	for depth := 0; depth < 3; depth++ {
+		var next []string
+		for _, dir := range level {
+			entries, err := os.ReadDir(dir)
+			if err != nil {
+				continue
+			}
+			for _, e := range entries {
+				if !e.IsDir() {
+					continue
+				}
+				name := e.Name()
+				path := dir + "/" + name
+				if depth > 0 && matches(name) {
+					return path, nil
+				}
+				if strings.HasPrefix(name, "kubepods") || strings.HasPrefix(name, "burstable") || strings.HasPrefix(name, "besteffort") {
+					next = append(next, path)
+				}
+			}
+		}
+		level = next
+	}
+	return "", fmt.Errorf("no cgroup for pod %s under %s", uid, root)
+}

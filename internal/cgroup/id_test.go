@@ -145,3 +145,25 @@ func TestRootFromMountinfo(t *testing.T) {
 		}
 	}
 }
+
+func TestFindPod(t *testing.T) {
+	const uid = "1c1e1b8a-7f2d-4f6e-9a3b-2c5d8e9f0a1b"
+	for _, layout := range []string{
+		"kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1c1e1b8a_7f2d_4f6e_9a3b_2c5d8e9f0a1b.slice",
+		"kubepods.slice/kubepods-pod1c1e1b8a_7f2d_4f6e_9a3b_2c5d8e9f0a1b.slice",
+		"kubepods/besteffort/pod1c1e1b8a-7f2d-4f6e-9a3b-2c5d8e9f0a1b",
+		"kubepods/pod1c1e1b8a-7f2d-4f6e-9a3b-2c5d8e9f0a1b",
+	} {
+		root := t.TempDir()
+		want := filepath.Join(root, layout)
+		os.MkdirAll(filepath.Join(want, "cri-containerd-abc.scope"), 0o755)
+		os.MkdirAll(filepath.Join(root, "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podother.slice"), 0o755)
+		got, err := FindPod(root, uid)
+		if err != nil || got != want {
+			t.Errorf("%s: FindPod = %q, %v", layout, got, err)
+		}
+	}
+	if _, err := FindPod(t.TempDir(), uid); err == nil {
+		t.Error("found a pod in an empty hierarchy")
+	}
+}

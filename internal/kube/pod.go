@@ -45,6 +45,10 @@ type Pod struct {
 	// Owning workloads, each "" when the pod has none of that kind. Deployment is
 	// derived from the ReplicaSet's name, with no request for the ReplicaSet.
 	Deployment, ReplicaSet, StatefulSet, DaemonSet, Job string
+	// Labels are the pod's labels, for selecting pods to profile; at most MaxLabels, each
+	// key and value at most MaxLabelLength bytes (Kubernetes allows 63 for names and
+	// values, 253 for prefixes).
+	Labels map[string]string
 	// mirrorHash is a static pod's config hash, the pod UID its cgroup path carries.
 	mirrorHash string
 }
@@ -92,6 +96,7 @@ func compact(p *corev1.Pod) (Pod, []Container) {
 		NodeName:   p.Spec.NodeName,
 		AppName:    p.Labels[LabelAppName],
 		App:        p.Labels[LabelApp],
+		Labels:     boundedLabels(p.Labels),
 		mirrorHash: p.Annotations[annotationMirror],
 	}
 	if ref := metav1.GetControllerOfNoCopy(p); ref != nil {
@@ -131,6 +136,29 @@ func containerID(s string) string {
 	return s
 }
 
+// Bounds of the labels kept per pod: a pod's labels come from whoever created it.
+const (
+	MaxLabels      = 64
+	MaxLabelLength = 320
+)
+
+// boundedLabels copies at most MaxLabels labels that fit MaxLabelLength.
+func boundedLabels(in map[string]string) map[string]string {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make(map[string]string, min(len(in), MaxLabels))
+	for k, v := range in {
+		if len(out) == MaxLabels {
+			break
+		}
+		if len(k) <= MaxLabelLength && len(v) <= MaxLabelLength {
+			out[k] = v
+		}
+	}
+	return out
+}
+
 // trim drops from a pod everything compact does not read, before the informer stores
 // it: a pod's spec and status run to kilobytes, of which a few dozen bytes are kept.
 func trim(obj any) (any, error) {
@@ -147,14 +175,7 @@ func trim(obj any) (any, error) {
 		},
 		Spec: corev1.PodSpec{NodeName: p.Spec.NodeName},
 	}
-	for _, k := range []string{LabelAppName, LabelApp, labelPodTemplateHash} {
-		if v, ok := p.Labels[k]; ok {
-			if t.Labels == nil {
-				t.Labels = map[string]string{}
-			}
-			t.Labels[k] = v
-		}
-	}
+	t.Labels = boundedLabels(p.Labels)
 	if v, ok := p.Annotations[annotationMirror]; ok {
 		t.Annotations = map[string]string{annotationMirror: v}
 	}

@@ -53,6 +53,31 @@ type Watcher struct {
 	podContainers map[string][]string
 
 	denied chan error // the first refusal before the first list succeeded
+
+	// onChange, when set, hears of every pod added, changed or deleted, outside mu.
+	onChange func()
+}
+
+// OnChange sets a function called after every change to the pods known; set it before Run.
+func (w *Watcher) OnChange(f func()) { w.onChange = f }
+
+// Pods returns the pods known now.
+func (w *Watcher) Pods() []Pod {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	out := make([]Pod, 0, len(w.pods))
+	for uid, p := range w.pods {
+		if uid == p.UID { // not the alias a static pod's config hash also names it by
+			out = append(out, *p)
+		}
+	}
+	return out
+}
+
+func (w *Watcher) changed() {
+	if w.onChange != nil {
+		w.onChange()
+	}
 }
 
 type container struct {
@@ -106,9 +131,9 @@ func New(cfg Config) (*Watcher, error) {
 	}
 	var err error
 	if w.handler, err = w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { w.put(obj) },
-		UpdateFunc: func(_, obj any) { w.put(obj) },
-		DeleteFunc: w.delete,
+		AddFunc:    func(obj any) { w.put(obj); w.changed() },
+		UpdateFunc: func(_, obj any) { w.put(obj); w.changed() },
+		DeleteFunc: func(obj any) { w.delete(obj); w.changed() },
 	}); err != nil {
 		return nil, fmt.Errorf("kube: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -106,7 +107,10 @@ func TestWatcherFakeClientset(t *testing.T) {
 	}
 	want := Pod{UID: uidA, Name: "checkout-7d9f8c6b5-x2x9z", Namespace: "shop", NodeName: node,
 		AppName: "checkout", App: "checkout-legacy", Deployment: "checkout", ReplicaSet: "checkout-7d9f8c6b5"}
-	if pod != want || ctr != (Container{ID: cidA, Name: "app"}) {
+	if pod.Labels["app"] != "checkout-legacy" || pod.Labels["pod-template-hash"] == "" {
+		t.Errorf("labels %v: want all of the pod's, for selectors", pod.Labels)
+	}
+	if withoutLabels := func(p Pod) Pod { p.Labels = nil; return p }; !reflect.DeepEqual(withoutLabels(pod), want) || ctr != (Container{ID: cidA, Name: "app"}) {
 		t.Errorf("Lookup = %+v %+v, want %+v app", pod, ctr, want)
 	}
 	for id, name := range map[string]string{cidI: "migrate", cidE: "debugger"} {
