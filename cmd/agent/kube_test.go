@@ -176,7 +176,12 @@ func TestProcessInPodGetsAttributes(t *testing.T) {
 	if err := os.MkdirAll(ctr, 0o755); err != nil {
 		testenv.Unavailable(t, "cannot make cgroups under %s: %v", root, err)
 	}
-	defer func() { os.Remove(ctr); os.Remove(pod); os.Remove(filepath.Dir(pod)); os.Remove(filepath.Dir(filepath.Dir(pod))) }()
+	defer func() {
+		os.Remove(ctr)
+		os.Remove(pod)
+		os.Remove(filepath.Dir(pod))
+		os.Remove(filepath.Dir(filepath.Dir(pod)))
+	}()
 	sleeper := exec.Command("sleep", "30")
 	if err := sleeper.Start(); err != nil {
 		t.Fatal(err)
