@@ -3,10 +3,12 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -256,4 +258,73 @@ func TestRingOverflow(t *testing.T) {
 		t.Errorf("the summary counts no lost samples")
 	}
 	t.Logf("%v samples, %v lost", after["sonde_samples_total"], after["sonde_samples_lost_total"])
+}
+
+// writeBigBinary assembles a program with n functions, each with call frame information
+// (a table of about 2n rows to build), and pads the file to about padMiB MiB.
+func writeBigBinary(t *testing.T, n, padMiB int) string {
+	t.Helper()
+	gcc := testenv.RequireTool(t, "gcc")
+	objcopy := testenv.RequireTool(t, "objcopy")
+	dir := t.TempDir()
+	var asm bytes.Buffer
+	asm.WriteString(".text\n")
+	for i := range n {
+		fmt.Fprintf(&asm, ".globl f%d\n.type f%d,@function\nf%d:\n.cfi_startproc\npushq %%rbx\n.cfi_adjust_cfa_offset 8\npopq %%rbx\n.cfi_adjust_cfa_offset -8\nret\n.cfi_endproc\n", i, i, i)
+	}
+	asm.WriteString(`.globl main
+.type main,@function
+main:
+.cfi_startproc
+1: call f0
+jmp 1b
+.cfi_endproc
+`)
+	src := filepath.Join(dir, "big.s")
+	os.WriteFile(src, asm.Bytes(), 0o644)
+	bin := filepath.Join(dir, "big")
+	if out, err := exec.Command(gcc, "-o", bin, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	pad := filepath.Join(dir, "pad")
+	f, _ := os.Create(pad)
+	f.Truncate(int64(padMiB) << 20)
+	f.Close()
+	if out, err := exec.Command(objcopy, "--add-section", ".pad="+pad, "--set-section-flags", ".pad=readonly", bin).CombinedOutput(); err != nil {
+		t.Fatalf("objcopy: %v\n%s", err, out)
+	}
+	os.Remove(pad)
+	return bin
+}
+
+// A program starting from a 500 MB binary with a large unwind table does not make the ring
+// buffer overflow: its file is read and its table built off the goroutine that drains the
+// ring.
+func TestBigBinaryDoesNotStallSampling(t *testing.T) {
+	testenv.RequireRoot(t)
+	big := writeBigBinary(t, 300000, 500)
+	st, _ := os.Stat(big)
+	a := startAgent(t, "--frequency", "999", "--interval", "2s")
+	busy := buildWorkload(t, "chain", chainC, "-O2")
+	startWorkload(t, busy, 30)
+	cmd := exec.Command(big)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	var m map[string]float64
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		m = a.metrics(t)
+		if m["sonde_unwind_rows"] > 500000 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if m["sonde_unwind_rows"] <= 500000 {
+		t.Errorf("the big binary's table (%d functions) never reached the kernel: %v rows", 300000, m["sonde_unwind_rows"])
+	}
+	if lost := m["sonde_samples_lost_total"]; lost != 0 {
+		t.Errorf("%v samples lost while a %d MiB binary started", lost, st.Size()>>20)
+	}
+	a.stop(t)
+	t.Logf("%d MiB binary; %v samples, %v lost, %v rows", st.Size()>>20, m["sonde_samples_total"], m["sonde_samples_lost_total"], m["sonde_unwind_rows"])
 }
