@@ -4,7 +4,7 @@ VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 
 LDFLAGS     := -X main.version=$(VERSION)
 RUN_SECONDS ?= 30
 
-.PHONY: build generate test run bench lint fuzz check-generated clean
+.PHONY: build generate test run bench soak lint fuzz check-generated clean
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/sonde ./cmd/agent
@@ -17,10 +17,18 @@ generate:
 check-generated: generate
 	git diff --exit-code -- bpf/ || { echo "bpf objects are stale: run 'make generate' and commit"; exit 1; }
 
-# The e2e module builds a real OpenTelemetry Collector (minutes the first time, cached after).
-test: build
-	$(GO) test -count=1 ./...
+# The e2e module builds a real OpenTelemetry Collector, and the deploy module Helm (minutes
+# the first time, cached after).
+test: build image
+	$(GO) test -count=1 -timeout 20m ./...
 	cd test/e2e && $(GO) test -count=1 -timeout 30m ./...
+	cd test/deploy && $(GO) test -count=1 -timeout 30m ./...
+
+# The long scenarios: churn for 5 minutes, a 10-minute collector outage, the memory limit
+# over 5 minutes (make test runs each for about a minute).
+soak: build
+	SONDE_SOAK=1 $(GO) test -count=1 -timeout 60m -run 'TestChurn|TestMemoryLimitKept|TestRingOverflow' ./cmd/agent
+	cd test/e2e && SONDE_SOAK=1 $(GO) test -count=1 -timeout 60m -run 'TestSondeOutage' ./...
 
 # Each fuzz target of the file readers, briefly: CI runs this beside the seed corpora that
 # plain go test already runs. Budgets are execution counts (about 10 s each here), not durations:
@@ -43,11 +51,15 @@ run: build
 	bin/sonde --duration $(RUN_SECONDS)s --output profile.pb.gz --output profile.html
 	@echo "flame graph: file://$(CURDIR)/profile.html"
 
+# Every benchmark, once each by default; BENCHTIME=3s (and -count with BENCHFLAGS) for
+# figures. docs/performance.md says which benchmark gives which figure.
+BENCHTIME ?= 1x
 bench: build
-	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
+	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) $(BENCHFLAGS) ./...
 
 lint:
 	$(GO) vet ./...
+	GOARCH=arm64 $(GO) build ./... && GOARCH=arm64 $(GO) vet ./...
 	cd test/e2e && $(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 

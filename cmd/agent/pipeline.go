@@ -95,6 +95,11 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 	if cfg.export {
 		ocfg := cfg.otlp
 		ocfg.QueueBytes = p.budget.queueBytes
+		// However long the collector was away, it gets the queue within an interval of
+		// its return: retries never wait longer than that.
+		if ocfg.RetryMax == 0 || ocfg.RetryMax > cfg.interval {
+			ocfg.RetryMax = max(cfg.interval, time.Second)
+		}
 		if p.exporter, err = otlp.New(ocfg, otlp.WithLogger(log), otlp.WithResource(p.resource), otlp.WithEncodeOptions(p.encode)); err != nil {
 			return nil, usageError{err}
 		}

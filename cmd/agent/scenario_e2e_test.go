@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sonde-profiler/sonde/internal/testenv"
+	"github.com/sonde-profiler/sonde/internal/testprog"
 )
 
 // The long scenarios run for minutes from `make soak` (SONDE_SOAK=1); make test runs them
@@ -327,4 +328,95 @@ func TestBigBinaryDoesNotStallSampling(t *testing.T) {
 	}
 	a.stop(t)
 	t.Logf("%d MiB binary; %v samples, %v lost, %v rows", st.Size()>>20, m["sonde_samples_total"], m["sonde_samples_lost_total"], m["sonde_unwind_rows"])
+}
+
+// busyGo is a Go program busy on one core, allocating: the Go side of the memory test.
+const busyGo = `package main
+
+import (
+	"encoding/json"
+	"sort"
+	"strings"
+)
+
+type rec struct {
+	A string
+	B []int
+}
+
+func main() {
+	for {
+		var rs []rec
+		for i := 0; i < 2000; i++ {
+			rs = append(rs, rec{A: strings.Repeat("x", i%50), B: make([]int, i%100)})
+		}
+		b, _ := json.Marshal(rs)
+		var back []rec
+		json.Unmarshal(b, &back)
+		sort.Slice(back, func(i, j int) bool { return back[i].A < back[j].A })
+	}
+}
+`
+
+// Whatever runs, sonde stays within --memory-limit: here a C program without frame
+// pointers and a Go program, host-wide with full symbolization (libc's DWARF included),
+// under a limit well below the default.
+func TestMemoryLimitKept(t *testing.T) {
+	testenv.RequireRoot(t)
+	const limit = 64 << 20
+	c := buildWorkload(t, "cbusy", `#include <stdlib.h>
+#include <string.h>
+static int cmp(const void*a,const void*b){return *(const int*)a-*(const int*)b;}
+int main(void){int n=100000;int*v=malloc(n*4);char*a=malloc(1<<20),*b=malloc(1<<20);
+for(;;){for(int i=0;i<n;i++)v[i]=rand();qsort(v,n,4,cmp);memmove(a,b,1<<20);}}
+`, "-O2", "-fomit-frame-pointer")
+	startWorkload(t, c, 60)
+	goBin := testprog.BuildGo(t, busyGo)
+	g := exec.Command(goBin)
+	if err := g.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { g.Process.Kill(); g.Wait() }()
+	secs := 20
+	if soak() {
+		secs = 300
+	}
+	a := startAgent(t, "--frequency", "99", "--interval", "2s", "--memory-limit", "64MiB", "--duration", strconv.Itoa(secs)+"s")
+	var peak int64
+	for {
+		select {
+		case <-a.done:
+			a.done <- nil
+		case <-time.After(500 * time.Millisecond):
+			if kib, err := statusKiB(a.cmd.Process.Pid, "VmHWM"); err == nil {
+				peak = max(peak, kib<<10)
+			}
+			continue
+		}
+		break
+	}
+	if peak == 0 {
+		t.Fatal("no memory readings")
+	}
+	if peak > limit {
+		t.Errorf("peak RSS %.1f MiB, over --memory-limit 64MiB", float64(peak)/(1<<20))
+	}
+	if n := summaryCount(t, a.stderr.String(), "symbols.locations_named"); n == 0 {
+		t.Error("nothing was named: the test did not exercise symbolization")
+	}
+	t.Logf("peak RSS %.1f MiB under --memory-limit 64MiB", float64(peak)/(1<<20))
+}
+
+// statusKiB reads a field of /proc/PID/status in KiB.
+func statusKiB(pid int, field string) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
 }

@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -476,4 +477,11 @@ func value(d *profilespb.ProfilesDictionary, a *commonpb.AnyValue) any {
 	default:
 		return a.String()
 	}
+}
+
+// Port is the port the collector listens on, to start another on it.
+func (c *Collector) Port() int {
+	_, port, _ := net.SplitHostPort(c.Endpoint)
+	p, _ := strconv.Atoi(port)
+	return p
 }

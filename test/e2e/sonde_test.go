@@ -247,12 +247,13 @@ func (s *sondeProc) summary(t testing.TB) map[string]int64 {
 	if line == "" {
 		t.Fatalf("sonde logged no summary:\n%s", lastLines(s.stderr.String(), 30))
 	}
+	// Each stage logs a group of its own: otlp.sent_samples=… is read as otlp_sent_samples.
 	out := map[string]int64{}
-	for _, m := range regexp.MustCompile(`(\w+)=(-?\d+)(?:\s|$)`).FindAllStringSubmatch(line, -1) {
+	for _, m := range regexp.MustCompile(`([\w.]+)=(-?\d+)(?:\s|$)`).FindAllStringSubmatch(line, -1) {
 		v, _ := strconv.ParseInt(m[2], 10, 64)
-		out[m[1]] = v
+		out[strings.ReplaceAll(m[1], ".", "_")] = v
 	}
-	for _, k := range []string{"samples", "otlp_sent_requests", "otlp_sent_samples", "otlp_dropped_intervals", "otlp_failed_attempts"} {
+	for _, k := range []string{"kernel_samples", "otlp_sent_requests", "otlp_sent_samples", "otlp_dropped_intervals", "otlp_failed_attempts"} {
 		if _, ok := out[k]; !ok {
 			t.Fatalf("summary has no %s: %s", k, line)
 		}
@@ -819,4 +820,70 @@ sampling:
 		t.Errorf("RSS grew from %d KiB 1 s into the outage to %d KiB at %v, over %d KiB", base, peak.kib, peak.at, limit)
 	}
 	t.Logf("summary %v; %d intervals queued at exit", sum, atExit)
+}
+
+// The collector away for a while (a minute here, ten under SONDE_SOAK=1) then back:
+// sonde's memory stays within --memory-limit, sampling never stops, the intervals the
+// queue cannot hold are counted as dropped, and delivery resumes within an interval.
+func TestSondeOutage(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := buildChain(t)
+	sondeBinary(t)
+	outage := time.Minute
+	if os.Getenv("SONDE_SOAK") == "1" {
+		outage = 10 * time.Minute
+	}
+	c := StartCollector(t)
+	port := c.Port()
+	pid := startWorkload(t, bin, int((outage + time.Minute).Seconds()))
+	const (
+		interval = 2 * time.Second
+		limit    = 64 << 20
+	)
+	s := startSonde(t, nil, "--pid", strconv.Itoa(pid), "--interval", interval.String(),
+		"--frequency", strconv.Itoa(sondeFrequency), "--otlp-endpoint", c.Endpoint, "--otlp-insecure",
+		"--otlp-queue", "5", "--memory-limit", "64MiB", "--top", "0")
+	waitDelivered(t, c, 1)
+	c.Kill()
+	down := time.Now()
+	var peak int64
+	for time.Since(down) < outage {
+		time.Sleep(time.Second)
+		kib, err := rssKiB(s.cmd.Process.Pid)
+		if err != nil {
+			t.Fatalf("sonde exited during the outage: %v\n%s", err, lastLines(s.stderr.String(), 20))
+		}
+		peak = max(peak, kib<<10)
+	}
+	before := time.Now()
+	c2 := StartCollectorOn(t, port)
+	// Delivery resumes within an interval of the collector's return, backoff included.
+	deadline := before.Add(interval + 5*time.Second)
+	for {
+		msgs, _ := c2.Received()
+		if len(msgs) > 0 {
+			t.Logf("delivery resumed %v after the collector came back", time.Since(before).Round(100*time.Millisecond))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing delivered %v after the collector came back", time.Since(before).Round(time.Second))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	s.cmd.Process.Signal(os.Interrupt)
+	if code := s.wait(t, time.Minute); code != 0 {
+		t.Fatalf("sonde exit status %d", code)
+	}
+	sum := s.summary(t)
+	if peak > limit {
+		t.Errorf("RSS reached %.1f MiB during the outage, over --memory-limit 64MiB", float64(peak)/(1<<20))
+	}
+	if sum["otlp_dropped_intervals"] == 0 {
+		t.Errorf("no intervals dropped in a %v outage at --interval %v with --otlp-queue 5", outage, interval)
+	}
+	// Sampling never stopped: about one sample per period of the outage and the rest.
+	if nominal := int64(float64(sondeFrequency) * outage.Seconds()); sum["kernel_samples"] < nominal/3 {
+		t.Errorf("%d samples over a %v outage at %d Hz: sampling stopped", sum["kernel_samples"], outage, sondeFrequency)
+	}
+	t.Logf("peak RSS %.1f MiB; summary %v", float64(peak)/(1<<20), sum)
 }
