@@ -396,19 +396,15 @@ func TestSondeExportsToCollector(t *testing.T) {
 
 	const run = 6 * time.Second
 	cpuBefore := onCPU(t, pid)
-	s := startSonde(t, []string{"OTEL_SERVICE_NAME=e2e-svc", "OTEL_RESOURCE_ATTRIBUTES=deployment.environment=ci"},
+	s := startSonde(t, []string{"OTEL_SERVICE_NAME=sonde-e2e", "OTEL_RESOURCE_ATTRIBUTES=deployment.environment=ci"},
 		"--pid", strconv.Itoa(pid), "--duration", run.String(), "--interval", "2s", "--frequency", strconv.Itoa(sondeFrequency),
-		"--otlp-endpoint", c.Endpoint, "--otlp-insecure", "--timestamps", "--top", "0")
+		"--otlp-endpoint", c.Endpoint, "--otlp-insecure", "--timestamps", "--thread-attributes", "name,id", "--top", "0")
 	code := s.wait(t, 40*time.Second)
 	cpu := onCPU(t, pid) - cpuBefore
 	if code != 0 {
 		t.Fatalf("sonde exit status %d", code)
 	}
 	sum := s.summary(t)
-	if sum["otlp_sent_samples"] == 0 || sum["otlp_dropped_intervals"] != 0 || sum["otlp_failed_attempts"] != 0 {
-		t.Errorf("summary: sent %d samples, dropped %d intervals, %d failed attempts; want some sent, nothing dropped or failed",
-			sum["otlp_sent_samples"], sum["otlp_dropped_intervals"], sum["otlp_failed_attempts"])
-	}
 	waitDelivered(t, c, sum["otlp_sent_samples"])
 	if err := c.Stop(); err != nil {
 		t.Fatal(err)
@@ -418,164 +414,180 @@ func TestSondeExportsToCollector(t *testing.T) {
 		t.Fatal(err)
 	}
 	profiles := flatten(msgs)
-	checkOnce(t, profiles)
+	if len(profiles) == 0 || totalSamples(profiles) == 0 {
+		t.Fatalf("collector got no samples")
+	}
 
-	// Every profile is the workload's: --pid filters in the kernel.
-	hostName, _ := os.Hostname()
-	machineID, _ := os.ReadFile("/etc/machine-id")
-	wantResource := map[string]any{
-		"process.pid":             int64(pid),
-		"process.executable.name": "chain",
-		"process.executable.path": bin,
-		"host.name":               hostName,
-		"os.type":                 "linux",
-		"service.name":            "e2e-svc",
-		"deployment.environment":  "ci",
-	}
-	if id := strings.TrimSpace(string(machineID)); id != "" {
-		wantResource["host.id"] = id
-	}
-	var (
-		total, chained int64
-		threadOK       = true
-		frameTypeOK    = true
-		buildIDs       = map[string]bool{}
-		checkedMapping bool
-		outside        []string // timestamps outside their profile's interval
-		worstOutside   time.Duration
-	)
-	for i, p := range profiles {
-		for k, want := range wantResource {
-			if got, ok := p.resource[k]; !ok || got != want {
-				t.Errorf("profile %d: resource %s = %v (present %v), want %v", i, k, got, ok, want)
+	t.Run("summary", func(t *testing.T) {
+		if sum["otlp_sent_samples"] == 0 || sum["otlp_dropped_intervals"] != 0 || sum["otlp_failed_attempts"] != 0 {
+			t.Errorf("summary: sent %d samples, dropped %d intervals, %d failed attempts; want some sent, nothing dropped or failed",
+				sum["otlp_sent_samples"], sum["otlp_dropped_intervals"], sum["otlp_failed_attempts"])
+		}
+		if total := totalSamples(profiles); total != sum["otlp_sent_samples"] {
+			t.Errorf("collector wrote %d samples, sonde says it sent %d", total, sum["otlp_sent_samples"])
+		}
+		checkOnce(t, profiles)
+		checkSampleCount(t, totalSamples(profiles), cpu, run)
+	})
+
+	// Every profile is the workload's: --pid filters in the kernel. The agent's own
+	// OTEL_SERVICE_NAME names sonde; the process is named by its executable.
+	t.Run("resource", func(t *testing.T) {
+		hostName, _ := os.Hostname()
+		machineID, _ := os.ReadFile("/etc/machine-id")
+		want := map[string]any{
+			"process.pid":             int64(pid),
+			"process.executable.name": "chain",
+			"process.executable.path": bin,
+			"host.name":               hostName,
+			"os.type":                 "linux",
+			"service.name":            "chain",
+			"deployment.environment":  "ci",
+		}
+		if id := strings.TrimSpace(string(machineID)); id != "" {
+			want["host.id"] = id
+		}
+		for i, p := range profiles {
+			for k, v := range want {
+				if got, ok := p.resource[k]; !ok || got != v {
+					t.Errorf("profile %d: resource %s = %v (present %v), want %v", i, k, got, ok, v)
+				}
+			}
+			if name, _, _ := strings.Cut(p.scope, "/"); name != "sonde" {
+				t.Errorf("profile %d: scope %q, want sonde", i, p.scope)
 			}
 		}
-		if _, ok := p.resource["host.id"]; !ok {
-			t.Errorf("profile %d: no host.id", i)
-		}
-		if name, _, _ := strings.Cut(p.scope, "/"); name != "sonde" {
-			t.Errorf("profile %d: scope %q, want sonde", i, p.scope)
-		}
-		pr := p.profile
-		if st := pr.SampleType; st == nil || p.str(st.TypeStrindex) != "samples" || p.str(st.UnitStrindex) != "count" {
-			t.Errorf("profile %d: sample type %v, want samples/count", i, st)
-		}
-		if pt := pr.PeriodType; pt == nil || p.str(pt.TypeStrindex) != "cpu" || p.str(pt.UnitStrindex) != "nanoseconds" {
-			t.Errorf("profile %d: period type %v, want cpu/nanoseconds", i, pt)
-		}
-		if want := int64(time.Second / sondeFrequency); pr.Period != want {
-			t.Errorf("profile %d: period %d, want %d", i, pr.Period, want)
-		}
-		if pr.DurationNano == 0 {
-			t.Errorf("profile %d: duration_nano 0", i)
-		}
-		start, end := pr.TimeUnixNano, pr.TimeUnixNano+pr.DurationNano
-		for _, smp := range pr.Samples {
-			w := sampleWeight(smp)
-			total += w
-			if len(smp.TimestampsUnixNano) == 0 {
-				t.Errorf("profile %d: a sample without timestamps under --timestamps: values %v", i, smp.Values)
+	})
+
+	t.Run("types", func(t *testing.T) {
+		for i, p := range profiles {
+			pr := p.profile
+			if st := pr.SampleType; st == nil || p.str(st.TypeStrindex) != "samples" || p.str(st.UnitStrindex) != "count" {
+				t.Errorf("profile %d: sample type %v, want samples/count", i, st)
 			}
-			for _, ts := range smp.TimestampsUnixNano {
-				if ts < start || ts >= end {
-					var off time.Duration
+			if pt := pr.PeriodType; pt == nil || p.str(pt.TypeStrindex) != "cpu" || p.str(pt.UnitStrindex) != "nanoseconds" {
+				t.Errorf("profile %d: period type %v, want cpu/nanoseconds", i, pt)
+			}
+			if want := int64(time.Second / sondeFrequency); pr.Period != want {
+				t.Errorf("profile %d: period %d, want %d", i, pr.Period, want)
+			}
+		}
+	})
+
+	t.Run("stacks", func(t *testing.T) {
+		var total, chained int64
+		threadOK, frameTypeOK := true, true
+		buildIDs := map[string]bool{}
+		checkedMapping := false
+		for _, p := range profiles {
+			for _, smp := range p.profile.Samples {
+				w := sampleWeight(smp)
+				total += w
+				attrs := p.attrs(smp.AttributeIndices)
+				if (attrs["thread.name"] != "chain" || attrs["thread.id"] != int64(pid)) && threadOK {
+					threadOK = false
+					t.Logf("a sample's attributes: %v", attrs)
+				}
+				names, locs := p.frames(smp)
+				if containsInOrder(names, wantChain) {
+					chained += w
+				}
+				for _, l := range locs {
+					kind, ok := p.attrs(l.AttributeIndices)["profile.frame.type"]
+					if !ok {
+						frameTypeOK = false
+					}
+					if len(l.Lines) == 0 || l.MappingIndex == 0 {
+						continue
+					}
+					fn := p.str(p.dict.FunctionTable[l.Lines[0].FunctionIndex].NameStrindex)
+					if !slices.Contains(wantChain, fn) {
+						continue
+					}
+					if kind != "native" {
+						t.Errorf("%s's location has profile.frame.type %v, want native", fn, kind)
+					}
+					m := p.dict.MappingTable[l.MappingIndex]
+					if file := p.str(m.FilenameStrindex); file != bin {
+						t.Errorf("%s's mapping is %q, want %s", fn, file, bin)
+					}
+					id, _ := p.attrs(m.AttributeIndices)["process.executable.build_id.gnu"].(string)
+					buildIDs[id] = true
+					checkedMapping = true
+				}
+			}
+		}
+		if !threadOK {
+			t.Errorf("samples lack thread.name=chain or thread.id=%d", pid)
+		}
+		if !frameTypeOK {
+			t.Error("locations without profile.frame.type")
+		}
+		if !checkedMapping {
+			t.Error("no location of gamma, beta, alpha or main has a mapping")
+		} else if len(buildIDs) != 1 || !buildIDs[buildID] {
+			t.Errorf("workload mapping build ids %v, want only %s (readelf -n)", buildIDs, buildID)
+		}
+		if share := float64(chained) / float64(total); share < 0.9 {
+			t.Errorf("gamma<-beta<-alpha<-main in %.3f of %d samples, want at least 0.90", share, total)
+		}
+	})
+
+	// Intervals: several, each with a length, one after another, covering the run, and
+	// every timestamp inside its own.
+	t.Run("intervals", func(t *testing.T) {
+		if len(profiles) < 2 {
+			t.Errorf("%d profiles in a %v run at --interval 2s, want at least 2", len(profiles), run)
+		}
+		var covered time.Duration
+		var outside []string
+		var worstOutside time.Duration
+		for i, p := range profiles {
+			pr := p.profile
+			if pr.DurationNano == 0 {
+				t.Errorf("profile %d: duration_nano 0", i)
+			}
+			covered += time.Duration(pr.DurationNano)
+			if i > 0 {
+				prev := profiles[i-1].profile
+				if prevEnd := prev.TimeUnixNano + prev.DurationNano; pr.TimeUnixNano < prevEnd {
+					if overlap := time.Duration(prevEnd - pr.TimeUnixNano); overlap > clockSkewTolerance {
+						t.Errorf("profile %d starts %v before profile %d ends", i, overlap, i-1)
+					}
+				}
+			}
+			start, end := pr.TimeUnixNano, pr.TimeUnixNano+pr.DurationNano
+			for _, smp := range pr.Samples {
+				if len(smp.TimestampsUnixNano) == 0 {
+					t.Errorf("profile %d: a sample without timestamps under --timestamps: values %v", i, smp.Values)
+				}
+				for _, ts := range smp.TimestampsUnixNano {
+					if ts >= start && ts < end {
+						continue
+					}
+					off := time.Duration(ts - end)
 					if ts < start {
 						off = -time.Duration(start - ts)
-					} else {
-						off = time.Duration(ts - end)
 					}
 					outside = append(outside, fmt.Sprintf("profile %d [%d, %d): %d (%v beyond)", i, start, end, ts, off))
 					worstOutside = max(worstOutside, off.Abs())
 				}
 			}
-			attrs := p.attrs(smp.AttributeIndices)
-			if (attrs["thread.name"] != "chain" || attrs["thread.id"] != int64(pid)) && threadOK {
-				threadOK = false
-				t.Logf("a sample's attributes: %v", attrs)
-			}
-			names, locs := p.frames(smp)
-			if containsInOrder(names, wantChain) {
-				chained += w
-			}
-			for _, l := range locs {
-				kind, ok := p.attrs(l.AttributeIndices)["profile.frame.type"]
-				if !ok {
-					frameTypeOK = false
-				}
-				if len(l.Lines) == 0 || l.MappingIndex == 0 {
-					continue
-				}
-				fn := p.str(p.dict.FunctionTable[l.Lines[0].FunctionIndex].NameStrindex)
-				if !slices.Contains(wantChain, fn) {
-					continue
-				}
-				if kind != "native" {
-					t.Errorf("%s's location has profile.frame.type %v, want native", fn, kind)
-				}
-				m := p.dict.MappingTable[l.MappingIndex]
-				if file := p.str(m.FilenameStrindex); file != bin {
-					t.Errorf("%s's mapping is %q, want %s", fn, file, bin)
-				}
-				id, _ := p.attrs(m.AttributeIndices)["process.executable.build_id.gnu"].(string)
-				buildIDs[id] = true
-				checkedMapping = true
-			}
 		}
-	}
-
-	if !threadOK {
-		t.Errorf("samples lack thread.name=chain or thread.id=%d", pid)
-	}
-	if !frameTypeOK {
-		t.Error("locations without profile.frame.type")
-	}
-	if !checkedMapping {
-		t.Error("no location of gamma, beta, alpha or main has a mapping")
-	} else if len(buildIDs) != 1 || !buildIDs[buildID] {
-		t.Errorf("workload mapping build ids %v, want only %s (readelf -n)", buildIDs, buildID)
-	}
-	if total == 0 {
-		t.Fatalf("collector got no samples")
-	}
-	if share := float64(chained) / float64(total); share < 0.9 {
-		t.Errorf("gamma<-beta<-alpha<-main in %.3f of %d samples, want at least 0.90", share, total)
-	}
-	if total != sum["otlp_sent_samples"] {
-		t.Errorf("collector wrote %d samples, sonde says it sent %d", total, sum["otlp_sent_samples"])
-	}
-	checkSampleCount(t, total, cpu, run)
-
-	// Intervals: several, each with a length, one after another, covering the run.
-	if len(profiles) < 2 {
-		t.Errorf("%d profiles in a %v run at --interval 2s, want at least 2", len(profiles), run)
-	}
-	var covered time.Duration
-	for i, p := range profiles {
-		covered += time.Duration(p.profile.DurationNano)
-		if i > 0 {
-			prev := profiles[i-1].profile
-			if prevEnd := prev.TimeUnixNano + prev.DurationNano; p.profile.TimeUnixNano < prevEnd {
-				overlap := time.Duration(prevEnd - p.profile.TimeUnixNano)
-				if overlap > clockSkewTolerance {
-					t.Errorf("profile %d starts %v before profile %d ends", i, overlap, i-1)
-				}
-			}
+		if covered < run*7/10 || covered > run*13/10 {
+			t.Errorf("profiles cover %v of a %v run, want within 30%%", covered, run)
 		}
-	}
-	if covered < run*7/10 || covered > run*13/10 {
-		t.Errorf("profiles cover %v of a %v run, want within 30%%", covered, run)
-	}
-	if len(outside) > 0 && worstOutside > lateReadTolerance {
-		t.Errorf("%d of %d timestamps lie outside their profile's [time, time+duration):\n%s",
-			len(outside), total, strings.Join(outside[:min(len(outside), 10)], "\n"))
-	}
+		if len(outside) > 0 && worstOutside > lateReadTolerance {
+			t.Errorf("%d timestamps lie outside their profile's [time, time+duration):\n%s",
+				len(outside), strings.Join(outside[:min(len(outside), 10)], "\n"))
+		}
+	})
 	size := 0
 	for _, m := range msgs {
 		size += proto.Size(m)
 	}
-	t.Logf("%d profiles covering %v, %d samples (%.3f in the chain) for %v of workload CPU, %d bytes in %d messages",
-		len(profiles), covered.Round(time.Millisecond), total, float64(chained)/float64(total), cpu.Round(time.Millisecond),
-		size, len(msgs))
+	t.Logf("%d profiles, %d samples for %v of workload CPU, %d bytes in %d messages",
+		len(profiles), totalSamples(profiles), cpu.Round(time.Millisecond), size, len(msgs))
 }
 
 // A collector that is down when sonde starts gets the queued intervals once it is
