@@ -269,13 +269,32 @@ int sample(struct bpf_perf_event_data *ctx)
 	return 0;
 }
 
+/* Flavours of the kernel's structs (CO-RE drops the ___ suffix): only what is read here. */
+struct signal_struct___follow {
+	struct {
+		int counter;
+	} live; /* atomic_t: the thread group's threads not yet exiting */
+} __attribute__((preserve_access_index));
+
+struct task_struct___follow {
+	int tgid;
+	struct signal_struct___follow *signal;
+} __attribute__((preserve_access_index));
+
+/* do_exit counts signal->live down before sched_process_exit: at 0 the whole thread group
+ * is gone. The leader thread (pid == tgid) is no test: it dies first when another thread
+ * execs and takes over its PID, and may exit before the other threads anyway. */
+static __always_inline int thread_group_dead(void)
+{
+	struct task_struct___follow *task = (void *)bpf_get_current_task_btf();
+	return task->signal->live.counter == 0;
+}
+
 static __always_inline int emit_process_event(__u32 kind)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32;
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 
-	/* A thread exiting is not its process exiting. */
-	if (kind == EVENT_EXIT && tgid != (__u32)id)
+	if (kind == EVENT_EXIT && !thread_group_dead())
 		return 0;
 	if (!wanted(tgid))
 		return 0;
@@ -307,29 +326,13 @@ static __always_inline int emit_process_event(__u32 kind)
  * target_pids holds the live ones and a reused PID is no one's target. */
 const volatile __u8 follow_forks = 0;
 
-/* Flavours of the kernel's structs (CO-RE drops the ___ suffix): only what is read here. */
-struct signal_struct___follow {
-	struct {
-		int counter;
-	} live; /* atomic_t: the thread group's threads not yet exiting */
-} __attribute__((preserve_access_index));
-
-struct task_struct___follow {
-	int tgid;
-	struct signal_struct___follow *signal;
-} __attribute__((preserve_access_index));
-
 static __always_inline void forget_followed(void)
 {
 	if (!follow_forks)
 		return;
-	struct task_struct___follow *task = (void *)bpf_get_current_task_btf();
-	/* do_exit counts live down before this tracepoint: at 0 the whole process is gone.
-	 * Checking the thread instead (pid == tgid) would take for an exit the leader thread
-	 * that dies while another thread execs and takes over its PID. */
-	if (task->signal->live.counter != 0)
+	if (!thread_group_dead())
 		return;
-	__u32 tgid = task->tgid;
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	bpf_map_delete_elem(&target_pids, &tgid);
 }
 

@@ -303,6 +303,22 @@ func TestSamplerFollowsExecFromThread(t *testing.T) {
 	if !followed[pid] {
 		t.Errorf("pid %d left the filter when its leader thread died in the exec: %v", pid, followed)
 	}
+	// Its event stream says exec, never exit: the leader thread's death is not the process's.
+	execs := 0
+	for _, e := range rec.processes {
+		if e.PID != pid {
+			continue
+		}
+		if e.Kind == ProcessExit {
+			t.Errorf("an exit event for pid %d, which only exec'd from a thread", pid)
+		}
+		if e.Kind == ProcessExec {
+			execs++
+		}
+	}
+	if execs != 1 {
+		t.Errorf("%d exec events for pid %d, want 1", execs, pid)
+	}
 	shell := 0
 	for _, smp := range rec.samples {
 		if smp.PID == pid && smp.Comm == "sh" {
