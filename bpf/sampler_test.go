@@ -2,6 +2,7 @@ package bpf
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -294,6 +295,12 @@ func TestSamplerFollowsExecFromThread(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx, &rec) }()
 	trigger.Write([]byte{1})
+	// A loaded host may take a while to run the exec: sample the shell for a second once it is there.
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); string(comm) == "sh\n" {
+			break
+		}
+	}
 	time.Sleep(time.Second)
 	followed := targets(t, s)
 	cancel()
