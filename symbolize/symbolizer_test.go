@@ -263,7 +263,8 @@ func BenchmarkLookup(b *testing.B) {
 		i := 0
 		for b.Loop() {
 			loc := locs[i]
-			loc.Lines = nil
+			// Symbolize names only locations without a name source.
+			loc.Lines, loc.NameSource = nil, ""
 			p.Locations[0] = loc
 			s.Symbolize(p)
 			if len(loc.Lines) == 0 {
