@@ -64,7 +64,7 @@ func loadObjFile(f *trace.File, o loadOptions) (*objFile, error) {
 	// survive stripping, so Go binaries are named from them alone; cgo's C code
 	// falls back to the symbol table.
 	if ef.Section(".gopclntab") != nil || f.IsGo {
-		t, err := gopclntab.Load(ef)
+		t, err := gopclntab.Load(ef, nil)
 		switch {
 		case err == nil:
 			obj.gopcln = t
