@@ -30,6 +30,8 @@ type objFile struct {
 	// debugPath is the separate debug file the names came from too, if any.
 	debugPath string
 	size      int64 // estimated bytes held
+	// lookupFailed says a lookup's error was returned already.
+	lookupFailed bool
 }
 
 type loadOptions struct {
@@ -93,7 +95,7 @@ func loadObjFile(f *trace.File, o loadOptions) (*objFile, error) {
 			}
 		}
 		if o.mode == ModeFull && dwarf.HasDWARF(dwarfFrom) {
-			t, err := dwarf.Load(dwarfFrom, o.maxDebugInfo)
+			t, err := dwarf.Load(dwarfFrom, dwarf.Options{MaxBytes: o.maxDebugInfo})
 			if err != nil {
 				where := f.Path
 				if dwarfFrom != ef {
@@ -116,11 +118,12 @@ func loadObjFile(f *trace.File, o loadOptions) (*objFile, error) {
 	return obj, errors.Join(errs...)
 }
 
-// lookup names the code at an offset in the file, innermost frame first.
-func (o *objFile) lookup(off uint64) ([]trace.Line, string) {
+// lookup names the code at an offset in the file, innermost frame first. The error
+// says why DWARF could not be read there; the symbol table named the code then.
+func (o *objFile) lookup(off uint64) ([]trace.Line, string, error) {
 	vaddr, ok := o.syms.Vaddr(off)
 	if !ok {
-		return nil, SourceNone
+		return nil, SourceNone, nil
 	}
 	if o.gopcln != nil {
 		if frames := o.gopcln.Lookup(vaddr); len(frames) > 0 {
@@ -129,28 +132,31 @@ func (o *objFile) lookup(off uint64) ([]trace.Line, string) {
 				// Go's names are not mangled: the stored name is the readable one.
 				lines[i] = trace.Line{Function: f.Function, SystemName: f.Function, File: f.File, Line: f.Line}
 			}
-			return lines, SourceGopclntab
+			return lines, SourceGopclntab, nil
 		}
 	}
 	sym, hasSym := o.syms.Funcs.Lookup(vaddr)
 	// A symbol's name points into the table's one string of all names; the address
 	// cache outlives the file's entry, and must not keep that whole string alive.
 	sym.Name = strings.Clone(sym.Name)
+	var err error
 	if o.dwarf != nil {
-		if lines, src := o.dwarfLines(vaddr, sym, hasSym); lines != nil {
-			return lines, src
+		var lines []trace.Line
+		var src string
+		if lines, src, err = o.dwarfLines(vaddr, sym, hasSym); lines != nil {
+			return lines, src, nil
 		}
 	}
 	if hasSym {
-		return namedLine(sym.Name), symbolSource(sym)
+		return namedLine(sym.Name), symbolSource(sym), err
 	}
-	return nil, SourceNone
+	return nil, SourceNone, err
 }
 
-func (o *objFile) dwarfLines(vaddr uint64, sym Symbol, hasSym bool) ([]trace.Line, string) {
-	frames := o.dwarf.Lookup(vaddr)
+func (o *objFile) dwarfLines(vaddr uint64, sym Symbol, hasSym bool) ([]trace.Line, string, error) {
+	frames, err := o.dwarf.Lookup(vaddr)
 	if len(frames) == 0 {
-		return nil, ""
+		return nil, "", err
 	}
 	src := SourceDWARF
 	outer := &frames[len(frames)-1]
@@ -162,7 +168,7 @@ func (o *objFile) dwarfLines(vaddr uint64, sym Symbol, hasSym bool) ([]trace.Lin
 			src = symbolSource(sym)
 		}
 	case outer.Name == "":
-		return nil, ""
+		return nil, "", nil
 	case hasSym && !outer.Linkage && sym.Value == outer.Entry:
 		// A plain DW_AT_name lacks the namespaces, parameters and clone suffixes a
 		// C++ symbol spells; binutils prefers the symbol starting at the function too.
@@ -172,7 +178,7 @@ func (o *objFile) dwarfLines(vaddr uint64, sym Symbol, hasSym bool) ([]trace.Lin
 	for i, f := range frames {
 		lines[i] = trace.Line{Function: demangle.Filter(f.Name), SystemName: f.Name, File: f.File, Line: f.Line}
 	}
-	return lines, src
+	return lines, src, nil
 }
 
 func symbolSource(s Symbol) string {

@@ -2,6 +2,7 @@ package symbolize
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"math"
@@ -371,7 +372,12 @@ func (s *Symbolizer) fileLines(ref *fileRef, f *trace.File, off uint64) ([]trace
 		// Not cached: the file may be readable once the cache lets it go.
 		return nil, SourceNone, err
 	}
-	lines, source := obj.lookup(off)
+	lines, source, lookupErr := obj.lookup(off)
+	if lookupErr != nil && !obj.lookupFailed {
+		// One error per file: the next broken part of it fails as quietly.
+		obj.lookupFailed = true
+		err = errors.Join(err, fmt.Errorf("name %#x in %s: %w", off, f.Path, lookupErr))
+	}
 	if s.addrs != nil {
 		s.addrs.Add(key, named{lines: slices.Clip(lines), source: source})
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sonde-profiler/sonde/internal/testenv"
 	"github.com/sonde-profiler/sonde/internal/testprog"
+	"github.com/sonde-profiler/sonde/symbolize/internal/mmapfile"
 )
 
 // addr2line runs binutils' addr2line -a -f -i over addrs and returns the frames of
@@ -80,6 +81,7 @@ func parseAddr2line(t testing.TB, out string) map[uint64][]Frame {
 	return res
 }
 
+// loadFile loads bin's DWARF from a mapping of it, as the symbolizer does.
 func loadFile(t testing.TB, bin string) (*elf.File, *Table) {
 	t.Helper()
 	f, err := elf.Open(bin)
@@ -87,11 +89,34 @@ func loadFile(t testing.TB, bin string) (*elf.File, *Table) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close() })
-	tab, err := Load(f, 0)
+	osf, err := os.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer osf.Close()
+	m, err := mmapfile.Map(osf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab, err := Load(f, Options{File: m.Bytes()})
 	if err != nil {
 		t.Fatalf("Load(%s): %v", bin, err)
 	}
+	t.Cleanup(func() {
+		tab.Close()
+		m.Close()
+	})
 	return f, tab
+}
+
+// lookup looks addr up in tab, failing the test on an error.
+func lookup(t testing.TB, tab *Table, addr uint64) []Frame {
+	t.Helper()
+	frames, err := tab.Lookup(addr)
+	if err != nil {
+		t.Fatalf("Lookup(%#x): %v", addr, err)
+	}
+	return frames
 }
 
 // spread returns n addresses spread evenly over the section.
@@ -185,7 +210,7 @@ func TestLookupMatchesAddr2line(t *testing.T) {
 			symbols := symbolNames(t, f)
 			inlined, named, quirks := 0, 0, 0
 			for _, a := range addrs {
-				got := tab.Lookup(a)
+				got := lookup(t, tab, a)
 				// addr2line names from the symbol table what DWARF leaves unnamed (the
 				// PLT, crt code); the table answers from DWARF alone.
 				if len(got) == 0 || got[0].Name == "" {
@@ -270,7 +295,7 @@ func TestLookupMatchesAddr2lineLibc(t *testing.T) {
 	symbols := symbolNames(t, f)
 	named, inlined := 0, 0
 	for _, a := range addrs {
-		got := tab.Lookup(a)
+		got := lookup(t, tab, a)
 		if len(got) == 0 || got[0].Name == "" {
 			continue
 		}

@@ -124,13 +124,17 @@ func TestLookupMatchesGoAddr2line(t *testing.T) {
 func TestInlineChainMatchesDWARF(t *testing.T) {
 	bin := testprog.BuildGo(t, testprog.GoInlining)
 	f, tab := load(t, bin)
-	dw, err := dwarf.Load(f, 0)
+	dw, err := dwarf.Load(f, dwarf.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	inlined, compared := 0, 0
 	for _, a := range spread(t, f, 2000) {
-		got, want := tab.Lookup(a), dw.Lookup(a)
+		got := tab.Lookup(a)
+		want, err := dw.Lookup(a)
+		if err != nil {
+			t.Fatalf("DWARF lookup of %#x: %v", a, err)
+		}
 		if len(want) == 0 || want[0].Name == "" {
 			continue
 		}
