@@ -55,9 +55,9 @@ func loadObjFile(f *trace.File, o loadOptions) (*objFile, error) {
 	}
 	obj := &objFile{}
 	var errs []error
-	cands, err := symbolCandidates(ef, true)
-	if err != nil {
-		if len(cands) == 0 && ef.Section(".gopclntab") == nil {
+	var syms symbolReader
+	if err := syms.read(ef, nil, nil, true); err != nil {
+		if len(syms.cands) == 0 && ef.Section(".gopclntab") == nil {
 			return nil, fmt.Errorf("read symbols of %s: %w", f.Path, err)
 		}
 		errs = append(errs, fmt.Errorf("read symbols of %s: %w", f.Path, err))
@@ -86,11 +86,9 @@ func loadObjFile(f *trace.File, o loadOptions) (*objFile, error) {
 			if d != nil {
 				defer d.Close()
 				// A debug file's .dynsym is empty (NOBITS): its .symtab is what adds names.
-				more, err := symbolCandidates(d.elf, false)
-				if err != nil {
+				if err := syms.read(d.elf, nil, nil, false); err != nil {
 					errs = append(errs, fmt.Errorf("read symbols of %s: %w", d.path, err))
 				}
-				cands = append(cands, more...)
 				obj.debugPath, dwarfFrom = d.path, d.elf
 			}
 		}
@@ -107,7 +105,11 @@ func loadObjFile(f *trace.File, o loadOptions) (*objFile, error) {
 			}
 		}
 	}
-	obj.syms = &ELFSymbols{Funcs: newSymbolTable(cands), loads: loadSegments(ef)}
+	var goCode func(uint64) bool
+	if obj.gopcln != nil {
+		goCode = obj.gopcln.Covers
+	}
+	obj.syms = &ELFSymbols{Funcs: syms.table(goCode), loads: loadSegments(ef)}
 	obj.size = obj.syms.Funcs.sizeBytes() + int64(len(obj.syms.loads))*32
 	if obj.dwarf != nil {
 		obj.size += obj.dwarf.SizeBytes()
