@@ -13,7 +13,7 @@ import (
 
 // libcLocations returns a location at every function start+4 of the C library: all
 // functions of the debug file's .symtab when libc6-dbg is installed, else the exported ones.
-func libcLocations(b *testing.B) []*trace.Location {
+func libcLocations(b testing.TB) []*trace.Location {
 	b.Helper()
 	lib := "/usr/lib/x86_64-linux-gnu/libc.so.6"
 	if _, err := os.Stat(lib); err != nil {

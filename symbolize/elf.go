@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"slices"
 	"unsafe"
 
@@ -39,6 +40,15 @@ func ReadELF(r io.ReaderAt) (*ELFSymbols, error) {
 		return nil, err
 	}
 	return &ELFSymbols{Funcs: sr.table(nil), loads: loadSegments(f)}, nil
+}
+
+// mapFile maps f, or returns nil when it cannot: its tables are then read into memory.
+func mapFile(f *os.File) *mmapfile.Region {
+	m, err := mmapfile.Map(f)
+	if err != nil {
+		return nil
+	}
+	return m
 }
 
 // openELF parses ELF headers. debug/elf trusts header fields more than a hostile or

@@ -136,7 +136,7 @@ func BenchmarkMemory(b *testing.B) {
 }
 
 // goCompiler is the Go toolchain's compiler, a large Go binary every Go install has.
-func goCompiler(b *testing.B) string {
+func goCompiler(b testing.TB) string {
 	b.Helper()
 	out, err := exec.Command("go", "env", "GOROOT").Output()
 	if err != nil {

@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/ianlancetaylor/demangle"
 	"github.com/sonde-profiler/sonde/symbolize/dwarf"
 	"github.com/sonde-profiler/sonde/symbolize/gopclntab"
+	"github.com/sonde-profiler/sonde/symbolize/internal/mmapfile"
 	"github.com/sonde-profiler/sonde/trace"
 )
 
@@ -30,14 +32,20 @@ type objFile struct {
 	// debugPath is the separate debug file the names came from too, if any.
 	debugPath string
 	size      int64 // estimated bytes held
-	// lookupFailed says a lookup's error was returned already.
-	lookupFailed bool
+	// maps are the file and its debug file, mapped; the tables read from them in
+	// place. nil entries are files that could not be mapped, whose tables were read.
+	maps []*mmapfile.Region
+	// faulted says reading a mapping faulted: the file changed on disk, and is
+	// being dropped. lookupFailed says a lookup's error was returned already.
+	faulted, lookupFailed bool
+	releasedAt            time.Time // when the mappings' resident pages were last given back
 }
 
 type loadOptions struct {
 	mode         Mode
 	debugDirs    []string
 	maxDebugInfo int64
+	units        *dwarf.Cache // where DWARF lookups keep the units they decode
 }
 
 // loadObjFile reads f. It returns a nil objFile when f cannot be read at all, and a
@@ -54,9 +62,17 @@ func loadObjFile(f *trace.File, o loadOptions) (*objFile, error) {
 		return nil, fmt.Errorf("read symbols of %s: %w", f.Path, err)
 	}
 	obj := &objFile{}
+	loaded := false
+	defer func() {
+		if !loaded { // a failure, or a fault reading a mapping (see Symbolizer.object)
+			obj.close()
+		}
+	}()
+	m := mapFile(r)
+	obj.maps = append(obj.maps, m)
 	var errs []error
 	var syms symbolReader
-	if err := syms.read(ef, nil, nil, true); err != nil {
+	if err := syms.read(ef, m.Bytes(), m, true); err != nil {
 		if len(syms.cands) == 0 && ef.Section(".gopclntab") == nil {
 			return nil, fmt.Errorf("read symbols of %s: %w", f.Path, err)
 		}
@@ -66,7 +82,7 @@ func loadObjFile(f *trace.File, o loadOptions) (*objFile, error) {
 	// survive stripping, so Go binaries are named from them alone; cgo's C code
 	// falls back to the symbol table.
 	if ef.Section(".gopclntab") != nil || f.IsGo {
-		t, err := gopclntab.Load(ef, nil)
+		t, err := gopclntab.Load(ef, m.Bytes())
 		switch {
 		case err == nil:
 			obj.gopcln = t
@@ -76,7 +92,7 @@ func loadObjFile(f *trace.File, o loadOptions) (*objFile, error) {
 		}
 	}
 	if obj.gopcln == nil {
-		dwarfFrom := ef
+		dwarfFrom, dwarfFile := ef, m.Bytes()
 		needDebugFile := ef.Section(".symtab") == nil || (o.mode == ModeFull && !dwarf.HasDWARF(ef))
 		if needDebugFile {
 			d, err := findDebugFile(ef, f.GNUBuildID, r.Name(), f.Path, o.debugDirs)
@@ -85,15 +101,17 @@ func loadObjFile(f *trace.File, o loadOptions) (*objFile, error) {
 			}
 			if d != nil {
 				defer d.Close()
+				dm := mapFile(d.file)
+				obj.maps = append(obj.maps, dm)
 				// A debug file's .dynsym is empty (NOBITS): its .symtab is what adds names.
-				if err := syms.read(d.elf, nil, nil, false); err != nil {
+				if err := syms.read(d.elf, dm.Bytes(), dm, false); err != nil {
 					errs = append(errs, fmt.Errorf("read symbols of %s: %w", d.path, err))
 				}
-				obj.debugPath, dwarfFrom = d.path, d.elf
+				obj.debugPath, dwarfFrom, dwarfFile = d.path, d.elf, dm.Bytes()
 			}
 		}
 		if o.mode == ModeFull && dwarf.HasDWARF(dwarfFrom) {
-			t, err := dwarf.Load(dwarfFrom, dwarf.Options{MaxBytes: o.maxDebugInfo})
+			t, err := dwarf.Load(dwarfFrom, dwarf.Options{MaxBytes: o.maxDebugInfo, File: dwarfFile, Cache: o.units})
 			if err != nil {
 				where := f.Path
 				if dwarfFrom != ef {
@@ -110,21 +128,17 @@ func loadObjFile(f *trace.File, o loadOptions) (*objFile, error) {
 		goCode = obj.gopcln.Covers
 	}
 	obj.syms = &ELFSymbols{Funcs: syms.table(goCode), loads: loadSegments(ef)}
-	obj.size = obj.syms.Funcs.sizeBytes() + int64(len(obj.syms.loads))*32
-	if obj.dwarf != nil {
-		obj.size += obj.dwarf.SizeBytes()
-	}
-	if obj.gopcln != nil {
-		obj.size += obj.gopcln.SizeBytes()
-	}
+	obj.size = obj.sizeBytes()
+	loaded = true
 	return obj, errors.Join(errs...)
 }
 
 // lookup names the code at an offset in the file, innermost frame first. The error
 // says why DWARF could not be read there; the symbol table named the code then.
+// It reads mapped files: the caller runs it under mmapfile.Guard.
 func (o *objFile) lookup(off uint64) ([]trace.Line, string, error) {
 	vaddr, ok := o.syms.Vaddr(off)
-	if !ok {
+	if !ok || o.faulted {
 		return nil, SourceNone, nil
 	}
 	if o.gopcln != nil {
@@ -138,8 +152,8 @@ func (o *objFile) lookup(off uint64) ([]trace.Line, string, error) {
 		}
 	}
 	sym, hasSym := o.syms.Funcs.Lookup(vaddr)
-	// A symbol's name points into the table's one string of all names; the address
-	// cache outlives the file's entry, and must not keep that whole string alive.
+	// A symbol's name points into the table's one string of all names, or into the
+	// mapped file; the address cache outlives both.
 	sym.Name = strings.Clone(sym.Name)
 	var err error
 	if o.dwarf != nil {

@@ -107,6 +107,9 @@ func (c *Cache) dropTable(t *Table) {
 func (c *Cache) remove(e *cached) {
 	c.unlink(e)
 	delete(e.t.decoded, e.unit)
+	if len(e.t.decoded) == 0 {
+		e.t.decoded = nil // a map keeps its room after deletes
+	}
 	c.bytes -= e.size
 	c.n--
 }

@@ -657,7 +657,8 @@ func (t *unitTable) covers(n uint32, addr uint64) bool {
 // Sizes of what a unitTable holds.
 const (
 	stringHeader = int64(unsafe.Sizeof(""))
-	unitOverhead = int64(unsafe.Sizeof(unitTable{})) + 64 // the table and its cache entry
+	// unitOverhead is the table, its cache entry and its slot in its Table's map.
+	unitOverhead = int64(unsafe.Sizeof(unitTable{})) + int64(unsafe.Sizeof(cached{})) + 32
 )
 
 // sizeBytes estimates the memory the table holds, strings rounded to the

@@ -2,6 +2,7 @@ package dwarf
 
 import (
 	"debug/elf"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -312,4 +313,33 @@ func TestLookupMatchesAddr2lineLibc(t *testing.T) {
 		t.Errorf("%d of %d addresses named from DWARF, %d inlined; libc6-dbg should cover most", named, len(addrs), inlined)
 	}
 	t.Logf("%d addresses named, %d inside inlined code", named, inlined)
+}
+
+// A file truncated under its mapping: decoding a unit faults, and the lookup returns
+// the fault as an error instead of taking the process down.
+func TestLookupTruncatedWhileMapped(t *testing.T) {
+	bin := buildC(t, "-O2", "-g")
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, tab := loadFile(t, victim)
+	if len(tab.spans) == 0 {
+		t.Fatal("no unit indexed")
+	}
+	addr := tab.spans[0].lo
+	if err := os.Truncate(victim, 4096); err != nil {
+		t.Fatal(err)
+	}
+	var lookupErr error
+	if err := mmapfile.Guard(func() { _, lookupErr = tab.Lookup(addr) }); err != nil {
+		t.Fatalf("the fault escaped Lookup: %v", err)
+	}
+	if !errors.Is(lookupErr, mmapfile.ErrFault) {
+		t.Fatalf("Lookup of a truncated file: %v, want a fault", lookupErr)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"unsafe"
 
 	"github.com/sonde-profiler/sonde/symbolize/internal/mmapfile"
 )
@@ -142,9 +143,9 @@ func (t *Table) Inlining() bool { return len(t.inl) > 0 || t.mem != nil }
 // SizeBytes estimates the heap memory the table holds; a mapped file's pages are not
 // counted.
 func (t *Table) SizeBytes() int64 {
-	n := t.size + int64(cap(t.inl)) + int64(cap(t.inlIndex))*8 + 256
+	n := int64(unsafe.Sizeof(Table{})) + t.size + int64(cap(t.inl)) + int64(cap(t.inlIndex))*8
 	if t.mem != nil {
-		n += int64(cap(t.mem.segs)) * 24
+		n += int64(unsafe.Sizeof(image{})) + int64(cap(t.mem.segs))*int64(unsafe.Sizeof(segment{}))
 	}
 	return n
 }

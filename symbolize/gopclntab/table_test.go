@@ -2,6 +2,7 @@ package gopclntab
 
 import (
 	"debug/elf"
+	"errors"
 	"os"
 	"os/exec"
 	"path"
@@ -217,5 +218,27 @@ func TestMappedMatchesRead(t *testing.T) {
 		if inlined < 100 {
 			t.Errorf("%s: %d addresses inside inlined code; too few to compare trees", bin, inlined)
 		}
+	}
+}
+
+// A binary truncated under its mapping: the lookup faults, and under mmapfile.Guard
+// that is an error.
+func TestLookupTruncatedWhileMapped(t *testing.T) {
+	data, err := os.ReadFile(testprog.BuildGo(t, testprog.GoInlining))
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := t.TempDir() + "/victim"
+	if err := os.WriteFile(victim, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, tab := load(t, victim)
+	addrs := spread(t, f, 10)
+	if err := os.Truncate(victim, 4096); err != nil {
+		t.Fatal(err)
+	}
+	err = mmapfile.Guard(func() { tab.Lookup(addrs[5]) })
+	if !errors.Is(err, mmapfile.ErrFault) {
+		t.Fatalf("Lookup of a truncated binary: %v, want a fault", err)
 	}
 }
