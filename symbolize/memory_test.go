@@ -190,7 +190,7 @@ func BenchmarkLookupCost(b *testing.B) {
 		}
 		addrs := make([]uint64, 0, 4096)
 		for i := 0; i < ks.Len() && len(addrs) < cap(addrs); i += max(1, ks.Len()/cap(addrs)) {
-			addrs = append(addrs, ks.entries[i].addr+1)
+			addrs = append(addrs, ks.addr(i)+1)
 		}
 		i := 0
 		for b.Loop() {

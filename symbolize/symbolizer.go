@@ -142,6 +142,8 @@ type Stats struct {
 	// Sheds counts calls of Shed, and ShedBytes what they dropped, as estimated.
 	Sheds     int
 	ShedBytes int64
+	// KernelSymbolBytes is the memory the kernel's symbols take.
+	KernelSymbolBytes int64
 	// LocationsNamed and LocationsUnnamed count the locations Symbolize was given
 	// without lines, by outcome.
 	LocationsNamed   int
@@ -593,6 +595,9 @@ func (s *Symbolizer) Stats() Stats {
 		st.CachedFileBytes = s.files.Bytes()
 	}
 	st.CachedDWARFBytes = s.units.Bytes()
+	if s.kernel.syms != nil {
+		st.KernelSymbolBytes = s.kernel.syms.SizeBytes()
+	}
 	if s.addrs != nil {
 		st.CachedAddresses = s.addrs.Len()
 		st.CachedAddressBytes = s.addrs.Bytes()

@@ -116,11 +116,11 @@ func TestSymbolizer(t *testing.T) {
 	want := Stats{FilesLoaded: 1, FilesFailed: 1, LocationsNamed: 4, LocationsUnnamed: 4,
 		CachedFiles: 2, AddressMisses: 6, CachedAddresses: 4}
 	got := s.Stats()
-	if got.CachedFileBytes <= 0 || got.CachedDWARFBytes <= 0 || got.CachedAddressBytes <= 0 {
-		t.Errorf("CachedFileBytes = %d, CachedDWARFBytes = %d, CachedAddressBytes = %d with a file, its DWARF and addresses cached",
-			got.CachedFileBytes, got.CachedDWARFBytes, got.CachedAddressBytes)
+	if got.CachedFileBytes <= 0 || got.CachedDWARFBytes <= 0 || got.CachedAddressBytes <= 0 || got.KernelSymbolBytes <= 0 {
+		t.Errorf("CachedFileBytes = %d, CachedDWARFBytes = %d, CachedAddressBytes = %d, KernelSymbolBytes = %d with a file, its DWARF, addresses and kernel symbols held",
+			got.CachedFileBytes, got.CachedDWARFBytes, got.CachedAddressBytes, got.KernelSymbolBytes)
 	}
-	got.CachedFileBytes, got.CachedDWARFBytes, got.CachedAddressBytes = 0, 0, 0
+	got.CachedFileBytes, got.CachedDWARFBytes, got.CachedAddressBytes, got.KernelSymbolBytes = 0, 0, 0, 0
 	if got != want {
 		t.Errorf("Stats() = %+v, want %+v", got, want)
 	}
