@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strings"
 	"unsafe"
 
 	"github.com/sonde-profiler/sonde/symbolize/internal/mmapfile"
@@ -93,10 +94,33 @@ const maxSymbolTableSize = 512 << 20
 // symbolReader gathers the functions of one or more ELF files' symbol tables, for
 // one SymbolTable. It reads the entries where they lie, in the mapped file when
 // there is one, rather than through debug/elf, which builds an elf.Symbol with its
-// own name string for every symbol of a table, functions or not.
+// own name string for every symbol of a table, functions or not. The functions
+// are only counted until table says which to keep: a Go binary's .symtab lists
+// every Go function, which the pclntab names, and those are never materialised.
 type symbolReader struct {
-	cands []candidate
-	names []nameTable
+	tables []symbolSection
+	names  []nameTable
+	funcs  int // function symbols the tables hold
+}
+
+// symbolSection is one symbol table read, waiting for table.
+type symbolSection struct {
+	f        *elf.File
+	syms     []byte // the entries, entry 0 included
+	entSize  int
+	src      uint8 // its string table in names
+	dynamic  bool
+	secs     []inSection // what symbols need of the sections they are defined in
+	m        *mmapfile.Region
+	mapped   bool // syms lie in m
+	strBytes []byte
+}
+
+// inSection is what a symbol needs of the section it is defined in: whether it is
+// code, and where an unsized symbol must end.
+type inSection struct {
+	exec  bool
+	limit uint64
 }
 
 // read adds the functions of f's .symtab and, if withDynsym, .dynsym. file is f's
@@ -130,6 +154,9 @@ func (sr *symbolReader) read(f *elf.File, file []byte, m *mmapfile.Region, withD
 	return errors.Join(errs...)
 }
 
+// empty says the tables read hold no function.
+func (sr *symbolReader) empty() bool { return sr.funcs == 0 }
+
 // symbolTableSize is the size of the first section of type typ and of its string table.
 func symbolTableSize(f *elf.File, typ elf.SectionType) uint64 {
 	for _, s := range f.Sections {
@@ -151,8 +178,8 @@ const (
 	sym64Size = 24
 )
 
-// readTable adds the defined functions of the first section of type typ that lie in
-// executable sections, as debug/elf's Symbols and DynamicSymbols would list them.
+// readTable takes the first section of type typ and its string table, and counts
+// its functions.
 func (sr *symbolReader) readTable(f *elf.File, file []byte, m *mmapfile.Region, typ elf.SectionType, dynamic bool) error {
 	var sec *elf.Section
 	for _, s := range f.Sections {
@@ -185,17 +212,8 @@ func (sr *symbolReader) readTable(f *elf.File, file []byte, m *mmapfile.Region, 
 	if err != nil {
 		return fmt.Errorf("string table: %w", err)
 	}
-	if len(sr.names) > math.MaxUint8 || uint64(len(strs)) > math.MaxUint32 {
+	if len(sr.names) >= maxSources || uint64(len(strs)) > math.MaxUint32 {
 		return errors.New("too many or too large string tables")
-	}
-	src := uint8(len(sr.names))
-	sr.names = append(sr.names, nameTable{s: unsafe.String(unsafe.SliceData(strs), len(strs)), keep: mappedStrs})
-
-	// What symbols need of the sections they are defined in: executable, and where
-	// an unsized symbol must end.
-	type inSection struct {
-		exec  bool
-		limit uint64
 	}
 	secs := make([]inSection, len(f.Sections))
 	for i, s := range f.Sections {
@@ -205,16 +223,30 @@ func (sr *symbolReader) readTable(f *elf.File, file []byte, m *mmapfile.Region, 
 		}
 		secs[i] = inSection{exec: s.Flags&elf.SHF_EXECINSTR != 0, limit: limit}
 	}
-	order := f.ByteOrder
+	t := symbolSection{f: f, syms: syms, entSize: entSize, src: uint8(len(sr.names)), dynamic: dynamic,
+		secs: secs, m: m, mapped: mappedSyms}
+	if mappedStrs {
+		t.strBytes = strs
+	}
+	sr.names = append(sr.names, nameTable{s: unsafe.String(unsafe.SliceData(strs), len(strs)), keep: mappedStrs})
+	t.each(func(uint64, uint64, uint32, byte, uint16) { sr.funcs++ })
+	sr.tables = append(sr.tables, t)
+	return nil
+}
+
+// each calls fn with every defined function of the table that lies in an
+// executable section, as debug/elf's Symbols and DynamicSymbols would list them.
+func (t *symbolSection) each(fn func(value, size uint64, nameOff uint32, info byte, shndx uint16)) {
+	order := t.f.ByteOrder
 	// Entry 0 is the undefined symbol, which debug/elf leaves out too.
-	for b := syms[entSize:]; len(b) >= entSize; b = b[entSize:] {
+	for b := t.syms[t.entSize:]; len(b) >= t.entSize; b = b[t.entSize:] {
 		var (
 			nameOff     uint32
 			info        byte
 			shndx       uint16
 			value, size uint64
 		)
-		if entSize == sym64Size {
+		if t.entSize == sym64Size {
 			nameOff, info, shndx = order.Uint32(b), b[4], order.Uint16(b[6:])
 			value, size = order.Uint64(b[8:]), order.Uint64(b[16:])
 		} else {
@@ -226,35 +258,67 @@ func (sr *symbolReader) readTable(f *elf.File, file []byte, m *mmapfile.Region, 
 		default:
 			continue
 		}
-		if value == 0 || shndx == uint16(elf.SHN_UNDEF) || int(shndx) >= len(secs) || !secs[shndx].exec {
+		if value == 0 || shndx == uint16(elf.SHN_UNDEF) || int(shndx) >= len(t.secs) || !t.secs[shndx].exec {
 			continue
 		}
-		// A name past the string table reads as empty, as debug/elf has it; one
-		// without its terminating NUL runs to the table's end.
-		var nameLen int
-		if uint64(nameOff) < uint64(len(strs)) {
-			rest := strs[nameOff:]
-			rest = rest[:min(len(rest), maxNameLen)]
-			if nameLen = bytes.IndexByte(rest, 0); nameLen < 0 {
-				nameLen = len(rest)
-			}
-		} else {
-			nameOff = 0
+		fn(value, size, nameOff, info, shndx)
+	}
+}
+
+// table builds the symbol table. Functions starting where goCode holds, the code a
+// Go binary's pclntab names, are left out: the pclntab answers for those addresses
+// before the symbol table is asked. goCode may be nil.
+func (sr *symbolReader) table(goCode func(addr uint64) bool) *SymbolTable {
+	keep := func(value uint64) bool { return goCode == nil || !goCode(value) }
+	n := 0
+	if goCode == nil {
+		n = sr.funcs
+	} else {
+		for i := range sr.tables {
+			sr.tables[i].each(func(value, _ uint64, _ uint32, _ byte, _ uint16) {
+				if keep(value) {
+					n++
+				}
+			})
 		}
-		sr.cands = append(sr.cands, candidate{
-			value: value, size: size, limit: secs[shndx].limit,
-			nameOff: nameOff, nameLen: uint32(nameLen), src: src,
-			binding: elf.ST_BIND(info), dynamic: dynamic,
+	}
+	cands := make([]candidate, 0, n)
+	for i := range sr.tables {
+		t := &sr.tables[i]
+		strs := sr.names[t.src].s
+		t.each(func(value, size uint64, nameOff uint32, info byte, shndx uint16) {
+			if !keep(value) {
+				return
+			}
+			// A name past the string table reads as empty, as debug/elf has it; one
+			// without its terminating NUL runs to the table's end.
+			var nameLen int
+			if uint64(nameOff) < uint64(len(strs)) {
+				rest := strs[nameOff:]
+				rest = rest[:min(len(rest), maxNameLen)]
+				if nameLen = strings.IndexByte(rest, 0); nameLen < 0 {
+					nameLen = len(rest)
+				}
+			} else {
+				nameOff = 0
+			}
+			cands = append(cands, candidate{
+				value: value, size: size, limit: t.secs[shndx].limit,
+				nameOff: nameOff, nameLen: uint32(nameLen), src: t.src,
+				binding: elf.ST_BIND(info), dynamic: t.dynamic,
+			})
 		})
+		// The entries were read for good; lookups read a few names later.
+		if t.mapped {
+			t.m.Release(t.syms)
+		}
+		if t.strBytes != nil {
+			t.m.Release(t.strBytes)
+		}
 	}
-	// The entries were read once, for good; lookups read a few names later.
-	if mappedSyms {
-		m.Release(syms)
-	}
-	if mappedStrs {
-		m.Release(strs)
-	}
-	return nil
+	tab := newSymbolTable(cands, sr.names)
+	*sr = symbolReader{}
+	return tab
 }
 
 // sectionBytes returns the contents of s: in place in file, the mapped file, when it
@@ -292,20 +356,6 @@ func readSection(s *elf.Section) (data []byte, err error) {
 		return nil, fmt.Errorf("read %s: %d of %d bytes", s.Name, buf.Len(), s.Size)
 	}
 	return buf.Bytes(), nil
-}
-
-// table builds the symbol table. Functions starting where goCode holds, the code a Go
-// binary's pclntab names, are left out: the pclntab answers for those addresses
-// before the symbol table is asked, and a Go binary's .symtab lists every Go
-// function under its long package path. goCode may be nil.
-func (sr *symbolReader) table(goCode func(addr uint64) bool) *SymbolTable {
-	cands := sr.cands
-	if goCode != nil {
-		cands = slices.DeleteFunc(cands, func(c candidate) bool { return goCode(c.value) })
-	}
-	t := newSymbolTable(cands, sr.names)
-	sr.cands, sr.names = nil, nil
-	return t
 }
 
 // Vaddr converts an offset in the file, which is what a mapping gives, to the ELF

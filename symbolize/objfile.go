@@ -73,7 +73,7 @@ func loadObjFile(f *trace.File, o loadOptions) (*objFile, error) {
 	var errs []error
 	var syms symbolReader
 	if err := syms.read(ef, m.Bytes(), m, true); err != nil {
-		if len(syms.cands) == 0 && ef.Section(".gopclntab") == nil {
+		if syms.empty() && ef.Section(".gopclntab") == nil {
 			return nil, fmt.Errorf("read symbols of %s: %w", f.Path, err)
 		}
 		errs = append(errs, fmt.Errorf("read symbols of %s: %w", f.Path, err))

@@ -33,17 +33,18 @@ const (
 	// are mapped, and a file's tables on the heap are its symbols and the indexes of
 	// its Go tables and DWARF: tens to hundreds of KiB for most, a few MiB for large
 	// C++ programs without separate debug information.
-	DefaultFileCacheBytes = 16 << 20
+	DefaultFileCacheBytes = 8 << 20
 	// DefaultDWARFCacheBytes bounds the DWARF units decoded for lookups, across files.
 	// A unit is decoded when a lookup first needs it and its lines and inline tree
-	// take some KiB to a few hundred.
-	DefaultDWARFCacheBytes = 8 << 20
+	// take some KiB to a few hundred (the C library's 2000 units average 2 KiB).
+	DefaultDWARFCacheBytes = 4 << 20
 	// DefaultAddressCacheSize is how many named addresses are kept; it covers the
 	// distinct frames of a busy host's interval.
 	DefaultAddressCacheSize = 65536
 	// DefaultAddressCacheBytes bounds the named addresses' memory: an entry and its
-	// lines take about 200 bytes, more with inlined frames.
-	DefaultAddressCacheBytes = 8 << 20
+	// lines take about 250 bytes, more with inlined frames, so that this holds the
+	// 15 000 or so distinct frames of a busy host's interval.
+	DefaultAddressCacheBytes = 4 << 20
 	// DefaultMaxDebugInfoSize bounds the uncompressed DWARF sections read for one
 	// file: past it the file is named from its symbol table, so that one huge C++
 	// binary cannot take the agent's memory or stall an interval for long.
