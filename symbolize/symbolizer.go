@@ -663,23 +663,24 @@ func (obj *objFile) close() {
 	obj.maps = nil
 }
 
-// releaseInterval is how often a file in use gives back the pages of its mappings
-// that lookups made resident: once per interval of a busy agent, and not after every
-// Symbolize call of a caller that names locations one by one, whom the system calls
-// and the faults that bring the pages back would cost more than the lookups.
+// releaseInterval is how often a file in use lets go of what only a run of lookups
+// needs: once per interval of a busy agent, and not after every Symbolize call of a
+// caller that names locations one by one, whom decompressing DWARF again, the
+// system calls and the faults that bring the pages back would cost more than the
+// lookups.
 const releaseInterval = 5 * time.Second
 
-// trim lets go of what only a run of lookups needs: decompressed DWARF sections,
-// and now and then the pages of the mappings the lookups made resident (they stay
-// in the page cache, and come back at a fault's cost).
+// trim lets go of what only a run of lookups needs, if it has not for a while:
+// decompressed DWARF sections, and the pages of the mappings the lookups made
+// resident (they stay in the page cache, and come back at a fault's cost).
 func (obj *objFile) trim(now time.Time) {
-	if obj.dwarf != nil {
-		obj.dwarf.Trim()
-	}
 	if now.Sub(obj.releasedAt) < releaseInterval {
 		return
 	}
 	obj.releasedAt = now
+	if obj.dwarf != nil {
+		obj.dwarf.Trim()
+	}
 	for _, m := range obj.maps {
 		m.Release(m.Bytes())
 	}
