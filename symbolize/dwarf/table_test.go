@@ -343,3 +343,59 @@ func TestLookupTruncatedWhileMapped(t *testing.T) {
 		t.Fatalf("Lookup of a truncated file: %v, want a fault", lookupErr)
 	}
 }
+
+// ltoProgram inlines across files under -flto: GCC puts the code in an artificial
+// unit whose inlined calls and functions name their abstract origins in the units
+// of the sources, by DW_FORM_ref_addr.
+var ltoProgram = map[string]string{
+	"a.c": `int leafy(int x);
+int mix(int a, int b);
+static int acc;
+__attribute__((noinline)) int outer(int n) { for (int i = 0; i < n; i++) acc += mix(i, n) + leafy(i); return acc; }
+int main(int argc, char **argv) { (void)argv; return outer(argc * 1000) & 0xff; }
+`,
+	"b.c": `int leafy(int x) { return x * 7 + (x >> 3); }
+int mix(int a, int b) { return leafy(a) ^ (b * 31); }
+`,
+}
+
+// Names that lie in other units are found there: a unit decoded alone follows its
+// references into the units that hold them, and names what binutils names.
+func TestLookupCrossUnitReferences(t *testing.T) {
+	gcc := testenv.RequireTool(t, "gcc")
+	dir := t.TempDir()
+	args := []string{"-O2", "-g", "-flto", "-o", filepath.Join(dir, "prog")}
+	for name, src := range ltoProgram {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, filepath.Join(dir, name))
+	}
+	if out, err := exec.Command(gcc, args...).CombinedOutput(); err != nil {
+		t.Fatalf("gcc %v: %v\n%s", args, err, out)
+	}
+	bin := filepath.Join(dir, "prog")
+	f, tab := loadFile(t, bin)
+	if len(tab.units) < 2 {
+		t.Fatalf("%d units; LTO should leave the artificial one and the sources'", len(tab.units))
+	}
+	addrs := spread(t, f, ".text", 400)
+	want := addr2line(t, bin, false, addrs)
+	symbols := symbolNames(t, f)
+	inlined := map[string]bool{}
+	for _, a := range addrs {
+		got := lookup(t, tab, a)
+		if len(got) == 0 || got[0].Name == "" {
+			continue
+		}
+		if diff, _ := compareFrames(got, want[a], symbols, false); diff != "" {
+			t.Errorf("%#x: %s\ngot  %+v\nwant %+v", a, diff, got, want[a])
+		}
+		for _, fr := range got[:len(got)-1] {
+			inlined[fr.Name] = true
+		}
+	}
+	if !inlined["mix"] || !inlined["leafy"] {
+		t.Errorf("inlined frames named %v; want mix and leafy, whose names are in b.c's unit", inlined)
+	}
+}
