@@ -108,14 +108,13 @@ func decodeUnit(s *sections, units []unit, i int) (*unitTable, error) {
 	return dc.t, nil
 }
 
-// lineTable appends the unit's line rows and returns its file table as indexes
-// into unitTable.files. The line program is run by debug/dwarf's LineReader, over a
+// lineTable appends the unit's line rows and returns its file table. The line program is run by debug/dwarf's LineReader, over a
 // debug/dwarf Data made for it: a single empty unit of the right address size
 // beside the real .debug_line and string sections (see lineData).
-func (dc *decoder) lineTable(c *unitCtx, cu *entry) ([]uint32, error) {
+func (dc *decoder) lineTable(c *unitCtx, cu *entry) (*fileTable, error) {
 	line := dc.s.data[secLine]
 	if cu.stmtList.kind != valInt || line == nil {
-		return nil, nil
+		return nil, nil // a nil table names no file
 	}
 	off := int64(cu.stmtList.u)
 	if err := checkLineHeader(line, off); err != nil {
@@ -191,12 +190,23 @@ func (dc *decoder) lineTable(c *unitCtx, cu *entry) ([]uint32, error) {
 		}
 		dc.t.rows = append(rows, r)
 	}
-	files := lr.Files()
-	idx := make([]uint32, len(files))
-	for i, f := range files {
-		idx[i] = fileOf(f)
+	// The file table lists every header the unit included; only the files rows
+	// name are interned now, those of inlined calls when a call names them.
+	return &fileTable{files: lr.Files(), of: fileOf}, nil
+}
+
+// fileTable maps a unit's file numbers to the unit table's files, interning each
+// file when first used.
+type fileTable struct {
+	files []*dwarf.LineFile
+	of    func(*dwarf.LineFile) uint32
+}
+
+func (ft *fileTable) index(i int64) uint32 {
+	if ft == nil || i < 0 || i >= int64(len(ft.files)) {
+		return noIndex
 	}
-	return idx, nil
+	return ft.of(ft.files[i])
 }
 
 // lineData makes the debug/dwarf Data a LineReader runs on: .debug_line and the
@@ -231,7 +241,7 @@ type level struct {
 }
 
 // walk records the unit's functions and inlined calls, in preorder.
-func (dc *decoder) walk(c *unitCtx, cu *entry, files []uint32) error {
+func (dc *decoder) walk(c *unitCtx, cu *entry, files *fileTable) error {
 	if !cu.children {
 		return nil
 	}
@@ -335,7 +345,7 @@ func (c *unitCtx) skipChildren(e *entry, next uint64) (uint64, error) {
 }
 
 // addNode records a function or inlined call with code, returning false when it has none.
-func (dc *decoder) addNode(e *entry, ranges [][2]uint64, inlined bool, files []uint32) (uint32, bool) {
+func (dc *decoder) addNode(e *entry, ranges [][2]uint64, inlined bool, files *fileTable) (uint32, bool) {
 	t := dc.t
 	off := len(t.ranges)
 	for _, rg := range ranges {
@@ -354,9 +364,7 @@ func (dc *decoder) addNode(e *entry, ranges [][2]uint64, inlined bool, files []u
 	nd := node{rangeOff: uint32(off), rangeEnd: uint32(len(t.ranges)), name: noIndex, callFile: noIndex}
 	if inlined {
 		if e.callFile.kind == valInt {
-			if f := int64(e.callFile.u); f >= 0 && f < int64(len(files)) {
-				nd.callFile = files[f]
-			}
+			nd.callFile = files.index(int64(e.callFile.u))
 		}
 		if e.callLine.kind == valInt {
 			nd.callLine = clampU32(int(int64(e.callLine.u)))
