@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,9 +21,30 @@ import (
 // left held.
 type memoryUse struct {
 	alloc, peak, live int64
+	// peakAnon is the most the process's anonymous resident memory grew by: the
+	// heap as the system sees it, and scratch memory kept off the heap (decompressed
+	// DWARF sections).
+	peakAnon int64
 }
 
-// measureMemory runs op once and measures its heap use. The collector runs at
+// anonResident reads the process's anonymous resident memory from statm: resident
+// pages less those backed by files.
+func anonResident() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return 0
+	}
+	resident, _ := strconv.ParseInt(f[1], 10, 64)
+	shared, _ := strconv.ParseInt(f[2], 10, 64)
+	return (resident - shared) * int64(os.Getpagesize())
+}
+
+// measureMemory runs op once and measures its heap use, and the growth of the
+// process's anonymous memory, which off-heap scratch shows in. The collector runs at
 // GOGC=10 meanwhile, so that the sampled heap follows what is reachable rather than
 // the pacer; the sampler reads the runtime's object bytes every 100 µs, which a
 // short-lived spike can slip between. op's result is kept alive until the heap it
@@ -35,17 +57,19 @@ func measureMemory(op func() any) memoryUse {
 	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
 	metrics.Read(sample)
 	base := int64(sample[0].Value.Uint64())
+	anonBase := anonResident()
 	old := debug.SetGCPercent(10)
 	var (
-		wg   sync.WaitGroup
-		stop = make(chan struct{})
-		peak int64
+		wg             sync.WaitGroup
+		stop           = make(chan struct{})
+		peak, peakAnon int64
 	)
 	wg.Go(func() {
 		s := []metrics.Sample{{Name: sample[0].Name}}
 		for {
 			metrics.Read(s)
 			peak = max(peak, int64(s[0].Value.Uint64())-base)
+			peakAnon = max(peakAnon, anonResident()-anonBase)
 			select {
 			case <-stop:
 				return
@@ -62,9 +86,10 @@ func measureMemory(op func() any) memoryUse {
 	runtime.ReadMemStats(&after)
 	runtime.KeepAlive(kept)
 	return memoryUse{
-		alloc: int64(after.TotalAlloc - before.TotalAlloc),
-		peak:  peak,
-		live:  int64(after.HeapAlloc) - int64(before.HeapAlloc),
+		alloc:    int64(after.TotalAlloc - before.TotalAlloc),
+		peak:     peak,
+		live:     int64(after.HeapAlloc) - int64(before.HeapAlloc),
+		peakAnon: peakAnon,
 	}
 }
 
@@ -72,6 +97,7 @@ func (m memoryUse) report(b *testing.B) {
 	b.ReportMetric(float64(m.alloc)/(1<<20), "alloc-MB")
 	b.ReportMetric(float64(m.peak)/(1<<20), "peak-MB")
 	b.ReportMetric(float64(m.live)/(1<<20), "live-MB")
+	b.ReportMetric(float64(m.peakAnon)/(1<<20), "peak-anon-MB")
 }
 
 // BenchmarkMemory measures the heap that naming costs, for the inputs that dominate
@@ -79,7 +105,8 @@ func (m memoryUse) report(b *testing.B) {
 // profile's worth of 200 addresses), a large Go binary, and the kernel's symbols.
 // alloc-MB is what the operation allocated in total, peak-MB the most it held at
 // once, live-MB what stays held with the file cached (the address cache is off, so
-// that it is the file's tables and no names).
+// that it is the file's tables and no names); peak-anon-MB is the most the process's
+// anonymous memory grew, off-heap scratch included.
 func BenchmarkMemory(b *testing.B) {
 	symbolizeAll := func(b *testing.B, mode Mode, locs []*trace.Location) {
 		p := &trace.Profile{Locations: locs}

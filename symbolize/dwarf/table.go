@@ -99,11 +99,23 @@ type unitSpan struct {
 type section struct {
 	data []byte // the contents: mapped, read into memory, or decompressed from packed
 	// packed is the compressed contents in the mapped file, when data is a
-	// decompressed copy that Trim lets go of.
-	packed []byte
-	comp   compression
-	size   uint64 // uncompressed
-	name   string
+	// decompressed copy that Trim lets go of. The copy lies in scratch, anonymous
+	// memory outside the Go heap: it goes back to the system when dropped, rather
+	// than at the collection after, and the collector does not pace on it.
+	packed  []byte
+	scratch *mmapfile.Region
+	comp    compression
+	size    uint64 // uncompressed
+	name    string
+}
+
+// drop lets go of a decompressed copy.
+func (sec *section) drop() {
+	if sec.packed == nil {
+		return
+	}
+	sec.scratch.Close()
+	sec.scratch, sec.data = nil, nil
 }
 
 type compression uint8
@@ -135,17 +147,24 @@ func elfSection(f *elf.File, name string) *elf.Section {
 // The sections of relocatable objects (ET_REL) are used as they are, without
 // applying relocations: sonde reads executables and shared libraries.
 func Load(f *elf.File, o Options) (t *Table, err error) {
+	var tab *Table
 	// debug/elf trusts lengths and offsets in the input; a hostile file has made it
 	// panic before, and must cost an error, not the agent.
 	defer func() {
 		if p := recover(); p != nil {
 			t, err = nil, recovered(p)
 		}
+		if err != nil && tab != nil { // the copies decompressed so far
+			for i := range tab.secs {
+				tab.secs[i].drop()
+			}
+		}
 	}()
 	if !HasDWARF(f) {
 		return nil, ErrNoDWARF
 	}
 	t = &Table{cache: o.Cache}
+	tab = t
 	if t.cache == nil {
 		t.cache = NewCache(DefaultCacheBytes)
 	}
@@ -276,21 +295,24 @@ func (t *Table) sections() (*sections, error) {
 	for i := range t.secs {
 		sec := &t.secs[i]
 		if sec.data == nil && sec.packed != nil {
-			data, err := decompress(sec.packed, sec.comp, sec.size)
+			scratch, err := decompress(sec.packed, sec.comp, sec.size)
 			if err != nil {
 				return nil, fmt.Errorf("read %s: %w", sec.name, err)
 			}
-			sec.data = data
+			sec.scratch, sec.data = scratch, scratch.Bytes()
+			if sec.data == nil {
+				sec.data = []byte{} // present, if empty
+			}
 		}
 		s.data[i] = sec.data
 	}
 	return s, nil
 }
 
-// decompress inflates a compressed section of size bytes. The buffer starts at the
-// size a plausible compression ratio allows and grows with what the stream really
-// yields: a header may claim any size.
-func decompress(packed []byte, comp compression, size uint64) (data []byte, err error) {
+// decompress inflates a compressed section of size bytes into anonymous memory.
+// A header may claim any size: the memory is reserved, not committed, and only
+// the pages the stream really fills cost anything.
+func decompress(packed []byte, comp compression, size uint64) (_ *mmapfile.Region, err error) {
 	var r io.Reader
 	switch comp {
 	case compZlib:
@@ -309,23 +331,22 @@ func decompress(packed []byte, comp compression, size uint64) (data []byte, err 
 	default:
 		return nil, errors.New("unknown compression")
 	}
-	const maxRatio = 64
-	buf := make([]byte, min(size, uint64(len(packed))*maxRatio+4096))
-	n, err := io.ReadFull(r, buf)
-	for err == nil && uint64(n) < size {
-		buf = slices.Grow(buf[:n], int(min(size-uint64(n), uint64(n))))
-		buf = buf[:min(uint64(cap(buf)), size)]
-		var m int
-		m, err = io.ReadFull(r, buf[n:])
-		n += m
+	if size > math.MaxInt {
+		return nil, fmt.Errorf("size %d", size)
 	}
-	if uint64(n) != size {
-		if err == nil || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+	scratch, err := mmapfile.Anon(int(size))
+	if err != nil {
+		return nil, err
+	}
+	n, err := io.ReadFull(r, scratch.Bytes())
+	if err != nil {
+		scratch.Close()
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 			err = fmt.Errorf("%d of %d bytes", n, size)
 		}
 		return nil, err
 	}
-	return buf[:n:n], nil
+	return scratch, nil
 }
 
 // Trim lets go of the decompressed copies of compressed sections; the next lookup
@@ -335,9 +356,7 @@ func (t *Table) Trim() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for i := range t.secs {
-		if t.secs[i].packed != nil {
-			t.secs[i].data = nil
-		}
+		t.secs[i].drop()
 	}
 }
 
@@ -348,6 +367,9 @@ func (t *Table) Close() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.closed = true
+	for i := range t.secs {
+		t.secs[i].drop()
+	}
 	t.secs = [numSections]section{}
 }
 

@@ -12,4 +12,10 @@
 //
 // A Region is unmapped by its owner's Close, not by a finalizer: a finalizer runs at
 // the collector's leisure, and the symbolizer knows when a file leaves its cache.
+// A cleanup unmaps a region its owner dropped unclosed, as a backstop only.
+//
+// Anon gives scratch memory outside the Go heap for large buffers without
+// pointers whose end is known, such as a decompressed DWARF section: it goes back
+// to the system at Close, not at the next collection, and does not count toward
+// the collector's pacing.
 package mmapfile

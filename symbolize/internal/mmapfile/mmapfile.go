@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"unsafe"
 
@@ -12,8 +13,18 @@ import (
 
 // Region is a file mapped read-only, whole.
 type Region struct {
-	data []byte // nil once closed, and for an empty file
-	size int64  // the file's size when mapped
+	data    []byte // nil once closed, and for an empty file
+	size    int64  // the file's size when mapped
+	cleanup runtime.Cleanup
+}
+
+// newRegion returns a region for data, unmapped by the collector as a backstop
+// should its owner drop it without closing it: nothing may then point into data
+// but what the owner held too.
+func newRegion(data []byte, size int64) *Region {
+	r := &Region{data: data, size: size}
+	r.cleanup = runtime.AddCleanup(r, func(data []byte) { _ = unix.Munmap(data) }, data)
+	return r
 }
 
 // Map maps f read-only. The mapping outlives f: the caller may close f at once. An
@@ -41,7 +52,25 @@ func Map(f *os.File) (*Region, error) {
 	}
 	// Advice is a hint; a kernel refusing it changes nothing but residency.
 	_ = unix.Madvise(data, unix.MADV_RANDOM)
-	return &Region{data: data, size: size}, nil
+	return newRegion(data, size), nil
+}
+
+// Anon returns size bytes of private anonymous memory, readable and writable, for
+// scratch data without pointers that is dropped at a known time: its pages cost
+// memory once written and go back to the system at Close, without waiting for a
+// garbage collection, and the collector neither scans nor paces on them.
+func Anon(size int) (*Region, error) {
+	if size < 0 {
+		return nil, fmt.Errorf("anonymous mapping of %d bytes", size)
+	}
+	if size == 0 {
+		return &Region{}, nil
+	}
+	data, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	if err != nil {
+		return nil, fmt.Errorf("anonymous mapping of %d bytes: %w", size, err)
+	}
+	return newRegion(data, int64(size)), nil
 }
 
 // Bytes returns the mapped file. The slice is valid until Close and must only be
@@ -71,6 +100,7 @@ func (r *Region) Close() error {
 	if r.data == nil {
 		return nil
 	}
+	r.cleanup.Stop()
 	err := unix.Munmap(r.data)
 	r.data = nil
 	if err != nil {

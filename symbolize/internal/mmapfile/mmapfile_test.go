@@ -190,3 +190,31 @@ func TestResidency(t *testing.T) {
 		t.Errorf("%d KiB resident after Release", kb)
 	}
 }
+
+// Anonymous scratch memory is writable, resident only where written, and gone at
+// Close.
+func TestAnon(t *testing.T) {
+	const size = 8 << 20
+	r, err := Anon(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := r.Bytes()
+	addr := uintptr(unsafe.Pointer(&b[0]))
+	if kb := rssOf(t, addr); kb != 0 {
+		t.Fatalf("%d KiB resident before any write", kb)
+	}
+	copy(b[size/2:], "scratch")
+	if string(b[size/2:size/2+7]) != "scratch" {
+		t.Fatal("anonymous memory lost a write")
+	}
+	if kb := rssOf(t, addr); kb == 0 || kb > 2048 {
+		t.Errorf("%d KiB resident after writing one page", kb)
+	}
+	if err := r.Close(); err != nil || r.Bytes() != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if r, err := Anon(0); err != nil || len(r.Bytes()) != 0 {
+		t.Errorf("Anon(0) = %v, %v", r, err)
+	}
+}
