@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/klauspost/compress/s2"
+	"github.com/sonde-profiler/sonde/symbolize/internal/mmapfile"
 )
 
 // ErrKernelAddressesHidden means kallsyms lists every address as zero, which the kernel
@@ -112,6 +113,37 @@ type kallsymsParse struct {
 	n         int
 	names     [][]byte
 	nameBytes int
+	scratch   scratch
+}
+
+// scratch hands out the parse's buffers from anonymous memory, which goes back to
+// the system when the parse ends rather than at a later collection: a reread of
+// kallsyms then leaves no garbage for the collector to pace on. Where anonymous
+// memory cannot be had, the heap serves.
+type scratch struct {
+	regions []*mmapfile.Region
+}
+
+func (sc *scratch) bytes(n int) []byte {
+	if r, err := mmapfile.Anon(n); err == nil && n > 0 {
+		sc.regions = append(sc.regions, r)
+		return r.Bytes()[:0:n]
+	}
+	return make([]byte, 0, n)
+}
+
+// syms returns room for n symbols; ksym holds no pointers, so that memory the
+// collector does not know is fine for it.
+func (sc *scratch) syms(n int) []ksym {
+	b := sc.bytes(n * int(unsafe.Sizeof(ksym{})))
+	return unsafe.Slice((*ksym)(unsafe.Pointer(unsafe.SliceData(b))), n)[:0]
+}
+
+func (sc *scratch) release() {
+	for _, r := range sc.regions {
+		r.Close()
+	}
+	sc.regions = nil
 }
 
 func (p *kallsymsParse) add(addr uint64, rank uint8, module uint16, name []byte) error {
@@ -120,13 +152,13 @@ func (p *kallsymsParse) add(addr uint64, rank uint8, module uint16, name []byte)
 		if len(p.names) >= 1<<(32-chunkBits) {
 			return errors.New("kernel symbol names exceed 4 GiB")
 		}
-		p.names = append(p.names, make([]byte, 0, chunkBytes))
+		p.names = append(p.names, p.scratch.bytes(chunkBytes))
 		last++
 	}
 	off := uint32(last)<<chunkBits | uint32(len(p.names[last]))
 	p.names[last] = append(p.names[last], name...)
 	if p.n%symChunk == 0 {
-		p.syms = append(p.syms, make([]ksym, 0, symChunk))
+		p.syms = append(p.syms, p.scratch.syms(symChunk))
 	}
 	c := len(p.syms) - 1
 	p.syms[c] = append(p.syms[c], ksym{addr: addr, nameOff: off, nameLen: uint16(len(name)) | uint16(rank)<<14, module: module})
@@ -144,8 +176,9 @@ func (p *kallsymsParse) name(s ksym) []byte {
 // ParseKallsyms reads kernel symbols in /proc/kallsyms format, keeping text symbols.
 // It returns ErrKernelAddressesHidden when every address is zero.
 func ParseKallsyms(r io.Reader) (*KernelSymbols, error) {
+	var p kallsymsParse
+	defer p.scratch.release()
 	var (
-		p        kallsymsParse
 		modules  = []string{""}
 		moduleOf = map[string]uint16{"": 0}
 		nonZero  bool
@@ -239,7 +272,7 @@ func parseHex(b []byte) (uint64, bool) {
 // build sorts the symbols, keeps the preferred name at each address and packs the
 // table.
 func (p *kallsymsParse) build(modules []string) *KernelSymbols {
-	syms := make([]ksym, 0, p.n)
+	syms := p.scratch.syms(p.n)
 	for _, c := range p.syms {
 		syms = append(syms, c...)
 	}

@@ -26,7 +26,8 @@
 // decompressed when Load or a lookup needs them and kept until Trim, which the
 // symbolizer calls once a run of lookups is done: holding the copy would cost as
 // much as the tables the eager decoder kept, and decompressing again costs a few
-// tens of milliseconds for the C library, once per run that needs a new unit.
+// tens of milliseconds for the C library, once per run that needs a new unit. The
+// copies lie in anonymous memory outside the Go heap, given back at Trim.
 //
 // Hostile or broken input costs an error, never a panic: unit headers, unit DIEs
 // and line program headers are checked at load, each unit when decoded, the
