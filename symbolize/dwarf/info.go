@@ -281,7 +281,6 @@ func parseUnits(s *sections) ([]unit, error) {
 		if n != uint64(uint32(n)) || n > uint64(len(r.b)-r.pos) {
 			return nil, fmt.Errorf("unit at %#x: length %#x past the end of .debug_info", start, n)
 		}
-		dataOff := r.pos
 		end := r.pos + int(n)
 		vers := r.u16()
 		if vers < 2 || vers > 5 {
@@ -319,7 +318,6 @@ func parseUnits(s *sections) ([]unit, error) {
 			return nil, fmt.Errorf("unit at %#x: address size %d", start, u.asize)
 		}
 		u.dieOff = uint8(r.pos - start)
-		_ = dataOff
 		units = append(units, u)
 		r.pos = end
 	}
