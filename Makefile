@@ -19,8 +19,11 @@ check-generated: generate
 
 # The e2e module builds a real OpenTelemetry Collector, and the deploy module Helm (minutes
 # the first time, cached after).
+# cmd/agent's scenarios profile the whole host and measure sonde's memory and state before
+# and after: they run alone, after the other packages, whose tests would be their noise.
 test: build image
-	$(GO) test -count=1 -timeout 20m ./...
+	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v '/cmd/agent$$')
+	$(GO) test -count=1 -timeout 20m ./cmd/agent
 	cd test/e2e && $(GO) test -count=1 -timeout 30m ./...
 	cd test/deploy && $(GO) test -count=1 -timeout 30m ./...
 
@@ -35,7 +38,7 @@ soak: build
 # a -fuzztime duration races Go's fuzzing coordinator at the deadline and can fail a target with
 # "context deadline exceeded" though nothing was found. FUZZTIME=5m overrides them for a longer look.
 FUZZTIME ?=
-FUZZ_TARGETS := ./unwind:FuzzRead:150000x ./symbolize:FuzzELFTable:150000x \
+FUZZ_TARGETS := ./unwind:FuzzRead:150000x ./symbolize:FuzzELFTable:150000x ./symbolize:FuzzELFTableInPlace:150000x ./symbolize:FuzzParseKallsyms:150000x \
 	./symbolize/dwarf:FuzzTable:500000x ./symbolize/dwarf:FuzzLoad:250000x \
 	./symbolize/gopclntab:FuzzTable:2000x ./trace:FuzzParseMaps:100000x \
 	./internal/objfile:FuzzParseNotes:200000x ./internal/cgroup:FuzzParse:200000x \

@@ -16,9 +16,24 @@
 // keep their address, mapping and build ID, from which a backend with better
 // debug information can name them.
 //
-// A file is opened (through objfile.File.Open, so inside containers too) and parsed
-// once however many processes map it: parsed files sit in an LRU cache keyed by
-// build ID, and named addresses in a second LRU cache, both bounded in entries.
+// A file is opened (through objfile.File.Open, so inside containers too), mapped
+// read-only and parsed once however many processes map it: parsed files sit in an
+// LRU cache keyed by build ID, the DWARF units lookups decoded in a second, shared
+// by the files, and named addresses in a third. Each is bounded in bytes (as
+// estimated, within a factor of the heap they take) and the first and last in
+// entries too; none is allocated at its full size, they grow with use, and Shed
+// drops them all for a watchdog that sees memory run short.
+//
+// Tables are read where they lie in the mapping rather than copied: Go's pclntab
+// and inline trees, the entries and names of .symtab and .dynsym, uncompressed
+// DWARF. What the heap holds per file is an index (symbols by address, DWARF units
+// by address) and what lookups decoded. The pages lookups touch count in the
+// process's resident set until they are given back, every few seconds at the end
+// of a Symbolize call; they stay in the page cache. A mapped file that shrinks (a
+// process truncates it) makes reads past its new end fault: lookups and loads run
+// under mmapfile.Guard, which turns the fault into an error for that file, and the
+// file is dropped and unmapped at the end of the call.
+//
 // Broken input (truncated or hostile ELF, DWARF or pclntab, files that vanished
 // with their process) leaves frames unnamed and returns an error once per file;
 // it does not panic, and the DWARF read for one file is bounded in size.

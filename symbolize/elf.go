@@ -1,13 +1,18 @@
 package symbolize
 
 import (
+	"bytes"
 	"debug/elf"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
+	"strings"
+	"unsafe"
 
 	"github.com/sonde-profiler/sonde/internal/objfile"
+	"github.com/sonde-profiler/sonde/symbolize/internal/mmapfile"
 )
 
 // ELFSymbols holds what naming addresses of one ELF file needs: its functions and the
@@ -31,11 +36,20 @@ func ReadELF(r io.ReaderAt) (*ELFSymbols, error) {
 	if err != nil {
 		return nil, err
 	}
-	cands, err := symbolCandidates(f, true)
-	if err != nil {
+	var sr symbolReader
+	if err := sr.read(f, nil, nil, true); err != nil {
 		return nil, err
 	}
-	return &ELFSymbols{Funcs: newSymbolTable(cands), loads: loadSegments(f)}, nil
+	return &ELFSymbols{Funcs: sr.table(nil), loads: loadSegments(f)}, nil
+}
+
+// mapFile maps f, or returns nil when it cannot: its tables are then read into memory.
+func mapFile(f *objfile.Handle) *mmapfile.Region {
+	m, err := mmapfile.MapFD(f.Fd(), f.Size(), f.Name())
+	if err != nil {
+		return nil
+	}
+	return m
 }
 
 // loadSegments returns the PT_LOAD headers of f, executable ones first: they are the
@@ -56,26 +70,59 @@ func loadSegments(f *elf.File) []loadSegment {
 }
 
 // maxSymbolTableSize bounds the bytes of one symbol table and its strings that are
-// read: debug/elf holds every symbol of a table at once, and a hostile or absurd
-// table must not take the agent's memory. Real ones stay far below (libc's .symtab
-// is 250 KiB; large C++ programs' reach tens of MiB).
+// read: a hostile or absurd table must not take the agent's memory or time. Real
+// ones stay far below (libc's .symtab is 250 KiB; large C++ programs' reach tens of
+// MiB).
 const maxSymbolTableSize = 512 << 20
 
-// symbolCandidates reads the functions of .symtab and, if withDynsym, .dynsym. A
-// table that cannot be read is left out and named in the error, so that the other
-// one still serves.
-func symbolCandidates(f *elf.File, withDynsym bool) (cands []candidate, err error) {
+// symbolReader gathers the functions of one or more ELF files' symbol tables, for
+// one SymbolTable. It reads the entries where they lie, in the mapped file when
+// there is one, rather than through debug/elf, which builds an elf.Symbol with its
+// own name string for every symbol of a table, functions or not. The functions
+// are only counted until table says which to keep: a Go binary's .symtab lists
+// every Go function, which the pclntab names, and those are never materialised.
+type symbolReader struct {
+	tables []symbolSection
+	names  []nameTable
+	funcs  int // function symbols the tables hold
+}
+
+// symbolSection is one symbol table read, waiting for table.
+type symbolSection struct {
+	f        *elf.File
+	syms     []byte // the entries, entry 0 included
+	entSize  int
+	src      uint8 // its string table in names
+	dynamic  bool
+	secs     []inSection // what symbols need of the sections they are defined in
+	m        *mmapfile.Region
+	mapped   bool // syms lie in m
+	strBytes []byte
+}
+
+// inSection is what a symbol needs of the section it is defined in: whether it is
+// code, and where an unsized symbol must end.
+type inSection struct {
+	exec  bool
+	limit uint64
+}
+
+// read adds the functions of f's .symtab and, if withDynsym, .dynsym. file is f's
+// contents when mapped (m), else nil and the tables are read through f: names
+// then get copied, while the table built from a mapped file keeps pointing into its
+// string tables. A table that cannot be read is left out and named in the error, so
+// that the other one still serves.
+func (sr *symbolReader) read(f *elf.File, file []byte, m *mmapfile.Region, withDynsym bool) error {
 	var errs []error
 	for _, read := range []struct {
 		section string
 		typ     elf.SectionType
-		symbols func() ([]elf.Symbol, error)
 		dynamic bool
 	}{
-		{".symtab", elf.SHT_SYMTAB, f.Symbols, false},
+		{".symtab", elf.SHT_SYMTAB, false},
 		// A stripped binary keeps only .dynsym; an unstripped one may export names
 		// there that .symtab spells the same, which merging at one address absorbs.
-		{".dynsym", elf.SHT_DYNSYM, f.DynamicSymbols, true},
+		{".dynsym", elf.SHT_DYNSYM, true},
 	} {
 		if read.dynamic && !withDynsym {
 			continue
@@ -84,28 +131,15 @@ func symbolCandidates(f *elf.File, withDynsym bool) (cands []candidate, err erro
 			errs = append(errs, fmt.Errorf("%s and its strings take %d bytes, over the bound of %d", read.section, size, maxSymbolTableSize))
 			continue
 		}
-		list, err := readSymbols(read.symbols)
-		if errors.Is(err, elf.ErrNoSymbols) {
-			continue
-		}
-		if err != nil {
+		if err := sr.readTable(f, file, m, read.typ, read.dynamic); err != nil {
 			errs = append(errs, fmt.Errorf("read %s: %w", read.section, err))
-			continue
 		}
-		cands = appendFuncs(cands, f, list, read.dynamic)
 	}
-	return cands, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
-// readSymbols calls read, turning a panic of debug/elf on hostile input into an error.
-func readSymbols(read func() ([]elf.Symbol, error)) (list []elf.Symbol, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			list, err = nil, fmt.Errorf("corrupt symbol table: %v", p)
-		}
-	}()
-	return read()
-}
+// empty says the tables read hold no function.
+func (sr *symbolReader) empty() bool { return sr.funcs == 0 }
 
 // symbolTableSize is the size of the first section of type typ and of its string table.
 func symbolTableSize(f *elf.File, typ elf.SectionType) uint64 {
@@ -122,31 +156,190 @@ func symbolTableSize(f *elf.File, typ elf.SectionType) uint64 {
 	return 0
 }
 
-// appendFuncs appends the defined functions among list that lie in executable sections.
-func appendFuncs(cands []candidate, f *elf.File, list []elf.Symbol, dynamic bool) []candidate {
-	for _, s := range list {
-		switch elf.ST_TYPE(s.Info) {
+// Sizes of Elf32_Sym and Elf64_Sym.
+const (
+	sym32Size = 16
+	sym64Size = 24
+)
+
+// readTable takes the first section of type typ and its string table, and counts
+// its functions.
+func (sr *symbolReader) readTable(f *elf.File, file []byte, m *mmapfile.Region, typ elf.SectionType, dynamic bool) error {
+	var sec *elf.Section
+	for _, s := range f.Sections {
+		if s.Type == typ {
+			sec = s
+			break
+		}
+	}
+	if sec == nil {
+		return nil
+	}
+	if sec.Link == 0 || int(sec.Link) >= len(f.Sections) {
+		return errors.New("section has invalid string table link")
+	}
+	entSize := sym64Size
+	if f.Class == elf.ELFCLASS32 {
+		entSize = sym32Size
+	}
+	syms, mappedSyms, err := sectionBytes(sec, file)
+	if err != nil {
+		return err
+	}
+	if len(syms)%entSize != 0 {
+		return fmt.Errorf("length %d is not a multiple of the symbol size %d", len(syms), entSize)
+	}
+	if len(syms) == 0 {
+		return nil
+	}
+	strs, mappedStrs, err := sectionBytes(f.Sections[sec.Link], file)
+	if err != nil {
+		return fmt.Errorf("string table: %w", err)
+	}
+	if len(sr.names) >= maxSources || uint64(len(strs)) > math.MaxUint32 {
+		return errors.New("too many or too large string tables")
+	}
+	secs := make([]inSection, len(f.Sections))
+	for i, s := range f.Sections {
+		limit := s.Addr + s.Size
+		if limit < s.Addr {
+			limit = math.MaxUint64
+		}
+		secs[i] = inSection{exec: s.Flags&elf.SHF_EXECINSTR != 0, limit: limit}
+	}
+	t := symbolSection{f: f, syms: syms, entSize: entSize, src: uint8(len(sr.names)), dynamic: dynamic,
+		secs: secs, m: m, mapped: mappedSyms}
+	if mappedStrs {
+		t.strBytes = strs
+	}
+	sr.names = append(sr.names, nameTable{s: unsafe.String(unsafe.SliceData(strs), len(strs)), keep: mappedStrs})
+	t.each(func(uint64, uint64, uint32, byte, uint16) { sr.funcs++ })
+	sr.tables = append(sr.tables, t)
+	return nil
+}
+
+// each calls fn with every defined function of the table that lies in an
+// executable section, as debug/elf's Symbols and DynamicSymbols would list them.
+func (t *symbolSection) each(fn func(value, size uint64, nameOff uint32, info byte, shndx uint16)) {
+	order := t.f.ByteOrder
+	// Entry 0 is the undefined symbol, which debug/elf leaves out too.
+	for b := t.syms[t.entSize:]; len(b) >= t.entSize; b = b[t.entSize:] {
+		var (
+			nameOff     uint32
+			info        byte
+			shndx       uint16
+			value, size uint64
+		)
+		if t.entSize == sym64Size {
+			nameOff, info, shndx = order.Uint32(b), b[4], order.Uint16(b[6:])
+			value, size = order.Uint64(b[8:]), order.Uint64(b[16:])
+		} else {
+			nameOff, value, size = order.Uint32(b), uint64(order.Uint32(b[4:])), uint64(order.Uint32(b[8:]))
+			info, shndx = b[12], order.Uint16(b[14:])
+		}
+		switch elf.ST_TYPE(info) {
 		case elf.STT_FUNC, elf.STT_GNU_IFUNC:
 		default:
 			continue
 		}
-		if s.Value == 0 || s.Section == elf.SHN_UNDEF || int(s.Section) >= len(f.Sections) {
+		if value == 0 || shndx == uint16(elf.SHN_UNDEF) || int(shndx) >= len(t.secs) || !t.secs[shndx].exec {
 			continue
 		}
-		sec := f.Sections[s.Section]
-		if sec.Flags&elf.SHF_EXECINSTR == 0 {
-			continue
-		}
-		limit := sec.Addr + sec.Size
-		if limit < sec.Addr {
-			limit = ^uint64(0)
-		}
-		cands = append(cands, candidate{
-			Symbol: Symbol{Name: s.Name, Value: s.Value, Size: s.Size, Binding: elf.ST_BIND(s.Info), Dynamic: dynamic},
-			limit:  limit,
-		})
+		fn(value, size, nameOff, info, shndx)
 	}
-	return cands
+}
+
+// table builds the symbol table. Functions starting where goCode holds, the code a
+// Go binary's pclntab names, are left out: the pclntab answers for those addresses
+// before the symbol table is asked. goCode may be nil.
+func (sr *symbolReader) table(goCode func(addr uint64) bool) *SymbolTable {
+	keep := func(value uint64) bool { return goCode == nil || !goCode(value) }
+	n := 0
+	if goCode == nil {
+		n = sr.funcs
+	} else {
+		for i := range sr.tables {
+			sr.tables[i].each(func(value, _ uint64, _ uint32, _ byte, _ uint16) {
+				if keep(value) {
+					n++
+				}
+			})
+		}
+	}
+	cands := make([]candidate, 0, n)
+	for i := range sr.tables {
+		t := &sr.tables[i]
+		strs := sr.names[t.src].s
+		t.each(func(value, size uint64, nameOff uint32, info byte, shndx uint16) {
+			if !keep(value) {
+				return
+			}
+			// A name past the string table reads as empty, as debug/elf has it; one
+			// without its terminating NUL runs to the table's end.
+			var nameLen int
+			if uint64(nameOff) < uint64(len(strs)) {
+				rest := strs[nameOff:]
+				rest = rest[:min(len(rest), maxNameLen)]
+				if nameLen = strings.IndexByte(rest, 0); nameLen < 0 {
+					nameLen = len(rest)
+				}
+			} else {
+				nameOff = 0
+			}
+			cands = append(cands, candidate{
+				value: value, size: size, limit: t.secs[shndx].limit,
+				nameOff: nameOff, nameLen: uint32(nameLen), src: t.src,
+				binding: elf.ST_BIND(info), dynamic: t.dynamic,
+			})
+		})
+		// The entries were read for good; lookups read a few names later.
+		if t.mapped {
+			t.m.Release(t.syms)
+		}
+		if t.strBytes != nil {
+			t.m.Release(t.strBytes)
+		}
+	}
+	tab := newSymbolTable(cands, sr.names)
+	*sr = symbolReader{}
+	return tab
+}
+
+// sectionBytes returns the contents of s: in place in file, the mapped file, when it
+// is there uncompressed, else read. mapped says which.
+func sectionBytes(s *elf.Section, file []byte) (data []byte, mapped bool, err error) {
+	if s.Type == elf.SHT_NOBITS {
+		return nil, false, nil
+	}
+	if file != nil && s.Flags&elf.SHF_COMPRESSED == 0 {
+		if s.Offset > uint64(len(file)) || uint64(len(file))-s.Offset < s.FileSize {
+			return nil, false, fmt.Errorf("section %s at %#x+%#x is past the end of the file (%#x)", s.Name, s.Offset, s.FileSize, len(file))
+		}
+		return file[s.Offset : s.Offset+s.FileSize], true, nil
+	}
+	data, err = readSection(s)
+	return data, false, err
+}
+
+// readSection reads a section through debug/elf, growing with what it yields rather
+// than allocating the size a header claims.
+func readSection(s *elf.Section) (data []byte, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			data, err = nil, fmt.Errorf("corrupt section %s: %v", s.Name, p)
+		}
+	}()
+	if s.Size > maxSymbolTableSize {
+		return nil, fmt.Errorf("section %s of %d bytes is over the bound of %d", s.Name, s.Size, maxSymbolTableSize)
+	}
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(io.LimitReader(s.Open(), int64(s.Size))); err != nil {
+		return nil, fmt.Errorf("read %s: %w", s.Name, err)
+	}
+	if uint64(buf.Len()) != s.Size {
+		return nil, fmt.Errorf("read %s: %d of %d bytes", s.Name, buf.Len(), s.Size)
+	}
+	return buf.Bytes(), nil
 }
 
 // Vaddr converts an offset in the file, which is what a mapping gives, to the ELF

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/internal/testenv"
 )
 
@@ -336,6 +337,96 @@ func FuzzELFTable(f *testing.F) {
 			s := syms.Funcs.symbol(i)
 			if got, ok := syms.Funcs.Lookup(s.Value); ok && got.Value != s.Value {
 				t.Fatalf("Lookup(%#x) found the symbol at %#x", s.Value, got.Value)
+			}
+		}
+	})
+}
+
+// elf32 converts bin to an ELF32 file (x32), whose symbols are Elf32_Sym. objcopy
+// does not convert the dynamic sections' entries, so they are left out.
+func elf32(t testing.TB, bin string) string {
+	t.Helper()
+	out := bin + ".elf32"
+	objcopy := testenv.RequireTool(t, "objcopy")
+	args := []string{"-O", "elf32-x86-64"}
+	for _, s := range []string{".dynsym", ".dynstr", ".gnu.version", ".gnu.version_r", ".gnu.hash", ".rela.dyn", ".rela.plt", ".dynamic"} {
+		args = append(args, "-R", s)
+	}
+	if b, err := exec.Command(objcopy, append(args, bin, out)...).CombinedOutput(); err != nil {
+		t.Fatalf("objcopy: %v\n%s", err, b)
+	}
+	return out
+}
+
+// inPlace builds the symbol table of the ELF file data as from a mapping of it: the
+// names stay in data.
+func inPlace(t testing.TB, data []byte) (*SymbolTable, error) {
+	t.Helper()
+	f, err := objfile.NewELF(bytes.NewReader(data))
+	if err != nil {
+		return nil, err
+	}
+	var sr symbolReader
+	if err := sr.read(f, data, nil, true); err != nil {
+		return nil, err
+	}
+	return sr.table(nil), nil
+}
+
+// A table read in place from the file's bytes names every address as the one read
+// through debug/elf does, and copies no names.
+func TestSymbolTableInPlaceMatchesRead(t *testing.T) {
+	bins := []string{buildC(t, testProgram), elf32(t, buildC(t, testProgram))}
+	if _, err := os.Stat("/usr/lib/x86_64-linux-gnu/libc.so.6"); err == nil {
+		bins = append(bins, "/usr/lib/x86_64-linux-gnu/libc.so.6")
+	}
+	for _, bin := range bins {
+		data, err := os.ReadFile(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mapped, err := inPlace(t, data)
+		if err != nil {
+			t.Fatalf("%s: %v", bin, err)
+		}
+		read := readELFFile(t, bin).Funcs
+		if mapped.Len() != read.Len() || mapped.Len() == 0 {
+			t.Fatalf("%s: %d symbols in place, %d read", bin, mapped.Len(), read.Len())
+		}
+		if len(mapped.names[0]) != 0 || len(read.names) != 1 {
+			t.Errorf("%s: the table read in place copied %d bytes of names", bin, len(mapped.names[0]))
+		}
+		for i := range read.Len() {
+			if got, want := mapped.symbol(i), read.symbol(i); got != want {
+				t.Fatalf("%s: symbol %d in place %+v, read %+v", bin, i, got, want)
+			}
+		}
+	}
+}
+
+// FuzzELFTableInPlace feeds whole ELF files to the symbol table reader as if mapped:
+// every offset and size read from them is checked against the file's bytes.
+func FuzzELFTableInPlace(f *testing.F) {
+	f.Add([]byte("\x7fELF\x02\x01\x01"))
+	if _, err := exec.LookPath("gcc"); err == nil {
+		bin := buildC(f, testProgram)
+		for _, p := range []string{bin, elf32(f, bin)} {
+			data, err := os.ReadFile(p)
+			if err != nil {
+				f.Fatal(err)
+			}
+			f.Add(data)
+		}
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tab, err := inPlace(t, data)
+		if err != nil {
+			return
+		}
+		for i := range tab.Len() {
+			s := tab.symbol(i)
+			if got, ok := tab.Lookup(s.Value); !ok || got.Value != s.Value || got.Name != s.Name {
+				t.Fatalf("Lookup(%#x) = %+v, %v; want %+v", s.Value, got, ok, s)
 			}
 		}
 	})

@@ -1,9 +1,12 @@
 package symbolize
 
 import (
+	"bytes"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -95,5 +98,97 @@ func TestParseKallsymsBad(t *testing.T) {
 	}
 	if _, err := LoadKallsyms(filepath.Join(t.TempDir(), "missing")); err == nil {
 		t.Error("LoadKallsyms of a missing file succeeded")
+	}
+}
+
+// FuzzParseKallsyms checks the compact table against a plain reading of the same
+// text: every text symbol's address yields the alias the ordering prefers, and its
+// module.
+func FuzzParseKallsyms(f *testing.F) {
+	f.Add(testKallsyms)
+	f.Add("ffffffff81000000 T a\nffffffff81000000 t b\nffffffff81000010 w cc\t[m]\n")
+	f.Add(strings.Repeat("ffffffff81000000 t x\n", 200) + "ffffffffc0000000 T y\t[z]\n")
+	f.Fuzz(func(t *testing.T, in string) {
+		ks, err := ParseKallsyms(strings.NewReader(in))
+		if err != nil {
+			return
+		}
+		type want struct {
+			name, module string
+			rank         int
+		}
+		model := map[uint64]want{}
+		for line := range strings.Lines(in) {
+			line = strings.TrimSuffix(strings.TrimSuffix(line, "\n"), "\r") // as bufio.ScanLines reads it
+			a, rest, _ := strings.Cut(line, " ")
+			if len(rest) < 3 {
+				continue
+			}
+			rank := strings.IndexByte("TWwt", rest[0])
+			if rank < 0 {
+				continue
+			}
+			rank = []int{0, 1, 1, 2}[rank]
+			addr, err := strconv.ParseUint(a, 16, 64)
+			if err != nil {
+				t.Fatalf("parsed, though %q is no address", a)
+			}
+			name, mod, _ := strings.Cut(rest[2:], "\t")
+			mod = strings.TrimSuffix(strings.TrimPrefix(mod, "["), "]")
+			w, seen := model[addr]
+			if !seen || preferAlias(rank, w.rank, name, w.name) < 0 {
+				model[addr] = want{name, mod, rank}
+			}
+		}
+		if ks.Len() != len(model) {
+			t.Fatalf("%d symbols, want %d", ks.Len(), len(model))
+		}
+		for i := 1; i < ks.Len(); i++ {
+			if ks.addr(i) <= ks.addr(i-1) {
+				t.Fatalf("addresses out of order at %d", i)
+			}
+		}
+		for addr, w := range model {
+			if addr == math.MaxUint64 {
+				continue // ranges are half-open: the address space's last byte is no symbol's
+			}
+			got, ok := ks.Lookup(addr)
+			if !ok || got.Addr != addr || got.Name != w.name || got.Module != w.module {
+				t.Fatalf("Lookup(%#x) = %+v, %v; want %s [%s]", addr, got, ok, w.name, w.module)
+			}
+		}
+	})
+}
+
+// The table is a fraction of the names it holds, and names every symbol of this
+// machine's kernel as a plain reading does.
+func TestKallsymsCompact(t *testing.T) {
+	data, err := os.ReadFile(DefaultKallsymsPath)
+	if err != nil {
+		t.Skipf("kallsyms: %v", err)
+	}
+	ks, err := ParseKallsyms(bytes.NewReader(data))
+	if errors.Is(err, ErrKernelAddressesHidden) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, checked := 0, 0
+	for line := range strings.Lines(string(data)) {
+		f := strings.Fields(line)
+		if len(f) < 3 || !strings.ContainsAny(f[1], "TtWw") {
+			continue
+		}
+		names += len(f[2])
+		addr, _ := strconv.ParseUint(f[0], 16, 64)
+		if got, ok := ks.Lookup(addr); !ok || got.Addr != addr {
+			t.Fatalf("Lookup(%s) = %+v, %v", f[0], got, ok)
+		}
+		checked++
+	}
+	t.Logf("%d symbols, %d bytes of names, table %d bytes", ks.Len(), names, ks.SizeBytes())
+	if ks.SizeBytes() > int64(names)*2/3 {
+		t.Errorf("the table takes %d bytes for %d bytes of names", ks.SizeBytes(), names)
 	}
 }

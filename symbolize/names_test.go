@@ -144,7 +144,7 @@ func TestSymbolizerMatchesAddr2line(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ef.Close()
-	dw, err := dwarf.Load(ef, 0)
+	dw, err := dwarf.Load(ef, dwarf.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,10 @@ func TestSymbolizerMatchesAddr2line(t *testing.T) {
 			}
 			continue
 		}
-		raw := dw.Lookup(a)
+		raw, err := dw.Lookup(a)
+		if err != nil {
+			t.Fatalf("%#x: %v", a, err)
+		}
 		if loc.NameSource != SourceDWARF {
 			switch {
 			case len(w) == 1 && len(loc.Lines) == 1 && loc.Lines[0].Function == w[0].fn:

@@ -4,12 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/ianlancetaylor/demangle"
 
 	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/symbolize/dwarf"
 	"github.com/sonde-profiler/sonde/symbolize/gopclntab"
+	"github.com/sonde-profiler/sonde/symbolize/internal/mmapfile"
 	"github.com/sonde-profiler/sonde/trace"
 )
 
@@ -32,12 +34,20 @@ type objFile struct {
 	// debugPath is the separate debug file the names came from too, if any.
 	debugPath string
 	size      int64 // estimated bytes held
+	// maps are the file and its debug file, mapped; the tables read from them in
+	// place. nil entries are files that could not be mapped, whose tables were read.
+	maps []*mmapfile.Region
+	// faulted says reading a mapping faulted: the file changed on disk, and is
+	// being dropped. lookupFailed says a lookup's error was returned already.
+	faulted, lookupFailed bool
+	releasedAt            time.Time // when the mappings' resident pages were last given back
 }
 
 type loadOptions struct {
 	mode         Mode
 	debugDirs    []string
 	maxDebugInfo int64
+	units        *dwarf.Cache // where DWARF lookups keep the units they decode
 }
 
 // loadObjFile reads f. It returns a nil objFile when f cannot be read at all, and a
@@ -54,10 +64,18 @@ func loadObjFile(f *objfile.File, o loadOptions) (*objFile, error) {
 		return nil, fmt.Errorf("read symbols of %s: %w", f.Path, err)
 	}
 	obj := &objFile{}
+	loaded := false
+	defer func() {
+		if !loaded { // a failure, or a fault reading a mapping (see Symbolizer.object)
+			obj.close()
+		}
+	}()
+	m := mapFile(r)
+	obj.maps = append(obj.maps, m)
 	var errs []error
-	cands, err := symbolCandidates(ef, true)
-	if err != nil {
-		if len(cands) == 0 && ef.Section(".gopclntab") == nil {
+	var syms symbolReader
+	if err := syms.read(ef, m.Bytes(), m, true); err != nil {
+		if syms.empty() && ef.Section(".gopclntab") == nil {
 			return nil, fmt.Errorf("read symbols of %s: %w", f.Path, err)
 		}
 		errs = append(errs, fmt.Errorf("read symbols of %s: %w", f.Path, err))
@@ -66,7 +84,7 @@ func loadObjFile(f *objfile.File, o loadOptions) (*objFile, error) {
 	// survive stripping, so Go binaries are named from them alone; cgo's C code
 	// falls back to the symbol table.
 	if ef.Section(".gopclntab") != nil || f.IsGo {
-		t, err := gopclntab.Load(ef)
+		t, err := gopclntab.Load(ef, m.Bytes())
 		switch {
 		case err == nil:
 			obj.gopcln = t
@@ -76,7 +94,7 @@ func loadObjFile(f *objfile.File, o loadOptions) (*objFile, error) {
 		}
 	}
 	if obj.gopcln == nil {
-		dwarfFrom := ef
+		dwarfFrom, dwarfFile := ef, m.Bytes()
 		needDebugFile := ef.Section(".symtab") == nil || (o.mode == ModeFull && !dwarf.HasDWARF(ef))
 		if needDebugFile {
 			d, err := findDebugFile(ef, r, f.GNUBuildID, f.Path, o.debugDirs)
@@ -85,17 +103,17 @@ func loadObjFile(f *objfile.File, o loadOptions) (*objFile, error) {
 			}
 			if d != nil {
 				defer d.Close()
+				dm := mapFile(d.file)
+				obj.maps = append(obj.maps, dm)
 				// A debug file's .dynsym is empty (NOBITS): its .symtab is what adds names.
-				more, err := symbolCandidates(d.elf, false)
-				if err != nil {
+				if err := syms.read(d.elf, dm.Bytes(), dm, false); err != nil {
 					errs = append(errs, fmt.Errorf("read symbols of %s: %w", d.path, err))
 				}
-				cands = append(cands, more...)
-				obj.debugPath, dwarfFrom = d.path, d.elf
+				obj.debugPath, dwarfFrom, dwarfFile = d.path, d.elf, dm.Bytes()
 			}
 		}
 		if o.mode == ModeFull && dwarf.HasDWARF(dwarfFrom) {
-			t, err := dwarf.Load(dwarfFrom, o.maxDebugInfo)
+			t, err := dwarf.Load(dwarfFrom, dwarf.Options{MaxBytes: o.maxDebugInfo, File: dwarfFile, Cache: o.units})
 			if err != nil {
 				where := f.Path
 				if dwarfFrom != ef {
@@ -107,22 +125,23 @@ func loadObjFile(f *objfile.File, o loadOptions) (*objFile, error) {
 			}
 		}
 	}
-	obj.syms = &ELFSymbols{Funcs: newSymbolTable(cands), loads: loadSegments(ef)}
-	obj.size = obj.syms.Funcs.sizeBytes() + int64(len(obj.syms.loads))*32
-	if obj.dwarf != nil {
-		obj.size += obj.dwarf.SizeBytes()
-	}
+	var goCode func(uint64) bool
 	if obj.gopcln != nil {
-		obj.size += obj.gopcln.SizeBytes()
+		goCode = obj.gopcln.Covers
 	}
+	obj.syms = &ELFSymbols{Funcs: syms.table(goCode), loads: loadSegments(ef)}
+	obj.size = obj.sizeBytes()
+	loaded = true
 	return obj, errors.Join(errs...)
 }
 
-// lookup names the code at an offset in the file, innermost frame first.
-func (o *objFile) lookup(off uint64) ([]trace.Line, string) {
+// lookup names the code at an offset in the file, innermost frame first. The error
+// says why DWARF could not be read there; the symbol table named the code then.
+// It reads mapped files: the caller runs it under mmapfile.Guard.
+func (o *objFile) lookup(off uint64) ([]trace.Line, string, error) {
 	vaddr, ok := o.syms.Vaddr(off)
-	if !ok {
-		return nil, SourceNone
+	if !ok || o.faulted {
+		return nil, SourceNone, nil
 	}
 	if o.gopcln != nil {
 		if frames := o.gopcln.Lookup(vaddr); len(frames) > 0 {
@@ -131,28 +150,31 @@ func (o *objFile) lookup(off uint64) ([]trace.Line, string) {
 				// Go's names are not mangled: the stored name is the readable one.
 				lines[i] = trace.Line{Function: f.Function, SystemName: f.Function, File: f.File, Line: f.Line}
 			}
-			return lines, SourceGopclntab
+			return lines, SourceGopclntab, nil
 		}
 	}
 	sym, hasSym := o.syms.Funcs.Lookup(vaddr)
-	// A symbol's name points into the table's one string of all names; the address
-	// cache outlives the file's entry, and must not keep that whole string alive.
+	// A symbol's name points into the table's one string of all names, or into the
+	// mapped file; the address cache outlives both.
 	sym.Name = strings.Clone(sym.Name)
+	var err error
 	if o.dwarf != nil {
-		if lines, src := o.dwarfLines(vaddr, sym, hasSym); lines != nil {
-			return lines, src
+		var lines []trace.Line
+		var src string
+		if lines, src, err = o.dwarfLines(vaddr, sym, hasSym); lines != nil {
+			return lines, src, nil
 		}
 	}
 	if hasSym {
-		return namedLine(sym.Name), symbolSource(sym)
+		return namedLine(sym.Name), symbolSource(sym), err
 	}
-	return nil, SourceNone
+	return nil, SourceNone, err
 }
 
-func (o *objFile) dwarfLines(vaddr uint64, sym Symbol, hasSym bool) ([]trace.Line, string) {
-	frames := o.dwarf.Lookup(vaddr)
+func (o *objFile) dwarfLines(vaddr uint64, sym Symbol, hasSym bool) ([]trace.Line, string, error) {
+	frames, err := o.dwarf.Lookup(vaddr)
 	if len(frames) == 0 {
-		return nil, ""
+		return nil, "", err
 	}
 	src := SourceDWARF
 	outer := &frames[len(frames)-1]
@@ -164,7 +186,7 @@ func (o *objFile) dwarfLines(vaddr uint64, sym Symbol, hasSym bool) ([]trace.Lin
 			src = symbolSource(sym)
 		}
 	case outer.Name == "":
-		return nil, ""
+		return nil, "", nil
 	case hasSym && !outer.Linkage && sym.Value == outer.Entry:
 		// A plain DW_AT_name lacks the namespaces, parameters and clone suffixes a
 		// C++ symbol spells; binutils prefers the symbol starting at the function too.
@@ -174,7 +196,7 @@ func (o *objFile) dwarfLines(vaddr uint64, sym Symbol, hasSym bool) ([]trace.Lin
 	for i, f := range frames {
 		lines[i] = trace.Line{Function: demangle.Filter(f.Name), SystemName: f.Name, File: f.File, Line: f.Line}
 	}
-	return lines, src
+	return lines, src, nil
 }
 
 func symbolSource(s Symbol) string {

@@ -2,26 +2,11 @@ package symbolize
 
 import "log/slog"
 
-// Shed drops the parsed files and named addresses the caches hold, to give memory back
-// under pressure; later lookups read the files again. It returns the bytes the file cache
-// held by its estimate.
-func (s *Symbolizer) Shed() int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	freed := s.cachedBytes
-	if s.files != nil {
-		s.files.Purge()
-	}
-	if s.addrs != nil {
-		s.addrs.Purge()
-	}
-	s.stats.Sheds++
-	return freed
-}
-
+// LogValue puts the counts that matter in a log line under their metric names.
 func (s Stats) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.Int("files_loaded", s.FilesLoaded), slog.Int("files_failed", s.FilesFailed), slog.Int("debug_info_failed", s.DebugInfoFailed),
 		slog.Int("cached_files", s.CachedFiles), slog.Int64("cached_file_bytes", s.CachedFileBytes),
-		slog.Int("locations_named", s.LocationsNamed), slog.Int("locations_unnamed", s.LocationsUnnamed), slog.Int("sheds", s.Sheds))
+		slog.Int("locations_named", s.LocationsNamed), slog.Int("locations_unnamed", s.LocationsUnnamed), slog.Int("sheds", s.Sheds), slog.Int64("shed_bytes", s.ShedBytes),
+		slog.Int64("cached_dwarf_bytes", s.CachedDWARFBytes), slog.Int("files_faulted", s.FilesFaulted))
 }

@@ -2,17 +2,19 @@ package symbolize
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"hash/maphash"
-	"math"
 	"slices"
 	"sync"
 	"time"
+	"unsafe"
 
-	"github.com/elastic/go-freelru"
 	"github.com/ianlancetaylor/demangle"
 
 	"github.com/sonde-profiler/sonde/internal/objfile"
+	"github.com/sonde-profiler/sonde/symbolize/dwarf"
+	"github.com/sonde-profiler/sonde/symbolize/internal/mmapfile"
 	"github.com/sonde-profiler/sonde/trace"
 )
 
@@ -29,9 +31,22 @@ const (
 	// DefaultFileCacheSize is how many object files stay parsed. A host's profile
 	// touches some dozens of distinct binaries and libraries per interval.
 	DefaultFileCacheSize = 128
-	// DefaultAddressCacheSize is how many named addresses are kept, each about 100
-	// bytes plus its lines; it covers the distinct frames of a busy host's interval.
+	// DefaultFileCacheBytes bounds the memory parsed files hold, as estimated. Files
+	// are mapped, and a file's tables on the heap are its symbols and the indexes of
+	// its Go tables and DWARF: tens to hundreds of KiB for most, a few MiB for large
+	// C++ programs without separate debug information.
+	DefaultFileCacheBytes = 8 << 20
+	// DefaultDWARFCacheBytes bounds the DWARF units decoded for lookups, across files.
+	// A unit is decoded when a lookup first needs it and its lines and inline tree
+	// take some KiB to a few hundred (the C library's 2000 units average 2 KiB).
+	DefaultDWARFCacheBytes = 4 << 20
+	// DefaultAddressCacheSize is how many named addresses are kept; it covers the
+	// distinct frames of a busy host's interval.
 	DefaultAddressCacheSize = 65536
+	// DefaultAddressCacheBytes bounds the named addresses' memory: an entry and its
+	// lines take about 250 bytes, more with inlined frames, so that this holds the
+	// 15 000 or so distinct frames of a busy host's interval.
+	DefaultAddressCacheBytes = 4 << 20
 	// DefaultMaxDebugInfoSize bounds the uncompressed DWARF sections read for one
 	// file: past it the file is named from its symbol table, so that one huge C++
 	// binary cannot take the agent's memory or stall an interval for long.
@@ -83,9 +98,22 @@ type Options struct {
 	// FileCacheSize is how many parsed object files are kept, least recently used
 	// evicted first; 0 or less means DefaultFileCacheSize.
 	FileCacheSize int
+	// FileCacheBytes bounds the estimated memory of the parsed files kept, which
+	// ever of it and FileCacheSize is reached first evicting; 0 means
+	// DefaultFileCacheBytes, less than 0 no bound in bytes. The file used last stays
+	// however large it is.
+	FileCacheBytes int64
+	// DWARFCacheBytes bounds the memory of the DWARF units decoded for lookups, across
+	// files; 0 means DefaultDWARFCacheBytes, less than 0 keeps none past the lookup
+	// that decoded it.
+	DWARFCacheBytes int64
 	// AddressCacheSize is how many (file, offset) results are kept across all files;
 	// 0 means DefaultAddressCacheSize, less than 0 keeps none.
 	AddressCacheSize int
+	// AddressCacheBytes bounds the estimated memory of the results kept, whichever of
+	// it and AddressCacheSize is reached first evicting; 0 means
+	// DefaultAddressCacheBytes, less than 0 no bound in bytes.
+	AddressCacheBytes int64
 	// DebugDirs are searched for separate debug files, by build ID and by
 	// .gnu_debuglink; nil means DefaultDebugDirs, an empty slice none.
 	DebugDirs []string
@@ -105,20 +133,31 @@ type Stats struct {
 	FilesEvicted    int   // parsed files dropped from the cache to make room
 	CachedFiles     int   // files held now, failures included
 	CachedFileBytes int64 // estimated memory the held files take
-	AddressHits     int   // locations answered from the address cache
-	AddressMisses   int   // locations looked up in a file's tables
+	// CachedDWARFBytes is the estimated memory of the DWARF units decoded and held.
+	CachedDWARFBytes int64
+	// FilesFaulted counts files dropped because reading their mapping faulted: they
+	// shrank or changed on disk while mapped. They are read afresh when met again.
+	FilesFaulted       int
+	AddressHits        int   // locations answered from the address cache
+	AddressMisses      int   // locations looked up in a file's tables
+	CachedAddresses    int   // named addresses held now
+	CachedAddressBytes int64 // estimated memory they take
+	// Sheds counts calls of Shed, and ShedBytes what they dropped, as estimated.
+	Sheds     int
+	ShedBytes int64
+	// KernelSymbolBytes is the memory the kernel's symbols take.
+	KernelSymbolBytes int64
 	// LocationsNamed and LocationsUnnamed count the locations Symbolize was given
 	// without lines, by outcome.
 	LocationsNamed   int
 	LocationsUnnamed int
-	// Sheds counts the times the caches were emptied to give memory back.
-	Sheds int
 }
 
-// Symbolizer names profile locations. A file is opened and parsed once, whichever
-// processes map it, and kept in a bounded LRU cache keyed by build ID; the names of
-// addresses are kept in a second bounded cache. Failures are cached too, so that a
-// file is not retried while the cache holds it, and each is returned once.
+// Symbolizer names profile locations. A file is opened, mapped and parsed once,
+// whichever processes map it, and kept in an LRU cache keyed by build ID; the names
+// of addresses are kept in a second LRU cache. Both are bounded in entries and in
+// bytes, and grow with use. Failures are cached too, so that a file is not retried
+// while the cache holds it, and each is returned once.
 type Symbolizer struct {
 	mu           sync.Mutex
 	kallsymsPath string
@@ -126,13 +165,27 @@ type Symbolizer struct {
 	load         loadOptions
 	now          func() time.Time // replaced by tests
 	seed         maphash.Seed
-	files        *freelru.LRU[fileID, *objFile] // a nil *objFile is a file that failed
-	addrs        *freelru.LRU[addrKey, named]   // nil when disabled
-	reported     map[fileID]struct{}
-	cachedBytes  int64
-	kernel       kernelState
-	stats        Stats
+	files        *lru[fileID, fileEntry]
+	addrs        *lru[addrKey, named] // nil when disabled
+	units        *dwarf.Cache
+	// closing holds the files evicted during a Symbolize call: a location may still
+	// be looked up in one until the call ends, and its mappings must stay till then.
+	closing  []*objFile
+	shedding bool // evictions are Shed's, not the bounds'
+	reported map[fileID]struct{}
+	kernel   kernelState
+	stats    Stats
 }
+
+// fileEntry is a cached file, or a failure to read one that is retried after until.
+type fileEntry struct {
+	obj   *objFile
+	until time.Time
+}
+
+// fileEntryBytes is what a file's entry costs the cache beside the file itself: its
+// slot, its key (and the key's string) and its share of the index map.
+const fileEntryBytes = int64(unsafe.Sizeof(slot[fileID, fileEntry]{})) + 64
 
 // fileID identifies an object file's contents: by build ID where it has one, so that
 // copies in different containers are read once, else by its hash or inode.
@@ -195,35 +248,77 @@ func New(opts Options) *Symbolizer {
 	if fileCap <= 0 {
 		fileCap = DefaultFileCacheSize
 	}
-	// The capacities are positive and the hash functions set, the only ways New fails.
-	s.files, _ = freelru.New[fileID, *objFile](uint32(min(fileCap, math.MaxUint32)), s.hashFile)
-	s.files.SetOnEvict(func(_ fileID, obj *objFile) {
-		s.stats.FilesEvicted++
-		if obj != nil {
-			s.cachedBytes -= obj.size
+	s.files = newLRU(fileCap, byteBound(opts.FileCacheBytes, DefaultFileCacheBytes), func(_ fileID, e fileEntry) {
+		if !s.shedding {
+			s.stats.FilesEvicted++
+		}
+		if e.obj != nil {
+			s.closing = append(s.closing, e.obj)
 		}
 	})
+	unitBytes := opts.DWARFCacheBytes
+	switch {
+	case unitBytes == 0:
+		unitBytes = DefaultDWARFCacheBytes
+	case unitBytes < 0:
+		unitBytes = 0
+	}
+	s.units = dwarf.NewCache(unitBytes)
+	s.load.units = s.units
 	addrCap := opts.AddressCacheSize
 	if addrCap == 0 {
 		addrCap = DefaultAddressCacheSize
 	}
 	if addrCap > 0 {
-		s.addrs, _ = freelru.New[addrKey, named](uint32(min(addrCap, math.MaxUint32)), hashAddr)
+		s.addrs = newLRU[addrKey, named](addrCap, byteBound(opts.AddressCacheBytes, DefaultAddressCacheBytes), nil)
 	}
 	return s
 }
 
-func (s *Symbolizer) hashFile(id fileID) uint32 { return uint32(s.fileHash(id)) }
+// byteBound is the bound in bytes an option asks for: 0 the default, less than 0
+// none (0 to the cache).
+func byteBound(opt, def int64) int64 {
+	switch {
+	case opt == 0:
+		return def
+	case opt < 0:
+		return 0
+	default:
+		return opt
+	}
+}
 
 func (s *Symbolizer) fileHash(id fileID) uint64 {
 	h := maphash.String(s.seed, id.Value)
 	return h ^ (uint64(id.Kind)<<56 | id.Key.Dev*0x9e3779b97f4a7c15 ^ id.Key.Inode*0xc2b2ae3d27d4eb4f)
 }
 
-func hashAddr(k addrKey) uint32 {
-	h := k.file ^ k.off*0x9e3779b97f4a7c15
-	h ^= h >> 29
-	return uint32(h) ^ uint32(h>>32)
+// Sizes the address cache's estimates are made of: an entry's slot (key, value,
+// size and links) and its share of the index map, and one trace.Line.
+const (
+	addrEntryBytes = 72 + 40
+	lineBytes      = int64(unsafe.Sizeof(trace.Line{}))
+)
+
+// size estimates the memory a cached result holds: its entry, its lines and their
+// strings, each string rounded up to the allocator's granule. Strings that lines of
+// other results share (a file, a function several addresses are in) count for each.
+func (n named) size() int64 {
+	size := int64(addrEntryBytes) + int64(cap(n.lines))*lineBytes
+	for _, l := range n.lines {
+		size += allocBytes(l.Function) + allocBytes(l.File)
+		if unsafe.StringData(l.SystemName) != unsafe.StringData(l.Function) {
+			size += allocBytes(l.SystemName)
+		}
+	}
+	return size
+}
+
+func allocBytes(s string) int64 {
+	if len(s) == 0 {
+		return 0
+	}
+	return int64(len(s)+7) &^ 7
 }
 
 // fileRef is what one Symbolize call learned of a mapped file.
@@ -265,10 +360,19 @@ func (s *Symbolizer) Symbolize(p *trace.Profile) []error {
 	}
 	callers := returnAddresses(p)
 	refs := map[*objfile.File]*fileRef{}
-	var errs []error
-	for _, loc := range p.Locations {
-		if loc == nil || loc.NameSource != "" || len(loc.Lines) > 0 {
-			continue
+	defer s.finish(refs)
+	var (
+		errs []error
+		prev *fileRef
+	)
+	for _, loc := range byFile(p.Locations) {
+		// A file's locations come together: once past them, what their lookups made
+		// resident goes, so that a call's peak is its largest file's, not their sum.
+		if prev != nil && (loc.Mapping == nil || refs[loc.Mapping.File] != prev) {
+			if prev.obj != nil {
+				prev.obj.trim(s.now())
+			}
+			prev = nil
 		}
 		back := uint64(0)
 		if callers[loc] {
@@ -291,6 +395,7 @@ func (s *Symbolizer) Symbolize(p *trace.Profile) []error {
 				ref = &fileRef{id: id, hash: s.fileHash(id)}
 				refs[loc.Mapping.File] = ref
 			}
+			prev = ref
 			lines, source, err = s.fileLines(ref, loc.Mapping.File, off-back)
 		}
 		if err != nil {
@@ -305,6 +410,52 @@ func (s *Symbolizer) Symbolize(p *trace.Profile) []error {
 		s.stats.LocationsNamed++
 	}
 	return errs
+}
+
+// byFile returns the locations still to be named, kernel ones first and then by
+// mapped file, each file's in their order in the profile.
+func byFile(locs []*trace.Location) []*trace.Location {
+	group := map[*objfile.File]int{}
+	var todo []*trace.Location
+	for _, loc := range locs {
+		if loc == nil || loc.NameSource != "" || len(loc.Lines) > 0 {
+			continue
+		}
+		todo = append(todo, loc)
+		if loc.Kind != trace.FrameKernel && loc.Mapping != nil {
+			if _, ok := group[loc.Mapping.File]; !ok {
+				group[loc.Mapping.File] = len(group) + 1
+			}
+		}
+	}
+	slices.SortStableFunc(todo, func(a, b *trace.Location) int {
+		return cmp.Compare(locGroup(group, a), locGroup(group, b))
+	})
+	return todo
+}
+
+func locGroup(group map[*objfile.File]int, loc *trace.Location) int {
+	if loc.Kind == trace.FrameKernel || loc.Mapping == nil {
+		return 0
+	}
+	return group[loc.Mapping.File]
+}
+
+// finish ends a Symbolize call: the files it read let go of what only a run of
+// lookups needs (decompressed DWARF sections, the pages of their mappings the
+// lookups touched), and the files evicted meanwhile are unmapped.
+func (s *Symbolizer) finish(refs map[*objfile.File]*fileRef) {
+	now := s.now()
+	for _, ref := range refs {
+		if ref.obj != nil {
+			ref.obj.trim(now)
+		}
+	}
+	for _, obj := range s.closing {
+		obj.close()
+	}
+	clear(s.closing)
+	s.closing = s.closing[:0]
 }
 
 // returnAddresses returns the locations p's samples pass as callers: every kernel
@@ -351,11 +502,46 @@ func (s *Symbolizer) fileLines(ref *fileRef, f *objfile.File, off uint64) ([]tra
 		// Not cached: the file may be readable once the cache lets it go.
 		return nil, SourceNone, err
 	}
-	lines, source := obj.lookup(off)
+	var (
+		lines     []trace.Line
+		source    string
+		lookupErr error
+	)
+	if fault := mmapfile.Guard(func() { lines, source, lookupErr = obj.lookup(off) }); fault != nil {
+		s.dropFaulted(ref, obj)
+		return nil, SourceNone, errors.Join(err, fmt.Errorf("read %s: %w", f.Path, fault))
+	}
+	if errors.Is(lookupErr, mmapfile.ErrFault) {
+		// A fault a parser recovered: the file is as broken as above.
+		s.dropFaulted(ref, obj)
+		return nil, SourceNone, errors.Join(err, fmt.Errorf("read %s: %w", f.Path, lookupErr))
+	}
+	if lookupErr != nil && !obj.lookupFailed {
+		// One error per file: the next broken part of it fails as quietly.
+		obj.lookupFailed = true
+		err = errors.Join(err, fmt.Errorf("name %#x in %s: %w", off, f.Path, lookupErr))
+	}
 	if s.addrs != nil {
-		s.addrs.Add(key, named{lines: slices.Clip(lines), source: source})
+		n := named{lines: slices.Clip(lines), source: source}
+		s.addrs.Add(key, n, n.size())
 	}
 	return lines, source, err
+}
+
+// dropFaulted evicts a file whose mapping faulted. It stays mapped until the
+// Symbolize call ends: other locations of this call may hold it yet, and see it
+// as faulted.
+func (s *Symbolizer) dropFaulted(ref *fileRef, obj *objFile) {
+	ref.obj = nil
+	if obj.faulted {
+		return
+	}
+	obj.faulted = true
+	s.stats.FilesFaulted++
+	if e, ok := s.files.Get(ref.id); ok && e.obj == obj {
+		s.files.Remove(ref.id)
+	}
+	s.closing = append(s.closing, obj)
 }
 
 // object returns the parsed file, reading it if the cache does not hold it. The
@@ -365,17 +551,30 @@ func (s *Symbolizer) object(ref *fileRef, f *objfile.File) (*objFile, error) {
 		return ref.obj, nil
 	}
 	ref.looked = true
-	if obj, ok := s.files.Get(ref.id); ok {
-		ref.obj = obj
-		return obj, nil
+	if e, ok := s.files.Get(ref.id); ok {
+		if e.obj != nil || s.now().Before(e.until) {
+			ref.obj = e.obj
+			return e.obj, nil
+		}
+		s.files.Remove(ref.id) // a failure old enough to retry
 	}
-	obj, err := loadObjFile(f, s.load)
+	var (
+		obj *objFile
+		err error
+	)
+	if fault := mmapfile.Guard(func() { obj, err = loadObjFile(f, s.load) }); fault != nil {
+		// loadObjFile unmapped what it had mapped on its way out.
+		obj, err = nil, fmt.Errorf("read %s: %w", f.Path, fault)
+	}
+	if obj != nil && errors.Is(err, mmapfile.ErrFault) {
+		obj.close()
+		obj = nil
+	}
 	switch {
 	case obj == nil:
 		s.stats.FilesFailed++
 	default:
 		s.stats.FilesLoaded++
-		s.cachedBytes += obj.size
 		if err != nil {
 			s.stats.DebugInfoFailed++
 		}
@@ -383,10 +582,11 @@ func (s *Symbolizer) object(ref *fileRef, f *objfile.File) (*objFile, error) {
 			s.stats.DebugFilesUsed++
 		}
 	}
+	entryBytes := fileEntryBytes + int64(len(ref.id.Value))
 	if obj == nil {
-		s.files.AddWithLifetime(ref.id, nil, failureRetryInterval)
+		s.files.Add(ref.id, fileEntry{until: s.now().Add(failureRetryInterval)}, entryBytes)
 	} else {
-		s.files.Add(ref.id, obj)
+		s.files.Add(ref.id, fileEntry{obj: obj}, entryBytes+obj.size)
 	}
 	ref.obj = obj
 	if err == nil {
@@ -409,9 +609,97 @@ func (s *Symbolizer) Stats() Stats {
 	st := s.stats
 	if s.files != nil {
 		st.CachedFiles = s.files.Len()
+		st.CachedFileBytes = s.files.Bytes()
 	}
-	st.CachedFileBytes = s.cachedBytes
+	st.CachedDWARFBytes = s.units.Bytes()
+	if s.kernel.syms != nil {
+		st.KernelSymbolBytes = s.kernel.syms.SizeBytes()
+	}
+	if s.addrs != nil {
+		st.CachedAddresses = s.addrs.Len()
+		st.CachedAddressBytes = s.addrs.Bytes()
+	}
 	return st
+}
+
+// Shed drops every parsed file (unmapping it), every decoded DWARF unit and every
+// named address, and returns the memory they held as estimated: for a watchdog to
+// call when the process nears its memory limit. Naming goes on afterwards, reading
+// files again as locations need them. The kernel's symbols stay.
+func (s *Symbolizer) Shed() (freed int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.files == nil {
+		return 0
+	}
+	freed = s.files.Bytes() + s.units.Bytes()
+	s.shedding = true
+	s.files.Clear()
+	s.shedding = false
+	for _, obj := range s.closing {
+		obj.close()
+	}
+	clear(s.closing)
+	s.closing = s.closing[:0]
+	s.units.Shed()
+	if s.addrs != nil {
+		freed += s.addrs.Bytes()
+		s.addrs.Clear()
+	}
+	s.stats.Sheds++
+	s.stats.ShedBytes += freed
+	return freed
+}
+
+// sizeBytes estimates the heap memory obj holds: its tables, and what holds them
+// together. Mapped files are not counted: their pages are the page cache's, and
+// the process's only while lookups touch them (see trim).
+func (obj *objFile) sizeBytes() int64 {
+	n := int64(unsafe.Sizeof(objFile{})+unsafe.Sizeof(ELFSymbols{})+unsafe.Sizeof(SymbolTable{})) +
+		obj.syms.Funcs.sizeBytes() + int64(cap(obj.syms.loads))*int64(unsafe.Sizeof(loadSegment{})) +
+		int64(len(obj.debugPath)) + int64(cap(obj.maps))*(8+int64(unsafe.Sizeof(mmapfile.Region{})))
+	if obj.dwarf != nil {
+		n += obj.dwarf.SizeBytes()
+	}
+	if obj.gopcln != nil {
+		n += obj.gopcln.SizeBytes()
+	}
+	return n
+}
+
+// close unmaps the files obj reads from and drops its decoded DWARF units. obj
+// must not be used afterwards.
+func (obj *objFile) close() {
+	if obj.dwarf != nil {
+		obj.dwarf.Close()
+	}
+	for _, m := range obj.maps {
+		m.Close()
+	}
+	obj.maps = nil
+}
+
+// releaseInterval is how often a file in use lets go of what only a run of lookups
+// needs: once per interval of a busy agent, and not after every Symbolize call of a
+// caller that names locations one by one, whom decompressing DWARF again, the
+// system calls and the faults that bring the pages back would cost more than the
+// lookups.
+const releaseInterval = 5 * time.Second
+
+// trim lets go of what only a run of lookups needs, if it has not for a while:
+// decompressed DWARF sections, and the pages of the mappings the lookups made
+// resident (they stay in the page cache, and come back at a fault's cost).
+func (obj *objFile) trim(now time.Time) {
+	if now.Sub(obj.releasedAt) < releaseInterval {
+		return
+	}
+	obj.releasedAt = now
+	if obj.dwarf != nil {
+		obj.dwarf.Trim()
+	}
+	for _, m := range obj.maps {
+		m.Release(m.Bytes())
+	}
 }
 
 // kernelLines names a kernel address, reading kallsyms the first time and again when an

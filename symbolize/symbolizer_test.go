@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -115,12 +116,13 @@ func TestSymbolizer(t *testing.T) {
 	}
 	// The missing file's failure is cached: not retried, not reported again.
 	want := Stats{FilesLoaded: 1, FilesFailed: 1, LocationsNamed: 4, LocationsUnnamed: 4,
-		CachedFiles: 2, AddressMisses: 6}
+		CachedFiles: 2, AddressMisses: 6, CachedAddresses: 4}
 	got := s.Stats()
-	if got.CachedFileBytes <= 0 {
-		t.Errorf("CachedFileBytes = %d with a file cached", got.CachedFileBytes)
+	if got.CachedFileBytes <= 0 || got.CachedDWARFBytes <= 0 || got.CachedAddressBytes <= 0 || got.KernelSymbolBytes <= 0 {
+		t.Errorf("CachedFileBytes = %d, CachedDWARFBytes = %d, CachedAddressBytes = %d, KernelSymbolBytes = %d with a file, its DWARF, addresses and kernel symbols held",
+			got.CachedFileBytes, got.CachedDWARFBytes, got.CachedAddressBytes, got.KernelSymbolBytes)
 	}
-	got.CachedFileBytes = 0
+	got.CachedFileBytes, got.CachedDWARFBytes, got.CachedAddressBytes, got.KernelSymbolBytes = 0, 0, 0, 0
 	if got != want {
 		t.Errorf("Stats() = %+v, want %+v", got, want)
 	}
@@ -264,7 +266,8 @@ func BenchmarkLookup(b *testing.B) {
 		i := 0
 		for b.Loop() {
 			loc := locs[i]
-			loc.Lines = nil
+			// Symbolize names only locations without a name source.
+			loc.Lines, loc.NameSource = nil, ""
 			p.Locations[0] = loc
 			s.Symbolize(p)
 			if len(loc.Lines) == 0 {
@@ -283,4 +286,90 @@ func fileOffsetFromELF(e *ELFSymbols, vaddr uint64) (uint64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// Shed drops both caches and the decoded DWARF, unmaps the files, reports what it
+// freed, and naming goes on afterwards, reading the files again.
+func TestSymbolizerShed(t *testing.T) {
+	bin := buildC(t, testProgram, pieArgs...)
+	m := wholeFile(t, bin, objfile.Key{Dev: 1, Inode: 500})
+	locs := locationsAt(t, m, spreadText(t, bin, 20))
+	p := &trace.Profile{Locations: locs}
+	s := New(Options{KallsymsPath: writeKallsyms(t, testKallsyms)})
+	if errs := s.Symbolize(p); len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	before := s.Stats()
+	held := before.CachedFileBytes + before.CachedDWARFBytes + before.CachedAddressBytes
+	if before.CachedFiles != 1 || before.CachedAddresses == 0 || before.CachedDWARFBytes == 0 {
+		t.Fatalf("before Shed: %+v", before)
+	}
+	if freed := s.Shed(); freed != held {
+		t.Errorf("Shed() = %d, want the %d bytes the caches held", freed, held)
+	}
+	after := s.Stats()
+	if after.CachedFiles != 0 || after.CachedAddresses != 0 || after.CachedFileBytes != 0 ||
+		after.CachedDWARFBytes != 0 || after.CachedAddressBytes != 0 ||
+		after.Sheds != 1 || after.ShedBytes != held || after.FilesEvicted != before.FilesEvicted {
+		t.Errorf("after Shed: %+v", after)
+	}
+	reset(locs)
+	if errs := s.Symbolize(p); len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	if n := countNamedT(locs); n < len(locs)/2 {
+		t.Errorf("after Shed: %d of %d named", n, len(locs))
+	}
+	if st := s.Stats(); st.FilesLoaded != 2 || st.AddressHits != 0 {
+		t.Errorf("after Shed: %+v, want the file read again", st)
+	}
+	if New(Options{Mode: ModeNone}).Shed() != 0 {
+		t.Error("Shed of a symbolizer that names nothing freed something")
+	}
+}
+
+// The caches keep within their bounds in bytes: the address cache evicts names, the
+// file cache files, and the file used last stays however large it is.
+func TestSymbolizerByteBounds(t *testing.T) {
+	a := buildC(t, testProgram, pieArgs...)
+	b := buildC(t, strings.Replace(testProgram, "x * 3 + 1", "x * 5 + 2", 1), pieArgs...)
+	ma := wholeFile(t, a, objfile.Key{Dev: 1, Inode: 510})
+	mb := wholeFile(t, b, objfile.Key{Dev: 1, Inode: 511})
+	locs := locationsAt(t, ma, spreadText(t, a, 40))
+	s := New(Options{AddressCacheBytes: 2000, FileCacheBytes: 1})
+	if errs := s.Symbolize(&trace.Profile{Locations: locs}); len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	st := s.Stats()
+	if st.CachedAddressBytes > 2000 || st.CachedAddresses == 0 || st.CachedAddresses >= countNamedT(locs) {
+		t.Errorf("a 2000-byte address cache holds %d names of %d bytes", st.CachedAddresses, st.CachedAddressBytes)
+	}
+	if st.CachedFiles != 1 {
+		t.Errorf("%d files cached, want the one in use however large", st.CachedFiles)
+	}
+	if errs := s.Symbolize(&trace.Profile{Locations: locationsAt(t, mb, spreadText(t, b, 5))}); len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	if st := s.Stats(); st.CachedFiles != 1 || st.FilesEvicted != 1 {
+		t.Errorf("a second file through a 1-byte file cache: %+v", st)
+	}
+}
+
+// Symbolize takes a file's locations together, so that it can let each file's pages
+// go before the next file's: kernel frames first, then files in order of first use,
+// and the profile's order within each.
+func TestByFileGroupsLocations(t *testing.T) {
+	a, b := objfile.HostFile(objfile.Key{Dev: 1, Inode: 1}, "/a"), objfile.HostFile(objfile.Key{Dev: 1, Inode: 2}, "/b")
+	ma, mb := &trace.Mapping{File: a}, &trace.Mapping{File: b}
+	locs := []*trace.Location{
+		{Address: 1, Mapping: ma}, {Address: 2, Mapping: mb}, {Address: 3, Kind: trace.FrameKernel},
+		{Address: 4, Mapping: ma}, nil, {Address: 5, Mapping: mb, NameSource: SourceSymtab}, {Address: 6, Mapping: mb},
+	}
+	var got []uint64
+	for _, l := range byFile(locs) {
+		got = append(got, l.Address)
+	}
+	if want := []uint64{3, 1, 4, 2, 6}; !slices.Equal(got, want) {
+		t.Errorf("order %v, want %v", got, want)
+	}
 }

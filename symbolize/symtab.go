@@ -38,41 +38,76 @@ type Symbol struct {
 // largest size is kept.
 type SymbolTable struct {
 	entries []tableEntry // sorted by addr, one per address
-	// names holds every kept name back to back; entries point into it, so that a
-	// table costs one allocation for its names rather than one per symbol.
-	names string
+	// names are the string tables entries point into: names[0] holds copies, one
+	// string for all, so that a table costs one allocation for its names rather than
+	// one per symbol; the others are ELF string tables used where they lie, in a
+	// mapped file (see symbolReader).
+	names []string
 }
 
 type tableEntry struct {
 	addr, end uint64 // end is exclusive and already resolves unsized symbols
-	nameOff   uint32
-	// nameLen holds the name's length in its low 27 bits, then whether it came from
-	// .dynsym, then the binding in the top 4.
+	nameOff   uint32 // into names[source]
+	// nameLen holds the name's length in its low 24 bits, then the index of its
+	// string table in 3, whether it came from .dynsym, and the binding in the top 4.
 	nameLen uint32
 }
 
 const (
-	nameLenBits = 27
+	nameLenBits = 24
 	maxNameLen  = 1<<nameLenBits - 1
-	dynamicBit  = 1 << nameLenBits
-	bindingBits = nameLenBits + 1
+	sourceShift = nameLenBits
+	maxSources  = 1 << 3
+	dynamicBit  = 1 << (sourceShift + 3)
+	bindingBits = sourceShift + 4
 )
 
-// candidate is a symbol offered to a table, with the address an unsized symbol must
-// not extend past (the end of its section).
+// candidate is a symbol offered to a table: its name is names[src][nameOff:][:nameLen]
+// of the string tables newSymbolTable is given, and limit is the address an unsized
+// symbol must not extend past (the end of its section).
 type candidate struct {
-	Symbol
-	limit uint64
+	value, size, limit uint64
+	nameOff, nameLen   uint32
+	src                uint8
+	binding            elf.SymBind
+	dynamic            bool
+}
+
+// nameTable is a string table candidates name their symbols in.
+type nameTable struct {
+	s string
+	// keep says a table may point into s rather than copy the names it keeps: s lies
+	// in a mapping that lives as long as the table.
+	keep bool
+}
+
+func (c *candidate) name(tabs []nameTable) string {
+	return tabs[c.src].s[c.nameOff : c.nameOff+c.nameLen]
 }
 
 // NewSymbolTable builds a table from symbols in any order. Unsized symbols extend
 // to the next symbol, or without bound for the last one.
 func NewSymbolTable(syms []Symbol) *SymbolTable {
-	cands := make([]candidate, len(syms))
-	for i, s := range syms {
-		cands[i] = candidate{Symbol: s, limit: math.MaxUint64}
+	n := 0
+	for _, s := range syms {
+		n += min(len(s.Name), maxNameLen)
 	}
-	return newSymbolTable(cands)
+	var all strings.Builder
+	all.Grow(n)
+	cands := make([]candidate, 0, len(syms))
+	for _, s := range syms {
+		name := s.Name[:min(len(s.Name), maxNameLen)]
+		if all.Len() > math.MaxUint32-len(name) {
+			break // over 4 GiB of names; keep what fits
+		}
+		cands = append(cands, candidate{
+			value: s.Value, size: s.Size, limit: math.MaxUint64,
+			nameOff: uint32(all.Len()), nameLen: uint32(len(name)),
+			binding: s.Binding, dynamic: s.Dynamic,
+		})
+		all.WriteString(name)
+	}
+	return newSymbolTable(cands, []nameTable{{s: all.String()}})
 }
 
 // bindingRank orders aliases by binding; lower wins.
@@ -100,79 +135,95 @@ func preferAlias(rankA, rankB int, a, b string) int {
 	return strings.Compare(a, b)
 }
 
-// newSymbolTable sorts cands in place and builds the table from them.
-func newSymbolTable(cands []candidate) *SymbolTable {
+// newSymbolTable sorts cands in place and builds the table from them. Names in a
+// table that may be kept (keep) stay where they are; the others are copied. At most
+// maxSources-1 tables may be kept.
+func newSymbolTable(cands []candidate, tabs []nameTable) *SymbolTable {
 	slices.SortFunc(cands, func(a, b candidate) int {
-		if c := cmp.Compare(a.Value, b.Value); c != 0 {
+		if c := cmp.Compare(a.value, b.value); c != 0 {
 			return c
 		}
-		if c := preferAlias(bindingRank(a.Binding), bindingRank(b.Binding), a.Name, b.Name); c != 0 {
+		if c := preferAlias(bindingRank(a.binding), bindingRank(b.binding), a.name(tabs), b.name(tabs)); c != 0 {
 			return c
 		}
-		return cmpBool(a.Dynamic, b.Dynamic) // .symtab first
+		return cmpBool(a.dynamic, b.dynamic) // .symtab first
 	})
 
+	// Where each table's names go: kept tables become sources 1…, the rest are
+	// copied into source 0.
+	source := make([]uint8, len(tabs))
+	t := &SymbolTable{names: []string{""}}
+	for i, tab := range tabs {
+		if tab.keep && len(t.names) < maxSources {
+			source[i] = uint8(len(t.names))
+			t.names = append(t.names, tab.s)
+		}
+	}
 	// Count what the aliases leave, to allocate once.
 	n, blob := 0, 0
 	for i, c := range cands {
-		if i == 0 || c.Value != cands[i-1].Value {
+		if i == 0 || c.value != cands[i-1].value {
 			n++
-			blob += min(len(c.Name), maxNameLen)
+			if source[c.src] == 0 {
+				blob += int(c.nameLen)
+			}
 		}
 	}
-	t := &SymbolTable{entries: make([]tableEntry, 0, n)}
+	t.entries = make([]tableEntry, 0, n)
 	var names strings.Builder
 	names.Grow(blob)
 	for i := 0; i < len(cands); {
 		first := cands[i]
-		size, limit := first.Size, first.limit
+		size, limit := first.size, first.limit
 		j := i + 1
-		for ; j < len(cands) && cands[j].Value == first.Value; j++ {
-			size = max(size, cands[j].Size)
+		for ; j < len(cands) && cands[j].value == first.value; j++ {
+			size = max(size, cands[j].size)
 			limit = max(limit, cands[j].limit)
 		}
 		var end uint64
 		switch {
 		case size > 0:
-			end = first.Value + size
-			if end < first.Value { // a corrupt size must not wrap around
+			end = first.value + size
+			if end < first.value { // a corrupt size must not wrap around
 				end = math.MaxUint64
 			}
 		case j < len(cands):
-			end = min(limit, cands[j].Value)
+			end = min(limit, cands[j].value)
 		default:
 			end = limit
 		}
-		name := first.Name[:min(len(first.Name), maxNameLen)]
-		if names.Len() > math.MaxUint32-len(name) {
-			break // over 4 GiB of names cannot come from a real file; keep what fits
+		src, off := source[first.src], first.nameOff
+		if src == 0 {
+			name := first.name(tabs)
+			if names.Len() > math.MaxUint32-len(name) {
+				break // over 4 GiB of names cannot come from a real file; keep what fits
+			}
+			off = uint32(names.Len())
+			names.WriteString(name)
 		}
-		nameLen := uint32(len(name)) | uint32(first.Binding&0xf)<<bindingBits
-		if first.Dynamic {
+		nameLen := min(first.nameLen, maxNameLen) | uint32(src)<<sourceShift | uint32(first.binding&0xf)<<bindingBits
+		if first.dynamic {
 			nameLen |= dynamicBit
 		}
-		t.entries = append(t.entries, tableEntry{
-			addr:    first.Value,
-			end:     end,
-			nameOff: uint32(names.Len()),
-			nameLen: nameLen,
-		})
-		names.WriteString(name)
+		t.entries = append(t.entries, tableEntry{addr: first.value, end: end, nameOff: off, nameLen: nameLen})
 		i = j
 	}
-	t.names = names.String()
+	t.names[0] = names.String()
 	return t
 }
 
-// sizeBytes estimates the memory the table holds.
+// sizeBytes estimates the memory the table holds: the string tables it points into
+// are mapped, not on the heap.
 func (t *SymbolTable) sizeBytes() int64 {
-	return int64(cap(t.entries))*int64(unsafe.Sizeof(tableEntry{})) + int64(len(t.names))
+	return int64(cap(t.entries))*int64(unsafe.Sizeof(tableEntry{})) + int64(len(t.names[0])) + int64(cap(t.names))*16
 }
 
 // Len is the number of symbols the table kept, after merging aliases.
 func (t *SymbolTable) Len() int { return len(t.entries) }
 
-// Lookup returns the symbol enclosing addr.
+// Lookup returns the symbol enclosing addr. A table built from a mapped file returns
+// names that point into the mapping: they are valid while the file is, and are read
+// under mmapfile.Guard.
 func (t *SymbolTable) Lookup(addr uint64) (Symbol, bool) {
 	// A hand-written binary search: this is the hot path and sort.Search's closure
 	// call per step costs more than the comparison.
@@ -195,8 +246,9 @@ func (t *SymbolTable) Lookup(addr uint64) (Symbol, bool) {
 func (t *SymbolTable) symbol(i int) Symbol {
 	e := t.entries[i]
 	n := e.nameLen & maxNameLen
+	names := t.names[(e.nameLen>>sourceShift)&(maxSources-1)]
 	return Symbol{
-		Name:    t.names[e.nameOff : e.nameOff+n],
+		Name:    names[e.nameOff : e.nameOff+n],
 		Value:   e.addr,
 		Size:    e.end - e.addr,
 		Binding: elf.SymBind(e.nameLen >> bindingBits),

@@ -100,10 +100,11 @@ func TestSymbolTableExtents(t *testing.T) {
 // Unsized symbols in an ELF file end at their section, so that code in a later section
 // without symbols (the PLT) is not named after the last function before it.
 func TestSymbolTableSectionLimit(t *testing.T) {
+	names := nameTable{s: "_init\x00_start\x00"}
 	tab := newSymbolTable([]candidate{
-		{Symbol: Symbol{Name: "_init", Value: 0x1000}, limit: 0x101b},
-		{Symbol: Symbol{Name: "_start", Value: 0x1040, Size: 0x20}, limit: 0x2000},
-	})
+		{value: 0x1000, limit: 0x101b, nameOff: 0, nameLen: 5},
+		{value: 0x1040, size: 0x20, limit: 0x2000, nameOff: 6, nameLen: 6},
+	}, []nameTable{names})
 	if got, ok := tab.Lookup(0x101a); !ok || got.Name != "_init" {
 		t.Errorf("Lookup(0x101a) = %q, %v", got.Name, ok)
 	}

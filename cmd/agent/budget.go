@@ -29,21 +29,23 @@ type budget struct {
 	unwindRows   int // rows of unwind tables, 16 bytes each
 	maxProcesses int // processes whose mappings the kernel unwinder and the tracker hold
 	// sonde's own memory.
-	rss          int64 // above this, sonde sheds caches and queued intervals
-	goLimit      int64 // the Go runtime's soft limit
-	ringBytes    int   // the BPF ring buffer, mapped into sonde
-	chunkCache   int   // stack chunks interned
-	addressCache int   // named addresses cached
-	fileCache    int64 // bytes of parsed object files cached
-	queueBytes   int   // encoded intervals queued for the collector
-	mergedStacks int   // distinct samples the run's merged --output profile keeps
+	rss        int64 // above this, sonde sheds caches and queued intervals
+	goLimit    int64 // the Go runtime's soft limit
+	ringBytes  int   // the BPF ring buffer, mapped into sonde
+	chunkCache int   // stack chunks interned
+	// The symbolizer's caches, in bytes as it estimates them: parsed files, decoded
+	// DWARF units, named addresses.
+	fileCacheBytes    int64
+	dwarfCacheBytes   int64
+	addressCacheBytes int64
+	queueBytes        int // encoded intervals queued for the collector
+	mergedStacks      int // distinct samples the run's merged --output profile keeps
 }
 
 // Estimated costs of one entry, from the structures' sizes: they turn byte shares into counts.
 const (
 	procInfoBytes  = int(unsafe.Sizeof(bpf.ExecMapping{}))*bpf.MaxProcessMappings + 64 // a hash entry of struct proc_info
 	chunkBytes     = 400                                                               // a chunk of 8 frames with its locations
-	addressBytes   = 200                                                               // a named address with its line
 	mergedBytes    = 300                                                               // a merged sample with its stack
 	unwindRowBytes = 16                                                                // the kernel rounds a 12-byte row up
 )
@@ -58,8 +60,11 @@ func newBudget(limit int64, cfg *config, cpus int) budget {
 	b.goLimit = share(50)
 	b.ringBytes = ringBytes(cfg.frequency, cpus, share(4))
 	b.chunkCache = max(1024, int(share(5))/chunkBytes)
-	b.addressCache = max(1024, int(share(2))/addressBytes)
-	b.fileCache = share(12)
+	// The symbolizer's defaults at the default limit, in proportion to it: what a busy
+	// host's interval names fits them, and every file, unit and name can be read again.
+	b.fileCacheBytes = max(1<<20, limit/32)
+	b.dwarfCacheBytes = max(512<<10, limit/64)
+	b.addressCacheBytes = max(512<<10, limit/64)
 	b.queueBytes = int(share(10))
 	b.mergedStacks = max(1024, int(share(8))/mergedBytes)
 	if cfg.unwindRows > 0 {
@@ -67,9 +72,6 @@ func newBudget(limit int64, cfg *config, cpus int) budget {
 	}
 	if cfg.chunkCache > 0 {
 		b.chunkCache = cfg.chunkCache
-	}
-	if cfg.symbolize.AddressCacheSize > 0 {
-		b.addressCache = cfg.symbolize.AddressCacheSize
 	}
 	return b
 }
@@ -90,7 +92,8 @@ func (b budget) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.Int64("limit_bytes", b.limit), slog.Int64("go_limit_bytes", b.goLimit), slog.Int("unwind_rows", b.unwindRows),
 		slog.Int("processes", b.maxProcesses), slog.Int("ring_bytes", b.ringBytes), slog.Int("chunks", b.chunkCache),
-		slog.Int("addresses", b.addressCache), slog.Int("queue_bytes", b.queueBytes))
+		slog.Int64("file_cache_bytes", b.fileCacheBytes), slog.Int64("dwarf_cache_bytes", b.dwarfCacheBytes),
+		slog.Int64("address_cache_bytes", b.addressCacheBytes), slog.Int("queue_bytes", b.queueBytes))
 }
 
 // pressure watches sonde's resident memory and, above the budget, sheds the least

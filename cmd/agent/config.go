@@ -135,8 +135,8 @@ func agentFlags(getenv func(string) string) (*flag.FlagSet, func(set *flag.FlagS
 	fs.BoolVar(&c.bpfStats, "bpf-stats", false, "measure the BPF program's run time and report ns per sample at exit")
 	var symMode string
 	fs.StringVar(&symMode, "symbolize", "full", "naming on the host: `full` (DWARF lines and inlines, Go pclntab, symbol tables), symtab (symbol tables and pclntab), none (addresses and build IDs only)")
-	fs.IntVar(&c.symbolize.FileCacheSize, "symbol-cache-files", 128, "parsed object files kept for naming (LRU)")
-	fs.IntVar(&c.symbolize.AddressCacheSize, "symbol-cache-addresses", 0, "named addresses kept (LRU) (0: sized from --memory-limit)")
+	fs.IntVar(&c.symbolize.FileCacheSize, "symbol-cache-files", symbolize.DefaultFileCacheSize, "parsed object files kept for naming (LRU), at most; their memory is bounded by --memory-limit too")
+	fs.IntVar(&c.symbolize.AddressCacheSize, "symbol-cache-addresses", symbolize.DefaultAddressCacheSize, "named addresses kept (LRU), at most; their memory is bounded by --memory-limit too")
 	fs.IntVar(&c.chunkSize, "chunk-size", trace.DefaultChunkSize, "frames per interned stack chunk; stacks sharing a prefix share its chunks")
 	fs.IntVar(&c.chunkCache, "chunk-cache", 0, "stack chunks kept in the intern cache (LRU) (0: sized from --memory-limit)")
 	fs.StringVar(&c.unwind, "unwind", "tables", "how user stacks are walked: `tables` (.eh_frame, no frame pointers needed; frame pointers where a file has none) or fp (frame pointers only)")

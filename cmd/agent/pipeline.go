@@ -172,7 +172,9 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 		return nil, usageError{err}
 	}
 	symOpts := cfg.symbolize
-	symOpts.AddressCacheSize = p.budget.addressCache
+	symOpts.FileCacheBytes = p.budget.fileCacheBytes
+	symOpts.DWARFCacheBytes = p.budget.dwarfCacheBytes
+	symOpts.AddressCacheBytes = p.budget.addressCacheBytes
 	p.symbolizer = symbolize.New(symOpts)
 	p.sinks = p.makeSinks()
 	p.pressure = &pressure{limit: p.budget.rss, log: log, sheds: p.shedders()}

@@ -157,7 +157,7 @@ func TestMetricsEndpoint(t *testing.T) {
 			t.Errorf("%s did not move: %v then %v", name, first[name], second[name])
 		}
 	}
-	for _, name := range []string{"go_goroutines", "process_open_fds", "sonde_memory_rss_bytes", `sonde_bpf_map_entries{map="proc_maps"}`, "sonde_processes", `sonde_unwind_walks_total{outcome="complete"}`} {
+	for _, name := range []string{"go_goroutines", "process_open_fds", "sonde_memory_rss_bytes", `sonde_bpf_map_entries{map="proc_maps"}`, "sonde_processes", `sonde_unwind_walks_total{outcome="complete"}`, `sonde_symbolize_cache_size_bytes{cache="kernel_symbols"}`} {
 		if _, ok := second[name]; !ok {
 			t.Errorf("no %s in /metrics", name)
 		}

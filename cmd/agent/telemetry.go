@@ -165,8 +165,9 @@ func registerInstruments(m metric.Meter, p *pipeline) error {
 		processes     = gauge("sonde.processes", "Processes tracked.", "{process}")
 		files         = gauge("sonde.files", "Mapped files tracked.", "{file}")
 		rss           = gauge("sonde.memory.rss", "sonde's resident memory.", "By")
+		symCache      = gauge("sonde.symbolize.cache.size", "Estimated memory the symbolizer's caches hold, by cache.", "By")
 		sheds         = counter("sonde.memory.sheds", "Times caches or queued intervals were dropped to stay within --memory-limit.", "{shed}")
-		observables   = []metric.Observable{samples, lost, walks, stale, unresolved, symFailed, locations, fileRefused, exports, dropped, queue, queueBytes, mapEntries, mapCapacity, rows, rowsBudget, processes, files, rss, sheds}
+		observables   = []metric.Observable{samples, lost, walks, stale, unresolved, symFailed, locations, fileRefused, exports, dropped, queue, queueBytes, mapEntries, mapCapacity, rows, rowsBudget, processes, files, rss, symCache, sheds}
 		outcome       = func(v string) metric.ObserveOption { return metric.WithAttributes(attribute.String("outcome", v)) }
 		reason        = func(v string) metric.ObserveOption { return metric.WithAttributes(attribute.String("reason", v)) }
 		mapName       = func(v string) metric.ObserveOption { return metric.WithAttributes(attribute.String("map", v)) }
@@ -202,6 +203,11 @@ func registerInstruments(m metric.Meter, p *pipeline) error {
 				o.ObserveInt64(symFailed, int64(ss.FilesFailed))
 				o.ObserveInt64(locations, int64(ss.LocationsNamed), outcome("named"))
 				o.ObserveInt64(locations, int64(ss.LocationsUnnamed), outcome("unnamed"))
+				cache := func(v string) metric.ObserveOption { return metric.WithAttributes(attribute.String("cache", v)) }
+				o.ObserveInt64(symCache, ss.CachedFileBytes, cache("files"))
+				o.ObserveInt64(symCache, ss.CachedDWARFBytes, cache("dwarf_units"))
+				o.ObserveInt64(symCache, ss.CachedAddressBytes, cache("addresses"))
+				o.ObserveInt64(symCache, ss.KernelSymbolBytes, cache("kernel_symbols"))
 			}
 			if p.exporter != nil {
 				es := p.exporter.Stats()

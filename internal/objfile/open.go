@@ -43,6 +43,10 @@ type Handle struct {
 // Name is the path the handle was opened by, for messages.
 func (h *Handle) Name() string { return h.name }
 
+// Fd is the open file's descriptor, for mapping it: valid until Close, and the file
+// behind it was checked to be regular and no larger than the bound when opened.
+func (h *Handle) Fd() int { return int(h.f.Fd()) }
+
 // Size is the file's size when it was opened; reads stop there.
 func (h *Handle) Size() int64 { return h.size }
 

@@ -1,11 +1,38 @@
-// Package dwarf turns the DWARF debug information of an ELF file into a compact
-// table that maps a code address to its source frames: the innermost function,
-// file and line from the line table, then one frame per inlined call around it,
-// the way addr2line -i and the OTLP and pprof Location.lines expect them.
+// Package dwarf turns the DWARF debug information of an ELF file into a table that
+// maps a code address to its source frames: the innermost function, file and line
+// from the line table, then one frame per inlined call around it, the way
+// addr2line -i and the OTLP and pprof Location.lines expect them.
 //
-// It reads DWARF 4 and 5, compressed sections included, through the standard
-// library's debug/dwarf, decodes everything a lookup needs once, and then lets
-// the raw sections go: the table keeps line rows, inline trees and names only,
-// which is a fraction of the size of .debug_info. Hostile or broken input costs
-// an error, never a panic, and the sections read are bounded in size beforehand.
+// It reads DWARF 4 and 5, compressed sections included, and decodes lazily, a unit
+// at a time. Load builds an index only: each unit's header, and the addresses its
+// code takes, from .debug_aranges where that lists the unit, else from the ranges
+// of the unit's DIE, else (dwz's partial units, odd producers) from the unit's
+// lines and functions, decoded once at load. A lookup decodes the one unit covering
+// its address, its line rows and its tree of functions and inlined calls, into a
+// compact table kept in a Cache bounded in bytes and shared by the files of a
+// symbolizer. References into other units (DW_FORM_ref_addr abstract origins and
+// specifications, as LTO and dwz make them) are followed by reading the DIE where it
+// lies, through its unit's abbreviations. Units are decoded alone, so a unit's
+// lookups see its own line rows only: where the cold parts of several units'
+// sequences interleave, an address gets its own unit's line, as binutils gives it.
+//
+// The DIEs are read by this package rather than debug/dwarf, which parses every
+// unit's abbreviations when it opens the sections (12 MiB of heap for the C
+// library) and keeps them; line programs still run through debug/dwarf's
+// LineReader, over a Data made for one program.
+//
+// Given the file mapped (Options.File), uncompressed sections are read where they
+// lie and never copied. Compressed ones (SHF_COMPRESSED zlib or zstd, .zdebug) are
+// decompressed when Load or a lookup needs them and kept until Trim, which the
+// symbolizer calls once a run of lookups is done: holding the copy would cost as
+// much as the tables the eager decoder kept, and decompressing again costs a few
+// tens of milliseconds for the C library, once per run that needs a new unit. The
+// copies lie in anonymous memory outside the Go heap, given back at Trim.
+//
+// Hostile or broken input costs an error, never a panic: unit headers, unit DIEs
+// and line program headers are checked at load, each unit when decoded, the
+// sections read are bounded in size beforehand, and a compression header's size is
+// not allocated before the stream yields it. A fault reading a mapped file (it
+// shrank) comes back as the *mmapfile.FaultError it is, for the caller to drop the
+// file.
 package dwarf

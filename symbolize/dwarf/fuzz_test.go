@@ -2,7 +2,6 @@ package dwarf
 
 import (
 	"bytes"
-	"debug/dwarf"
 	"debug/elf"
 	"encoding/binary"
 	"os"
@@ -42,7 +41,7 @@ func buildC(t testing.TB, flags ...string) string {
 
 func sectionData(t testing.TB, f *elf.File, name string) []byte {
 	t.Helper()
-	s := section(f, name)
+	s := elfSection(f, name)
 	if s == nil {
 		return nil
 	}
@@ -53,26 +52,50 @@ func sectionData(t testing.TB, f *elf.File, name string) []byte {
 	return b
 }
 
-// probe looks up addresses all over a table; it must neither panic nor loop.
+// probe looks up addresses all over a table, in every unit it indexes; it must
+// neither panic nor loop.
 func probe(t *testing.T, tab *Table) {
 	for _, a := range []uint64{0, 1, 0x1000, 0x1130, 0x1140, 1 << 32, 1<<64 - 1} {
-		for _, f := range tab.Lookup(a) {
+		frames, _ := tab.Lookup(a)
+		for _, f := range frames {
 			if f.Line < 0 {
 				t.Fatalf("Lookup(%#x): negative line %d", a, f.Line)
 			}
 		}
 	}
-	for _, r := range tab.rows {
-		tab.Lookup(r.addr)
-	}
-	for _, s := range tab.funcs {
-		tab.Lookup(s.lo)
-		tab.Lookup(s.hi - 1)
+	for _, sp := range tab.spans {
+		ut, _ := tab.unit(sp.unit)
+		tab.Lookup(sp.lo)
+		tab.Lookup(sp.hi - 1)
+		if ut == nil {
+			continue
+		}
+		for _, r := range ut.rows {
+			tab.Lookup(r.addr)
+		}
+		for _, s := range ut.funcs {
+			tab.Lookup(s.lo)
+			tab.Lookup(s.hi - 1)
+		}
 	}
 }
 
-// FuzzTable feeds the decoder mutated DWARF sections: debug/dwarf parses them and the
-// table is built and probed, which must end without a panic or a hang.
+// tableOf builds a table from raw sections, as Load does from a file's.
+func tableOf(info, abbrev, line, str, lineStr []byte) (*Table, error) {
+	t := &Table{cache: NewCache(DefaultCacheBytes)}
+	for i, b := range map[sectionIndex][]byte{secInfo: info, secAbbrev: abbrev, secLine: line, secStr: str, secLineStr: lineStr} {
+		if len(b) > 0 {
+			t.secs[i] = section{data: b, size: uint64(len(b))}
+		}
+	}
+	if err := t.index(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// FuzzTable feeds the decoder mutated DWARF sections: the index is built and every
+// unit decoded and probed, which must end without a panic or a hang.
 func FuzzTable(f *testing.F) {
 	f.Add([]byte{}, []byte{}, []byte{}, []byte{}, []byte{})
 	if _, err := exec.LookPath("gcc"); err == nil {
@@ -87,16 +110,7 @@ func FuzzTable(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, info, abbrev, line, str, lineStr []byte) {
-		d, err := dwarf.New(abbrev, nil, nil, info, line, nil, nil, str)
-		if err != nil {
-			return
-		}
-		if len(lineStr) > 0 {
-			if err := d.AddSection(".debug_line_str", lineStr); err != nil {
-				return
-			}
-		}
-		tab, err := New(d, line)
+		tab, err := tableOf(info, abbrev, line, str, lineStr)
 		if err != nil {
 			return
 		}
@@ -123,12 +137,18 @@ func FuzzLoad(f *testing.F) {
 			return
 		}
 		// A bound a little over the seeds' sections: mutated headers claiming more
-		// must be refused before anything that large is allocated.
-		tab, err := Load(ef, 1<<20)
-		if err != nil {
-			return
+		// must be refused before anything that large is allocated. The file is read
+		// both ways: through debug/elf, and in place as from a mapping.
+		for _, file := range [][]byte{nil, data} {
+			tab, err := Load(ef, Options{MaxBytes: 1 << 20, File: file})
+			if err != nil {
+				continue
+			}
+			probe(t, tab)
+			tab.Trim()
+			probe(t, tab)
+			tab.Close()
 		}
-		probe(t, tab)
 	})
 }
 
@@ -142,8 +162,10 @@ func TestLoadCorrupt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Load(ef, 0); err != nil {
-		t.Fatalf("the intact file: %v", err)
+	for _, file := range [][]byte{nil, data} {
+		if _, err := Load(ef, Options{File: file}); err != nil {
+			t.Fatalf("the intact file: %v", err)
+		}
 	}
 	info, line := ef.Section(".debug_info"), ef.Section(".debug_line")
 	// The index of .debug_info's section header, to point its sh_offset elsewhere.
@@ -190,8 +212,10 @@ func TestLoadCorrupt(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
-		if _, err := Load(ef, 0); err == nil {
-			t.Errorf("%s: Load succeeded", tc.name)
+		for _, file := range [][]byte{nil, bad} {
+			if _, err := Load(ef, Options{File: file}); err == nil {
+				t.Errorf("%s: Load (mapped %v) succeeded", tc.name, file != nil)
+			}
 		}
 	}
 }
@@ -239,16 +263,22 @@ func TestLoadHostileCompressedSize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Load(ef2, 64<<20); err == nil || !strings.Contains(err.Error(), "exceed") {
-		t.Errorf("Load with a 1 TiB .debug_info: %v, want the bound refusing it", err)
-	}
-	// Without a bound the stream ends long before the claimed size: an error, and
-	// memory grows with the real data only.
-	if _, err := Load(ef2, 0); err == nil {
-		t.Error("Load of a section shorter than its header claims succeeded")
-	}
-	if _, err := Load(ef, 64<<20); err != nil {
-		t.Errorf("the intact file: %v", err)
+	for _, mapped := range []bool{false, true} {
+		file, file2 := []byte(nil), []byte(nil)
+		if mapped {
+			file, file2 = data, bad
+		}
+		if _, err := Load(ef2, Options{MaxBytes: 64 << 20, File: file2}); err == nil || !strings.Contains(err.Error(), "exceed") {
+			t.Errorf("Load (mapped %v) with a 1 TiB .debug_info: %v, want the bound refusing it", mapped, err)
+		}
+		// Without a bound the stream ends long before the claimed size: an error, and
+		// memory grows with the real data only.
+		if _, err := Load(ef2, Options{File: file2}); err == nil {
+			t.Errorf("Load (mapped %v) of a section shorter than its header claims succeeded", mapped)
+		}
+		if _, err := Load(ef, Options{MaxBytes: 64 << 20, File: file}); err != nil {
+			t.Errorf("the intact file (mapped %v): %v", mapped, err)
+		}
 	}
 }
 
@@ -262,7 +292,7 @@ func TestLoadNoDWARF(t *testing.T) {
 	if HasDWARF(ef) {
 		t.Fatal("HasDWARF of a file built without -g")
 	}
-	if _, err := Load(ef, 0); err != ErrNoDWARF {
+	if _, err := Load(ef, Options{}); err != ErrNoDWARF {
 		t.Errorf("Load: %v, want ErrNoDWARF", err)
 	}
 }

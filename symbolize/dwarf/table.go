@@ -3,15 +3,18 @@ package dwarf
 import (
 	"bytes"
 	"cmp"
-	"debug/dwarf"
 	"debug/elf"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"math"
-	"path"
 	"slices"
 	"strings"
+	"sync"
+	"unsafe"
+
+	"github.com/sonde-profiler/sonde/symbolize/internal/mmapfile"
 )
 
 // ErrNoDWARF means the file carries no .debug_info: stripped, or never built with -g.
@@ -43,656 +46,416 @@ const (
 	// maxRefChain bounds how many abstract-origin and specification links a name
 	// lookup follows, so that a cycle in hostile input ends.
 	maxRefChain = 8
-	// maxOverlap bounds how far a lookup looks back among functions starting before
-	// an address for one that still covers it: top-level functions do not overlap in
-	// sane output, and hostile output must not make a lookup linear.
+	// maxOverlap bounds how far a lookup looks back among functions (or units)
+	// starting before an address for one that still covers it: they do not overlap
+	// in sane output, and hostile output must not make a lookup linear.
 	maxOverlap = 8
 )
 
-// Table maps addresses to frames. It is immutable once built and safe for
+// DefaultCacheBytes bounds the private cache of a Table loaded without one.
+const DefaultCacheBytes = 8 << 20
+
+// Options say how Load reads a file.
+type Options struct {
+	// MaxBytes bounds the DWARF sections read, uncompressed; 0 means no bound.
+	MaxBytes int64
+	// File is the whole file's contents when the caller has mapped it, else nil.
+	// Uncompressed sections are then read where they lie, never copied, and
+	// compressed ones are decompressed when lookups need them, until Trim. The
+	// caller keeps the mapping while it uses the table and reads it under
+	// mmapfile.Guard. Without File, the sections are read into memory and kept.
+	File []byte
+	// Cache keeps the units lookups decode, bounded in bytes and shared by the
+	// tables given it; nil gives the table a cache of its own of DefaultCacheBytes.
+	Cache *Cache
+}
+
+// Table maps addresses to frames. Load indexes the units by address; a lookup
+// decodes the unit covering its address (line rows, functions, inlined calls) into
+// the cache, where later lookups find it until it is evicted. A Table is safe for
 // concurrent lookups.
 type Table struct {
-	rows   []row // line table rows of every unit, by address
-	files  []string
-	names  []string
-	nodes  []node    // functions and their inlined calls, each tree in preorder
-	ranges []pcRange // the nodes' address ranges
-	funcs  []span    // the ranges of outermost functions, by start address
+	order binary.ByteOrder
+	units []unit
+	spans []unitSpan // by lo
+	cache *Cache
+	held  int64 // bytes of sections read into memory for good
+
+	mu     sync.Mutex // serializes decoding, which reads and may decompress secs
+	secs   [numSections]section
+	failed map[uint32]bool // units whose decoding failed
+	closed bool
+
+	decoded map[uint32]*cached // this table's units in the cache; the cache's lock guards it
 }
 
-type row struct {
-	addr       uint64
-	file, line uint32 // file is endMarker after the end of a sequence
+// unitSpan is a range of addresses and the unit whose code lies there.
+type unitSpan struct {
+	lo, hi uint64
+	unit   uint32
 }
 
-type node struct {
-	rangeOff, rangeEnd uint32 // into Table.ranges
-	name               uint32 // into Table.names, or noIndex
-	// callFile and callLine are where an inlined call sits in its caller.
-	callFile, callLine uint32
-	end                uint32 // one past the last node of this node's subtree
+// section is one DWARF section of a file.
+type section struct {
+	data []byte // the contents: mapped, read into memory, or decompressed from packed
+	// packed is the compressed contents in the mapped file, when data is a
+	// decompressed copy that Trim lets go of. The copy lies in scratch, anonymous
+	// memory outside the Go heap: it goes back to the system when dropped, rather
+	// than at the collection after, and the collector does not pace on it.
+	packed  []byte
+	scratch *mmapfile.Region
+	comp    compression
+	size    uint64 // uncompressed
+	name    string
 }
 
-type pcRange struct{ lo, hi uint64 }
-
-type span struct {
-	pcRange
-	node uint32
+// drop lets go of a decompressed copy.
+func (sec *section) drop() {
+	if sec.packed == nil {
+		return
+	}
+	sec.scratch.Close()
+	sec.scratch, sec.data = nil, nil
 }
+
+type compression uint8
+
+const (
+	compNone compression = iota
+	compZlib
+	compZstd
+)
 
 // HasDWARF reports whether f carries debug information this package can read.
 func HasDWARF(f *elf.File) bool {
-	s := section(f, "info")
+	s := elfSection(f, "info")
 	return s != nil && s.Type != elf.SHT_NOBITS && s.Size > 0
 }
 
-// sections are those a lookup needs; location lists, frame tables, macros and
-// type units are left unread.
-var sections = []string{"abbrev", "info", "str", "line", "ranges", "addr", "line_str", "str_offsets", "rnglists"}
-
-func section(f *elf.File, name string) *elf.Section {
+func elfSection(f *elf.File, name string) *elf.Section {
 	if s := f.Section(".debug_" + name); s != nil {
 		return s
 	}
 	return f.Section(".zdebug_" + name)
 }
 
-// Load reads the DWARF sections of f and decodes them. maxBytes bounds the size of
-// the sections read, uncompressed; 0 means no bound. The sections of relocatable
-// objects (ET_REL) are used as they are, without applying relocations: sonde reads
-// executables and shared libraries.
-func Load(f *elf.File, maxBytes int64) (t *Table, err error) {
-	// debug/dwarf and debug/elf trust lengths and offsets in the input; a hostile file
-	// has made them panic before, and must cost an error, not the agent.
+// Load indexes the DWARF of f: the units and the addresses each covers, from
+// .debug_aranges where it lists a unit, else from the unit's own ranges, else from
+// its functions and lines, decoded once. It reads the sections a lookup needs
+// (location lists, frame tables, macros and type units are left unread) and checks
+// what every lookup would trip over: unit headers, unit DIEs, line program headers.
+// The sections of relocatable objects (ET_REL) are used as they are, without
+// applying relocations: sonde reads executables and shared libraries.
+func Load(f *elf.File, o Options) (t *Table, err error) {
+	var tab *Table
+	// debug/elf trusts lengths and offsets in the input; a hostile file has made it
+	// panic before, and must cost an error, not the agent.
 	defer func() {
 		if p := recover(); p != nil {
-			t, err = nil, fmt.Errorf("corrupt dwarf: %v", p)
+			t, err = nil, recovered(p)
+		}
+		if err != nil && tab != nil { // the copies decompressed so far
+			for i := range tab.secs {
+				tab.secs[i].drop()
+			}
 		}
 	}()
 	if !HasDWARF(f) {
 		return nil, ErrNoDWARF
 	}
-	data := make(map[string][]byte, len(sections))
+	t = &Table{cache: o.Cache}
+	tab = t
+	if t.cache == nil {
+		t.cache = NewCache(DefaultCacheBytes)
+	}
 	var total int64
-	for _, name := range sections {
-		s := section(f, name)
+	for i, name := range sectionNames {
+		s := elfSection(f, name)
 		if s == nil || s.Type == elf.SHT_NOBITS {
 			continue
 		}
-		r := s.Open() // learns the uncompressed size of a .zdebug section
-		size := int64(s.Size)
-		if size < 0 || (maxBytes > 0 && total+size > maxBytes) {
-			return nil, fmt.Errorf("dwarf sections exceed %d bytes at %s (%d bytes)", maxBytes, s.Name, s.Size)
-		}
-		total += size
-		// Grow with what the section really yields rather than allocating the size a
-		// header claims: a truncated file or a bogus compression header stays cheap.
-		var buf bytes.Buffer
-		if _, err := buf.ReadFrom(io.LimitReader(r, size)); err != nil {
-			return nil, fmt.Errorf("read %s: %w", s.Name, err)
-		}
-		if int64(buf.Len()) != size {
-			return nil, fmt.Errorf("read %s: %d of %d bytes", s.Name, buf.Len(), size)
-		}
-		data[name] = buf.Bytes()
-	}
-	d, err := dwarf.New(data["abbrev"], nil, nil, data["info"], data["line"], nil, data["ranges"], data["str"])
-	if err != nil {
-		return nil, fmt.Errorf("parse dwarf: %w", err)
-	}
-	for _, name := range []string{"addr", "line_str", "str_offsets", "rnglists"} {
-		if b := data[name]; b != nil {
-			if err := d.AddSection(".debug_"+name, b); err != nil {
-				return nil, fmt.Errorf("parse dwarf .debug_%s: %w", name, err)
+		fits := func(size uint64) error {
+			if int64(size) < 0 || (o.MaxBytes > 0 && total+int64(size) > o.MaxBytes) {
+				return fmt.Errorf("dwarf sections exceed %d bytes at %s (%d bytes)", o.MaxBytes, s.Name, size)
 			}
-		}
-	}
-	return New(d, data["line"])
-}
-
-// New decodes d into a Table. line is the .debug_line section d was made from: the
-// line headers are checked against it before debug/dwarf, which trusts their counts,
-// reads them.
-func New(d *dwarf.Data, line []byte) (t *Table, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			t, err = nil, fmt.Errorf("corrupt dwarf: %v", p)
-		}
-	}()
-	dc := &decoder{
-		d:        d,
-		line:     line,
-		t:        &Table{},
-		fileIdx:  map[string]uint32{},
-		nameIdx:  map[string]uint32{},
-		dies:     map[dwarf.Offset]dieName{},
-		resolved: map[dwarf.Offset]uint32{},
-		seek:     d.Reader(),
-	}
-	if err := dc.run(); err != nil {
-		return nil, err
-	}
-	dc.finish()
-	return dc.t, nil
-}
-
-// dieName is what naming a function needs from one DIE.
-type dieName struct {
-	name, linkage string
-	ref           dwarf.Offset // abstract origin or specification, 0 for none
-}
-
-type pendingName struct {
-	node uint32
-	die  dwarf.Offset
-}
-
-type decoder struct {
-	d        *dwarf.Data
-	line     []byte // raw .debug_line, for checkLineHeader
-	t        *Table
-	fileIdx  map[string]uint32
-	nameIdx  map[string]uint32
-	dies     map[dwarf.Offset]dieName // subprograms seen, for references to them
-	resolved map[dwarf.Offset]uint32  // a DIE's final name index
-	pending  []pendingName
-	seek     *dwarf.Reader // for references to DIEs the walk skipped
-}
-
-// maxPadding bounds the run of null entries between units. Producers pad a unit
-// with a few zero bytes at most; debug/dwarf reads an unterminated LEB128 as a null
-// entry without moving on, so a file ending in one would otherwise yield nulls forever.
-const maxPadding = 4096
-
-func (dc *decoder) run() error {
-	r := dc.d.Reader()
-	nulls := 0
-	for {
-		cu, err := r.Next()
-		if err != nil {
-			return fmt.Errorf("read dwarf entries: %w", err)
-		}
-		if cu == nil {
 			return nil
 		}
-		if cu.Tag == 0 {
-			if nulls++; nulls > maxPadding {
-				return fmt.Errorf("read dwarf entries: more than %d null entries in a row", maxPadding)
-			}
-			continue
-		}
-		nulls = 0
-		if cu.Tag != dwarf.TagCompileUnit && cu.Tag != dwarf.TagPartialUnit {
-			r.SkipChildren()
-			continue
-		}
-		files, err := dc.lineTable(cu)
+		sec, err := openSection(f, s, o.File, fits)
 		if err != nil {
-			return fmt.Errorf("line table of unit at %#x: %w", cu.Offset, err)
-		}
-		if err := dc.unit(r, cu, files); err != nil {
-			return fmt.Errorf("unit at %#x: %w", cu.Offset, err)
-		}
-	}
-}
-
-// lineTable appends the unit's line rows and returns its file table as indexes
-// into Table.files.
-func (dc *decoder) lineTable(cu *dwarf.Entry) ([]uint32, error) {
-	if off, ok := cu.Val(dwarf.AttrStmtList).(int64); ok {
-		if err := checkLineHeader(dc.line, off); err != nil {
 			return nil, err
 		}
+		total += int64(sec.size)
+		if sec.packed == nil && o.File == nil {
+			t.held += int64(len(sec.data))
+		}
+		t.secs[i] = sec
 	}
-	lr, err := dc.d.LineReader(cu)
-	if err != nil || lr == nil {
+	if err := t.index(); err != nil {
 		return nil, err
 	}
-	// DWARF 5 makes every relative directory relative to the compilation directory,
-	// but debug/dwarf joins only directory 0, which is the compilation directory
-	// itself; DWARF 4 file tables are joined right. A DWARF 5 table is the one whose
-	// file 0 exists.
-	compDir, _ := cu.Val(dwarf.AttrCompDir).(string)
-	v5 := len(lr.Files()) > 0 && lr.Files()[0] != nil
-	cleanComp := path.Clean(compDir)
-	byFile := map[*dwarf.LineFile]uint32{}
-	fileOf := func(f *dwarf.LineFile) uint32 {
-		if f == nil {
-			return noIndex
-		}
-		if i, ok := byFile[f]; ok {
-			return i
-		}
-		name := f.Name
-		if v5 && compDir != "" && name != "" && !path.IsAbs(name) && !strings.HasPrefix(name, cleanComp+"/") {
-			name = path.Join(compDir, name)
-		}
-		i := dc.file(name)
-		byFile[f] = i
-		return i
-	}
-	var (
-		e        dwarf.LineEntry
-		seqStart = len(dc.t.rows)
-		skipSeq  bool
-	)
-	for {
-		if err := lr.Next(&e); err != nil {
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			return nil, err
-		}
-		rows := dc.t.rows
-		if len(rows) == seqStart {
-			// A sequence at address 0 is code the linker discarded (its relocations
-			// resolved to 0); executables and libraries have no code there, and the
-			// rows would shadow each other.
-			skipSeq = e.Address == 0
-		}
-		if skipSeq {
-			if e.EndSequence {
-				seqStart = len(rows)
-			}
-			continue
-		}
-		if e.EndSequence {
-			dc.t.rows = append(rows, row{addr: e.Address, file: endMarker})
-			seqStart = len(dc.t.rows)
-			continue
-		}
-		r := row{addr: e.Address, file: fileOf(e.File), line: clampU32(e.Line)}
-		// Several rows at one address: the last one describes the instruction there,
-		// which is also the one binutils keeps.
-		if n := len(rows); n > seqStart && rows[n-1].addr == r.addr {
-			rows[n-1] = r
-			continue
-		}
-		dc.t.rows = append(rows, r)
-	}
-	files := lr.Files()
-	idx := make([]uint32, len(files))
-	for i, f := range files {
-		idx[i] = fileOf(f)
-	}
-	return idx, nil
+	return t, nil
 }
 
-// level is one level of DIE nesting during the walk.
-type level struct {
-	enclosing uint32 // the innermost function node around this level, or noIndex
-	opened    uint32 // the node this level's parent DIE created, or noIndex
-}
-
-func (dc *decoder) unit(r *dwarf.Reader, cu *dwarf.Entry, files []uint32) error {
-	if !cu.Children {
-		return nil
+// index reads the unit headers and builds the index of t's sections.
+func (t *Table) index() error {
+	s, err := t.sections()
+	if err != nil {
+		return err
 	}
-	stack := []level{{enclosing: noIndex, opened: noIndex}}
-	for len(stack) > 0 {
-		e, err := r.Next()
-		if err != nil {
-			return err
-		}
-		if e == nil {
-			return errors.New("entries end inside a unit")
-		}
-		top := stack[len(stack)-1]
-		if e.Tag == 0 {
-			if top.opened != noIndex {
-				dc.t.nodes[top.opened].end = uint32(len(dc.t.nodes))
-			}
-			stack = stack[:len(stack)-1]
-			continue
-		}
-		switch e.Tag {
-		case dwarf.TagSubprogram, dwarf.TagInlinedSubroutine:
-			inlined := e.Tag == dwarf.TagInlinedSubroutine
-			if e.Tag == dwarf.TagSubprogram {
-				dc.dies[e.Offset] = nameOf(e)
-			}
-			var ranges [][2]uint64
-			if !inlined || top.enclosing != noIndex {
-				if ranges, err = dc.d.Ranges(e); err != nil {
-					return fmt.Errorf("ranges of entry at %#x: %w", e.Offset, err)
-				}
-			}
-			n, ok := dc.addNode(e, ranges, inlined, files)
-			if !ok {
-				// Declarations and abstract instances have no code; what they hold is
-				// reached by reference from the instances that do.
-				if e.Children {
-					r.SkipChildren()
-				}
-				continue
-			}
-			if e.Children {
-				stack = append(stack, level{enclosing: n, opened: n})
-			} else {
-				dc.t.nodes[n].end = n + 1
-			}
-		case dwarf.TagLexDwarfBlock, dwarf.TagNamespace, dwarf.TagModule, dwarf.TagTryDwarfBlock, dwarf.TagCatchDwarfBlock:
-			// Functions and inlined calls nest inside these.
-			if e.Children {
-				stack = append(stack, level{enclosing: top.enclosing, opened: noIndex})
-			}
-		default:
-			// Types, variables and parameters: member function declarations inside
-			// classes are reached by reference when a definition names them.
-			if e.Children {
-				r.SkipChildren()
-			}
-		}
+	if t.order, err = byteOrder(s.data[secInfo]); err != nil {
+		return fmt.Errorf("parse dwarf: %w", err)
+	}
+	s.order = t.order
+	if t.units, err = parseUnits(s); err != nil {
+		return fmt.Errorf("parse dwarf: %w", err)
+	}
+	if t.spans, err = buildIndex(s, t.units); err != nil {
+		return err
 	}
 	return nil
 }
 
-// addNode records a function or inlined call with code, returning false when it has none.
-func (dc *decoder) addNode(e *dwarf.Entry, ranges [][2]uint64, inlined bool, files []uint32) (uint32, bool) {
-	t := dc.t
-	off := len(t.ranges)
-	for _, rg := range ranges {
-		// Empty and inverted ranges are discarded code or tombstones; ranges at 0 are
-		// discarded code whose relocations resolved to 0.
-		if rg[0] == 0 || rg[0] >= rg[1] {
-			continue
-		}
-		t.ranges = append(t.ranges, pcRange{lo: rg[0], hi: rg[1]})
+// recovered turns a panic of hostile input into an error; a fault reading a mapping
+// stays a fault, for the caller to drop the file.
+func recovered(p any) error {
+	if fe := mmapfile.Fault(p); fe != nil {
+		return fe
 	}
-	if len(t.ranges) == off || len(t.nodes) >= math.MaxUint32-2 {
-		t.ranges = t.ranges[:off]
-		return 0, false
-	}
-	n := uint32(len(t.nodes))
-	nd := node{rangeOff: uint32(off), rangeEnd: uint32(len(t.ranges)), name: noIndex, callFile: noIndex}
-	if inlined {
-		if f, ok := e.Val(dwarf.AttrCallFile).(int64); ok && f >= 0 && f < int64(len(files)) {
-			nd.callFile = files[f]
-		}
-		if l, ok := e.Val(dwarf.AttrCallLine).(int64); ok {
-			nd.callLine = clampU32(int(l))
-		}
-	} else {
-		for _, rg := range t.ranges[off:] {
-			t.funcs = append(t.funcs, span{pcRange: rg, node: n})
-		}
-	}
-	t.nodes = append(t.nodes, nd)
-	dc.pending = append(dc.pending, pendingName{node: n, die: e.Offset})
-	if !inlined {
-		return n, true
-	}
-	dc.dies[e.Offset] = nameOf(e)
-	return n, true
+	return fmt.Errorf("corrupt dwarf: %v", p)
 }
 
-// attrMIPSLinkageName is the pre-DWARF-4 spelling of DW_AT_linkage_name, which
-// older GCC and some other compilers still emit.
-const attrMIPSLinkageName dwarf.Attr = 0x2007
-
-func nameOf(e *dwarf.Entry) dieName {
-	var n dieName
-	n.name, _ = e.Val(dwarf.AttrName).(string)
-	if l, ok := e.Val(dwarf.AttrLinkageName).(string); ok {
-		n.linkage = l
-	} else if l, ok := e.Val(attrMIPSLinkageName).(string); ok {
-		n.linkage = l
-	}
-	if ref, ok := e.Val(dwarf.AttrAbstractOrigin).(dwarf.Offset); ok {
-		n.ref = ref
-	} else if ref, ok := e.Val(dwarf.AttrSpecification).(dwarf.Offset); ok {
-		n.ref = ref
-	}
-	return n
-}
-
-// die returns the naming attributes of the DIE at off, reading it if the walk skipped it.
-func (dc *decoder) die(off dwarf.Offset) dieName {
-	if n, ok := dc.dies[off]; ok {
-		return n
-	}
-	var n dieName
-	dc.seek.Seek(off)
-	if e, err := dc.seek.Next(); err == nil && e != nil {
-		n = nameOf(e)
-	}
-	dc.dies[off] = n
-	return n
-}
-
-// name resolves the function name of the DIE at off: a linkage name anywhere along
-// its abstract-origin and specification chain, else the first plain name, the way
-// binutils names functions.
-func (dc *decoder) name(off dwarf.Offset) uint32 {
-	if i, ok := dc.resolved[off]; ok {
-		return i
-	}
-	var plain, linkage string
-	cur := off
-	for range maxRefChain {
-		n := dc.die(cur)
-		if plain == "" {
-			plain = n.name
+// openSection finds where s's contents are: in the mapped file, in place when
+// uncompressed; or read into memory without a mapping, as debug/elf decompresses it.
+// fits vets the uncompressed size before anything of that size is read.
+func openSection(f *elf.File, s *elf.Section, file []byte, fits func(size uint64) error) (section, error) {
+	sec := section{name: s.Name}
+	gnu := strings.HasPrefix(s.Name, ".zdebug_")
+	if file == nil {
+		r := s.Open() // learns the uncompressed size of a .zdebug section
+		sec.size = s.Size
+		if err := fits(sec.size); err != nil {
+			return sec, err
 		}
-		if n.linkage != "" {
-			linkage = n.linkage
-			break
+		// Without a bound the size a header claims must not be allocated: grow with
+		// what the section yields.
+		var buf bytes.Buffer
+		if _, err := buf.ReadFrom(io.LimitReader(r, int64(sec.size))); err != nil {
+			return sec, fmt.Errorf("read %s: %w", s.Name, err)
 		}
-		if n.ref == 0 || n.ref == cur {
-			break
+		if uint64(buf.Len()) != sec.size {
+			return sec, fmt.Errorf("read %s: %d of %d bytes", s.Name, buf.Len(), sec.size)
 		}
-		cur = n.ref
+		sec.data = buf.Bytes()
+		if sec.data == nil {
+			sec.data = []byte{}
+		}
+		return sec, nil
 	}
-	i := uint32(noIndex)
+	if s.Offset > uint64(len(file)) || uint64(len(file))-s.Offset < s.FileSize {
+		return sec, fmt.Errorf("%s at %#x+%#x is past the end of the file (%#x bytes)", s.Name, s.Offset, s.FileSize, len(file))
+	}
+	raw := file[s.Offset : s.Offset+s.FileSize : s.Offset+s.FileSize]
 	switch {
-	case linkage != "":
-		i = dc.intern(linkage) | linkageBit
-	case plain != "":
-		i = dc.intern(plain)
-	}
-	dc.resolved[off] = i
-	return i
-}
-
-func (dc *decoder) intern(s string) uint32 {
-	if i, ok := dc.nameIdx[s]; ok {
-		return i
-	}
-	if len(dc.t.names) >= linkageBit-1 {
-		return noIndex &^ linkageBit
-	}
-	i := uint32(len(dc.t.names))
-	dc.t.names = append(dc.t.names, s)
-	dc.nameIdx[s] = i
-	return i
-}
-
-func (dc *decoder) file(s string) uint32 {
-	if i, ok := dc.fileIdx[s]; ok {
-		return i
-	}
-	i := uint32(len(dc.t.files))
-	dc.t.files = append(dc.t.files, s)
-	dc.fileIdx[s] = i
-	return i
-}
-
-func clampU32(v int) uint32 {
-	switch {
-	case v < 0:
-		return 0
-	case uint64(v) > math.MaxUint32-2:
-		return math.MaxUint32 - 2
+	case s.Flags&elf.SHF_COMPRESSED != 0:
+		// Elf32_Chdr or Elf64_Chdr: type, (reserved,) uncompressed size, alignment.
+		var typ uint32
+		var hdr int
+		if f.Class == elf.ELFCLASS64 {
+			if len(raw) < 24 {
+				return sec, fmt.Errorf("%s: compression header truncated", s.Name)
+			}
+			typ, sec.size, hdr = f.ByteOrder.Uint32(raw), f.ByteOrder.Uint64(raw[8:]), 24
+		} else {
+			if len(raw) < 12 {
+				return sec, fmt.Errorf("%s: compression header truncated", s.Name)
+			}
+			typ, sec.size, hdr = f.ByteOrder.Uint32(raw), uint64(f.ByteOrder.Uint32(raw[4:])), 12
+		}
+		switch elf.CompressionType(typ) {
+		case elf.COMPRESS_ZLIB:
+			sec.comp = compZlib
+		case elf.COMPRESS_ZSTD:
+			sec.comp = compZstd
+		default:
+			return sec, fmt.Errorf("%s: unknown compression type %d", s.Name, typ)
+		}
+		sec.packed = raw[hdr:]
+	case gnu && len(raw) >= 12 && string(raw[:4]) == "ZLIB":
+		sec.comp, sec.size, sec.packed = compZlib, binary.BigEndian.Uint64(raw[4:]), raw[12:]
 	default:
-		return uint32(v)
+		sec.data, sec.size = raw, uint64(len(raw))
+	}
+	return sec, fits(sec.size)
+}
+
+// sections returns the contents of every section, decompressing those that are
+// not at hand. The caller holds t.mu or owns t.
+func (t *Table) sections() (*sections, error) {
+	s := &sections{order: t.order}
+	for i := range t.secs {
+		sec := &t.secs[i]
+		if sec.data == nil && sec.packed != nil {
+			scratch, err := decompress(sec.packed, sec.comp, sec.size)
+			if err != nil {
+				return nil, fmt.Errorf("read %s: %w", sec.name, err)
+			}
+			sec.scratch, sec.data = scratch, scratch.Bytes()
+			if sec.data == nil {
+				sec.data = []byte{} // present, if empty
+			}
+		}
+		s.data[i] = sec.data
+	}
+	return s, nil
+}
+
+// decompress inflates a compressed section of size bytes into anonymous memory.
+// A header may claim any size: the memory is reserved, not committed, and only
+// the pages the stream really fills cost anything.
+func decompress(packed []byte, comp compression, size uint64) (_ *mmapfile.Region, err error) {
+	var r io.Reader
+	switch comp {
+	case compZlib:
+		zr, err := zlibReader(packed)
+		if err != nil {
+			return nil, err
+		}
+		r = zr
+	case compZstd:
+		zr, err := zstdReader(packed, size)
+		if err != nil {
+			return nil, err
+		}
+		defer zr.Close()
+		r = zr
+	default:
+		return nil, errors.New("unknown compression")
+	}
+	if size > math.MaxInt {
+		return nil, fmt.Errorf("size %d", size)
+	}
+	scratch, err := mmapfile.Anon(int(size))
+	if err != nil {
+		return nil, err
+	}
+	n, err := io.ReadFull(r, scratch.Bytes())
+	if err != nil {
+		scratch.Close()
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			err = fmt.Errorf("%d of %d bytes", n, size)
+		}
+		return nil, err
+	}
+	return scratch, nil
+}
+
+// Trim lets go of the decompressed copies of compressed sections; the next lookup
+// that decodes a unit decompresses them again. Uncompressed sections stay where
+// they are, in the mapping.
+func (t *Table) Trim() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i := range t.secs {
+		t.secs[i].drop()
 	}
 }
 
-// finish names the nodes, closes what truncated input left open, and sorts.
-func (dc *decoder) finish() {
-	t := dc.t
-	for _, p := range dc.pending {
-		t.nodes[p.node].name = dc.name(p.die)
+// Close drops the table's units from the cache and its sections. The table must
+// not be used afterwards; the caller may then unmap the file.
+func (t *Table) Close() {
+	t.cache.dropTable(t)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.closed = true
+	for i := range t.secs {
+		t.secs[i].drop()
 	}
-	for i := range t.nodes {
-		if t.nodes[i].end <= uint32(i) {
-			t.nodes[i].end = uint32(len(t.nodes))
-		}
-	}
-
-	// Sequences of different units interleave by address; where one ends at the
-	// address the next starts at, the start wins.
-	rank := func(r row) int {
-		if r.file == endMarker {
-			return 0
-		}
-		return 1
-	}
-	slices.SortStableFunc(t.rows, func(a, b row) int {
-		if c := cmp.Compare(a.addr, b.addr); c != 0 {
-			return c
-		}
-		return cmp.Compare(rank(a), rank(b))
-	})
-	out := t.rows[:0]
-	for _, r := range t.rows {
-		if n := len(out); n > 0 {
-			prev := out[n-1]
-			if prev.file == endMarker && r.addr == prev.addr {
-				out[n-1] = r // an end marker the next row overrides
-				continue
-			}
-			if prev.file == r.file && prev.line == r.line {
-				continue // same line as the row before: nothing changes at this address
-			}
-		}
-		if r.file == endMarker && len(out) == 0 {
-			continue
-		}
-		out = append(out, r)
-	}
-	// Exact-size copies: appending left up to twice the room, and the table lives
-	// as long as the file stays cached.
-	t.rows = slices.Clone(out)
-	slices.SortStableFunc(t.funcs, func(a, b span) int { return cmp.Compare(a.lo, b.lo) })
-	t.funcs = slices.Clone(t.funcs)
-	t.nodes = slices.Clone(t.nodes)
-	t.ranges = slices.Clone(t.ranges)
-	t.files = slices.Clone(t.files)
-	t.names = slices.Clone(t.names)
+	t.secs = [numSections]section{}
 }
 
 // Lookup returns the frames at addr, innermost first, or nil when the debug
-// information covers addr with neither a line nor a function.
-func (t *Table) Lookup(addr uint64) []Frame {
-	file, line, hasLine := t.line(addr)
-	var buf [8]uint32
-	chain := t.chain(addr, buf[:0])
-	if len(chain) == 0 {
-		if !hasLine {
-			return nil
-		}
-		return []Frame{{File: file, Line: line}}
+// information covers addr with neither a line nor a function. The error says why
+// the unit covering addr could not be decoded, the first time only; it is a
+// *mmapfile.FaultError when reading the mapped file faulted.
+func (t *Table) Lookup(addr uint64) (frames []Frame, err error) {
+	u, ok := t.unitAt(addr)
+	if !ok {
+		return nil, nil
 	}
-	frames := make([]Frame, len(chain))
-	for i := range frames {
-		n := t.nodes[chain[len(chain)-1-i]]
-		f := &frames[i]
-		f.Name = t.str(t.names, n.name&^linkageBit)
-		f.Linkage = n.name != noIndex && n.name&linkageBit != 0
-		f.Entry = t.ranges[n.rangeOff].lo
-		if i == 0 {
-			f.File, f.Line = file, line
-			continue
-		}
-		// The caller's position is where the frame inside it was inlined.
-		inner := t.nodes[chain[len(chain)-i]]
-		f.File, f.Line = t.str(t.files, inner.callFile), int64(inner.callLine)
+	ut, err := t.unit(u)
+	if ut == nil {
+		return nil, err
 	}
-	return frames
+	return ut.lookup(addr), nil
 }
 
-func (t *Table) str(list []string, i uint32) string {
-	if int(i) < len(list) {
-		return list[i]
+// unitAt returns the unit whose code lies at addr: of the spans holding addr, the
+// one starting last.
+func (t *Table) unitAt(addr uint64) (uint32, bool) {
+	i, _ := slices.BinarySearchFunc(t.spans, addr, func(s unitSpan, a uint64) int {
+		if s.lo <= a {
+			return -1
+		}
+		return 1
+	})
+	for j := i - 1; j >= 0 && j >= i-maxOverlap; j-- {
+		if s := t.spans[j]; addr >= s.lo && addr < s.hi {
+			return s.unit, true
+		}
 	}
-	return ""
+	return 0, false
 }
 
-// line returns the line table's row for addr.
-func (t *Table) line(addr uint64) (file string, line int64, ok bool) {
-	i, found := slices.BinarySearchFunc(t.rows, addr, func(r row, a uint64) int { return cmp.Compare(r.addr, a) })
-	if !found {
-		i--
+// unit returns unit u decoded, from the cache or decoding it.
+func (t *Table) unit(u uint32) (*unitTable, error) {
+	if ut := t.cache.get(t, u); ut != nil {
+		return ut, nil
 	}
-	if i < 0 || t.rows[i].file == endMarker {
-		return "", 0, false
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed || t.failed[u] {
+		return nil, nil
 	}
-	r := t.rows[i]
-	return t.str(t.files, r.file), int64(r.line), true
+	ut, err := t.decode(u)
+	if err != nil {
+		if errors.Is(err, mmapfile.ErrFault) {
+			return nil, err
+		}
+		if t.failed == nil {
+			t.failed = map[uint32]bool{}
+		}
+		t.failed[u] = true
+		return nil, fmt.Errorf("dwarf unit at %#x: %w", t.units[u].off, err)
+	}
+	t.cache.add(t, u, ut)
+	return ut, nil
 }
 
-// chain returns the nodes covering addr, outermost first.
-func (t *Table) chain(addr uint64, chain []uint32) []uint32 {
-	i, found := slices.BinarySearchFunc(t.funcs, addr, func(s span, a uint64) int { return cmp.Compare(s.lo, a) })
-	if found {
-		// Several ranges may start at addr; take the last so the backward scan sees all.
-		for i+1 < len(t.funcs) && t.funcs[i+1].lo == addr {
-			i++
+func (t *Table) decode(u uint32) (ut *unitTable, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			ut, err = nil, recovered(p)
 		}
-	} else {
-		i--
+	}()
+	s, err := t.sections()
+	if err != nil {
+		return nil, err
 	}
-	top := uint32(noIndex)
-	for j := i; j >= 0 && j > i-maxOverlap; j-- {
-		if s := t.funcs[j]; addr >= s.lo && addr < s.hi {
-			top = s.node
-			break
-		}
-	}
-	if top == noIndex {
-		return chain
-	}
-	chain = append(chain, top)
-	n, end := top, t.nodes[top].end
-	for c := n + 1; c < end && int(c) < len(t.nodes); {
-		if t.covers(c, addr) {
-			chain = append(chain, c)
-			n, end = c, t.nodes[c].end
-			c++
-			continue
-		}
-		next := t.nodes[c].end
-		if next <= c {
-			next = c + 1
-		}
-		c = next
-	}
-	return chain
+	return decodeUnit(s, t.units, int(u))
 }
 
-func (t *Table) covers(n uint32, addr uint64) bool {
-	nd := t.nodes[n]
-	for _, r := range t.ranges[nd.rangeOff:nd.rangeEnd] {
-		if addr >= r.lo && addr < r.hi {
-			return true
-		}
-	}
-	return false
-}
+// Units is the number of units the table indexes.
+func (t *Table) Units() int { return len(t.units) }
 
-// Rows is the number of line table rows kept.
-func (t *Table) Rows() int { return len(t.rows) }
-
-// SizeBytes estimates the memory the table holds.
+// SizeBytes estimates the memory the table holds of its own: the index, and
+// sections read into memory for good. Decoded units are the cache's, and
+// decompressed sections are held only until Trim.
 func (t *Table) SizeBytes() int64 {
-	const strHeader = 16
-	n := int64(cap(t.rows))*16 + int64(cap(t.nodes))*24 + int64(cap(t.ranges))*16 + int64(cap(t.funcs))*24
-	for _, list := range [][]string{t.files, t.names} {
-		n += int64(cap(list)) * strHeader
-		for _, s := range list {
-			n += int64(len(s))
-		}
-	}
-	return n
+	return int64(unsafe.Sizeof(Table{})) +
+		int64(cap(t.units))*int64(unsafe.Sizeof(unit{})) +
+		int64(cap(t.spans))*int64(unsafe.Sizeof(unitSpan{})) +
+		t.held
 }
+
+// spansByStart orders spans by start address.
+func spansByStart(a, b unitSpan) int { return cmp.Compare(a.lo, b.lo) }

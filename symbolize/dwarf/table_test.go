@@ -2,6 +2,7 @@ package dwarf
 
 import (
 	"debug/elf"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/sonde-profiler/sonde/internal/testenv"
 	"github.com/sonde-profiler/sonde/internal/testprog"
+	"github.com/sonde-profiler/sonde/symbolize/internal/mmapfile"
 )
 
 // addr2line runs binutils' addr2line -a -f -i over addrs and returns the frames of
@@ -80,6 +82,7 @@ func parseAddr2line(t testing.TB, out string) map[uint64][]Frame {
 	return res
 }
 
+// loadFile loads bin's DWARF from a mapping of it, as the symbolizer does.
 func loadFile(t testing.TB, bin string) (*elf.File, *Table) {
 	t.Helper()
 	f, err := elf.Open(bin)
@@ -87,11 +90,34 @@ func loadFile(t testing.TB, bin string) (*elf.File, *Table) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close() })
-	tab, err := Load(f, 0)
+	osf, err := os.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer osf.Close()
+	m, err := mmapfile.Map(osf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab, err := Load(f, Options{File: m.Bytes()})
 	if err != nil {
 		t.Fatalf("Load(%s): %v", bin, err)
 	}
+	t.Cleanup(func() {
+		tab.Close()
+		m.Close()
+	})
 	return f, tab
+}
+
+// lookup looks addr up in tab, failing the test on an error.
+func lookup(t testing.TB, tab *Table, addr uint64) []Frame {
+	t.Helper()
+	frames, err := tab.Lookup(addr)
+	if err != nil {
+		t.Fatalf("Lookup(%#x): %v", addr, err)
+	}
+	return frames
 }
 
 // spread returns n addresses spread evenly over the section.
@@ -185,7 +211,7 @@ func TestLookupMatchesAddr2line(t *testing.T) {
 			symbols := symbolNames(t, f)
 			inlined, named, quirks := 0, 0, 0
 			for _, a := range addrs {
-				got := tab.Lookup(a)
+				got := lookup(t, tab, a)
 				// addr2line names from the symbol table what DWARF leaves unnamed (the
 				// PLT, crt code); the table answers from DWARF alone.
 				if len(got) == 0 || got[0].Name == "" {
@@ -270,7 +296,7 @@ func TestLookupMatchesAddr2lineLibc(t *testing.T) {
 	symbols := symbolNames(t, f)
 	named, inlined := 0, 0
 	for _, a := range addrs {
-		got := tab.Lookup(a)
+		got := lookup(t, tab, a)
 		if len(got) == 0 || got[0].Name == "" {
 			continue
 		}
@@ -287,4 +313,89 @@ func TestLookupMatchesAddr2lineLibc(t *testing.T) {
 		t.Errorf("%d of %d addresses named from DWARF, %d inlined; libc6-dbg should cover most", named, len(addrs), inlined)
 	}
 	t.Logf("%d addresses named, %d inside inlined code", named, inlined)
+}
+
+// A file truncated under its mapping: decoding a unit faults, and the lookup returns
+// the fault as an error instead of taking the process down.
+func TestLookupTruncatedWhileMapped(t *testing.T) {
+	bin := buildC(t, "-O2", "-g")
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, tab := loadFile(t, victim)
+	if len(tab.spans) == 0 {
+		t.Fatal("no unit indexed")
+	}
+	addr := tab.spans[0].lo
+	if err := os.Truncate(victim, 4096); err != nil {
+		t.Fatal(err)
+	}
+	var lookupErr error
+	if err := mmapfile.Guard(func() { _, lookupErr = tab.Lookup(addr) }); err != nil {
+		t.Fatalf("the fault escaped Lookup: %v", err)
+	}
+	if !errors.Is(lookupErr, mmapfile.ErrFault) {
+		t.Fatalf("Lookup of a truncated file: %v, want a fault", lookupErr)
+	}
+}
+
+// ltoProgram inlines across files under -flto: GCC puts the code in an artificial
+// unit whose inlined calls and functions name their abstract origins in the units
+// of the sources, by DW_FORM_ref_addr.
+var ltoProgram = map[string]string{
+	"a.c": `int leafy(int x);
+int mix(int a, int b);
+static int acc;
+__attribute__((noinline)) int outer(int n) { for (int i = 0; i < n; i++) acc += mix(i, n) + leafy(i); return acc; }
+int main(int argc, char **argv) { (void)argv; return outer(argc * 1000) & 0xff; }
+`,
+	"b.c": `int leafy(int x) { return x * 7 + (x >> 3); }
+int mix(int a, int b) { return leafy(a) ^ (b * 31); }
+`,
+}
+
+// Names that lie in other units are found there: a unit decoded alone follows its
+// references into the units that hold them, and names what binutils names.
+func TestLookupCrossUnitReferences(t *testing.T) {
+	gcc := testenv.RequireTool(t, "gcc")
+	dir := t.TempDir()
+	args := []string{"-O2", "-g", "-flto", "-o", filepath.Join(dir, "prog")}
+	for name, src := range ltoProgram {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, filepath.Join(dir, name))
+	}
+	if out, err := exec.Command(gcc, args...).CombinedOutput(); err != nil {
+		t.Fatalf("gcc %v: %v\n%s", args, err, out)
+	}
+	bin := filepath.Join(dir, "prog")
+	f, tab := loadFile(t, bin)
+	if len(tab.units) < 2 {
+		t.Fatalf("%d units; LTO should leave the artificial one and the sources'", len(tab.units))
+	}
+	addrs := spread(t, f, ".text", 400)
+	want := addr2line(t, bin, false, addrs)
+	symbols := symbolNames(t, f)
+	inlined := map[string]bool{}
+	for _, a := range addrs {
+		got := lookup(t, tab, a)
+		if len(got) == 0 || got[0].Name == "" {
+			continue
+		}
+		if diff, _ := compareFrames(got, want[a], symbols, false); diff != "" {
+			t.Errorf("%#x: %s\ngot  %+v\nwant %+v", a, diff, got, want[a])
+		}
+		for _, fr := range got[:len(got)-1] {
+			inlined[fr.Name] = true
+		}
+	}
+	if !inlined["mix"] || !inlined["leafy"] {
+		t.Errorf("inlined frames named %v; want mix and leafy, whose names are in b.c's unit", inlined)
+	}
 }

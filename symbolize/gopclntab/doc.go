@@ -13,6 +13,13 @@
 // sections for a pointer to the pclntab) and checks it against the header before
 // trusting it. Without it, addresses still get functions, files and lines.
 //
+// Given the file mapped, a Table reads the pclntab and the inline trees where they
+// lie and holds a few hundred bytes on the heap; the pages a lookup touches (a
+// binary search of the function table, one function's tables and names) are all it
+// makes resident. The caller keeps the mapping while it uses the table and reads
+// it under mmapfile.Guard, for a file truncated under its mapping faults. Without a
+// mapping the table copies the pclntab and every inline tree.
+//
 // Binaries of Go 1.2 to 1.17 are read through debug/gosym: function, file and
 // line of the physical function, no inlined frames.
 package gopclntab

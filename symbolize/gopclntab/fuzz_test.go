@@ -29,22 +29,30 @@ func FuzzTable(f *testing.F) {
 		if tab.parseHeader(data) != nil {
 			return
 		}
+		probe := func() {
+			for i := range min(tab.nfunc, 64) {
+				fn, ok := tab.funcAt(i)
+				if !ok {
+					continue
+				}
+				for _, pc := range []uint64{fn.entry, fn.entry + 1, fn.entry + 17, fn.entry + 1000} {
+					if frames := tab.Lookup(pc); len(frames) > maxInlineDepth+1 {
+						t.Fatalf("Lookup(%#x): %d frames", pc, len(frames))
+					}
+				}
+			}
+		}
+		// The trees copied, as from a file read into memory…
 		tab.readInlineTreesFrom(func(off uint64, n int) ([]byte, bool) {
 			if off > uint64(len(data)) || uint64(len(data))-off < uint64(n) {
 				return nil, false
 			}
 			return data[off : off+uint64(n)], true
 		}, 0)
-		for i := range min(tab.nfunc, 64) {
-			fn, ok := tab.funcAt(i)
-			if !ok {
-				continue
-			}
-			for _, pc := range []uint64{fn.entry, fn.entry + 1, fn.entry + 17, fn.entry + 1000} {
-				if frames := tab.Lookup(pc); len(frames) > maxInlineDepth+1 {
-					t.Fatalf("Lookup(%#x): %d frames", pc, len(frames))
-				}
-			}
-		}
+		probe()
+		// …and read in place, as from a mapped file whose memory data is.
+		tab.inl, tab.inlIndex = nil, nil
+		tab.mem = &image{file: data, segs: []segment{{filesz: uint64(len(data))}}, order: binary.LittleEndian}
+		probe()
 	})
 }

@@ -7,9 +7,12 @@ import (
 	"fmt"
 )
 
-// image reads a binary's loaded memory as the loader lays it out, from the file.
+// image reads a binary's loaded memory as the loader lays it out, from the file:
+// from its bytes where the caller mapped it, else through debug/elf.
 type image struct {
-	f       *elf.File
+	f       *elf.File // nil once Load is done with it
+	file    []byte    // the mapped file, or nil
+	segs    []segment // the PT_LOAD segments, when file is set
 	order   binary.ByteOrder
 	ptrSize int
 	// relative holds the addends of R_*_RELATIVE relocations by address, read on
@@ -19,9 +22,45 @@ type image struct {
 	relRead  bool
 }
 
+// segment is a PT_LOAD program header, as reading memory needs it.
+type segment struct {
+	vaddr, off, filesz uint64
+}
+
+func newImage(f *elf.File, file []byte) *image {
+	m := &image{f: f, file: file, order: f.ByteOrder}
+	if file == nil {
+		return m
+	}
+	for _, p := range f.Progs {
+		// Segments whose bytes the file does not hold are left out: reading them
+		// would fault, or read past the mapping.
+		if p.Type == elf.PT_LOAD && p.Off <= uint64(len(file)) && uint64(len(file))-p.Off >= p.Filesz {
+			m.segs = append(m.segs, segment{vaddr: p.Vaddr, off: p.Off, filesz: p.Filesz})
+		}
+	}
+	return m
+}
+
+func (m *image) mapped() bool { return m.file != nil }
+
 // read returns n bytes at vaddr, or false when no segment holds them in the file.
+// From a mapped file the bytes are not copied.
 func (m *image) read(vaddr uint64, n int32) ([]byte, bool) {
 	if n < 0 {
+		return nil, false
+	}
+	if m.file != nil {
+		for _, p := range m.segs {
+			if vaddr < p.vaddr || vaddr-p.vaddr >= p.filesz {
+				continue
+			}
+			if p.filesz-(vaddr-p.vaddr) < uint64(n) {
+				return nil, false
+			}
+			off := p.off + (vaddr - p.vaddr)
+			return m.file[off : off+uint64(n)], true
+		}
 		return nil, false
 	}
 	for _, p := range m.f.Progs {
@@ -31,6 +70,14 @@ func (m *image) read(vaddr uint64, n int32) ([]byte, bool) {
 		if p.Filesz-(vaddr-p.Vaddr) < uint64(n) {
 			return nil, false
 		}
+		// A header may claim any size: the file must hold the last byte before a
+		// buffer that large is made.
+		if n > 0 {
+			var last [1]byte
+			if _, err := p.ReadAt(last[:], int64(vaddr-p.Vaddr)+int64(n)-1); err != nil {
+				return nil, false
+			}
+		}
 		b := make([]byte, n)
 		if _, err := p.ReadAt(b, int64(vaddr-p.Vaddr)); err != nil {
 			return nil, false
@@ -38,6 +85,18 @@ func (m *image) read(vaddr uint64, n int32) ([]byte, bool) {
 		return b, true
 	}
 	return nil, false
+}
+
+// section returns the contents of s: in place in a mapped file when it is there
+// uncompressed, else read.
+func (m *image) section(s *elf.Section) ([]byte, error) {
+	if m.file != nil && s.Flags&elf.SHF_COMPRESSED == 0 && s.Type != elf.SHT_NOBITS {
+		if s.Offset > uint64(len(m.file)) || uint64(len(m.file))-s.Offset < s.FileSize {
+			return nil, fmt.Errorf("section %s is past the end of the file", s.Name)
+		}
+		return m.file[s.Offset : s.Offset+s.FileSize], nil
+	}
+	return s.Data()
 }
 
 // words reads count pointer-sized words at vaddr, resolving relative relocations
@@ -93,7 +152,7 @@ func (m *image) readRelative() map[uint64]uint64 {
 		if s.Type != elf.SHT_RELA {
 			continue
 		}
-		data, err := s.Data()
+		data, err := m.section(s)
 		if err != nil {
 			continue
 		}

@@ -8,6 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"unsafe"
+
+	"github.com/sonde-profiler/sonde/symbolize/internal/mmapfile"
 )
 
 // ErrNotGo means the file has no pclntab: not a Go binary.
@@ -54,25 +57,41 @@ type Table struct {
 
 	funcnames, cutab, filetab, pctab, functab []byte
 
-	inl      []byte   // the inline trees of all functions, back to back
-	inlIndex []inlRef // per function, where its tree is in inl
+	// Inline trees: copied out of a file that was read, inl holds all functions'
+	// back to back and inlIndex says where each one's is; in a mapped file, lookups
+	// read them where they lie, in the go:func.* data at gofunc.
+	inl      []byte
+	inlIndex []inlRef
+	mem      *image // the mapped file, for trees read in place; nil otherwise
+	gofunc   uint64
 
 	legacy *gosym.Table // Go 1.2 to 1.17
 
-	size int64
+	size int64 // heap bytes held
 }
 
 type inlRef struct{ off, n uint32 }
 
 // Load reads the pclntab of f. It returns ErrNotGo for files without one.
-func Load(f *elf.File) (t *Table, err error) {
+//
+// file is f's contents when the caller has mapped the file, else nil. A table read
+// from a mapping keeps reading it (the pclntab and the inline trees, where they lie)
+// and holds almost nothing on the heap; the caller keeps the mapping while it uses
+// the table and reads it under mmapfile.Guard. Without one, the table copies the
+// pclntab and the inline trees.
+func Load(f *elf.File, file []byte) (t *Table, err error) {
 	// Offsets in the tables index further tables; hostile ones must cost an error.
 	defer func() {
 		if p := recover(); p != nil {
+			if fe := mmapfile.Fault(p); fe != nil {
+				t, err = nil, fe
+				return
+			}
 			t, err = nil, fmt.Errorf("corrupt pclntab: %v", p)
 		}
 	}()
-	data, addr, err := findPclntab(f)
+	img := newImage(f, file)
+	data, addr, err := findPclntab(f, img)
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +102,7 @@ func Load(f *elf.File) (t *Table, err error) {
 	text := textAddr(f)
 	switch m := order.Uint32(data); m {
 	case magic12, magic116:
-		return loadLegacy(f, data, text)
+		return loadLegacy(f, img, data, text)
 	case magic118, magic120:
 		t = &Table{order: order, go120: m == magic120}
 	default:
@@ -92,7 +111,7 @@ func Load(f *elf.File) (t *Table, err error) {
 	if err := t.parseHeader(data); err != nil {
 		return nil, err
 	}
-	img := &image{f: f, order: order, ptrSize: int(data[7])}
+	img.ptrSize = int(data[7])
 	md, mdErr := findModuledata(img, addr, data, t.go120)
 	switch {
 	case text != 0:
@@ -102,30 +121,52 @@ func Load(f *elf.File) (t *Table, err error) {
 	default:
 		return nil, fmt.Errorf("no .text section and no moduledata: %w", mdErr)
 	}
-	t.size = int64(len(data))
+	if !img.mapped() {
+		t.size = int64(len(data))
+	}
 	// The runtime keeps inline trees outside the pclntab proper; without the
 	// moduledata to find them, addresses still get their physical functions.
 	if mdErr == nil {
-		t.readInlineTrees(img, md.gofunc)
+		if img.mapped() {
+			t.mem, t.gofunc = img, md.gofunc
+			img.f, img.relative = nil, nil // what Load alone needed
+		} else {
+			t.readInlineTrees(img, md.gofunc)
+		}
 	}
 	return t, nil
 }
 
 // Inlining reports whether the table knows inline trees.
-func (t *Table) Inlining() bool { return len(t.inl) > 0 }
+func (t *Table) Inlining() bool { return len(t.inl) > 0 || t.mem != nil }
 
-// SizeBytes estimates the memory the table holds.
+// SizeBytes estimates the heap memory the table holds; a mapped file's pages are not
+// counted.
 func (t *Table) SizeBytes() int64 {
-	return t.size + int64(cap(t.inl)) + int64(cap(t.inlIndex))*8
+	n := int64(unsafe.Sizeof(Table{})) + t.size + int64(cap(t.inl)) + int64(cap(t.inlIndex))*8
+	if t.mem != nil {
+		n += int64(unsafe.Sizeof(image{})) + int64(cap(t.mem.segs))*int64(unsafe.Sizeof(segment{}))
+	}
+	return n
 }
 
-func findPclntab(f *elf.File) (data []byte, addr uint64, err error) {
+// Covers reports whether a Go function of the table holds pc: the table names the
+// code there, and nothing else needs to.
+func (t *Table) Covers(pc uint64) bool {
+	if t.legacy != nil {
+		return t.legacy.PCToFunc(pc) != nil
+	}
+	_, ok := t.findFunc(pc)
+	return ok
+}
+
+func findPclntab(f *elf.File, img *image) (data []byte, addr uint64, err error) {
 	for _, name := range []string{".gopclntab", ".data.rel.ro.gopclntab"} {
 		s := f.Section(name)
 		if s == nil || s.Type == elf.SHT_NOBITS {
 			continue
 		}
-		data, err := s.Data()
+		data, err := img.section(s)
 		if err != nil {
 			return nil, 0, fmt.Errorf("read %s: %w", name, err)
 		}
@@ -137,17 +178,11 @@ func findPclntab(f *elf.File) (data []byte, addr uint64, err error) {
 	// Section headers can be stripped (sstrip); the runtime needs the table loaded,
 	// so it is in a segment, starting with its magic on a pointer boundary.
 	for _, p := range f.Progs {
-		if p.Type != elf.PT_LOAD || p.Filesz == 0 {
+		if p.Type != elf.PT_LOAD || p.Filesz == 0 || p.Filesz > 1<<31 {
 			continue
 		}
-		// A header may claim any size: the file must hold the last byte before a
-		// buffer that large is made.
-		var last [1]byte
-		if _, err := p.ReadAt(last[:], int64(p.Filesz-1)); err != nil || p.Filesz > 1<<31 {
-			continue
-		}
-		seg := make([]byte, p.Filesz)
-		if _, err := p.ReadAt(seg, 0); err != nil {
+		seg, ok := img.read(p.Vaddr, int32(p.Filesz))
+		if !ok {
 			continue
 		}
 		for off := 0; off+8 <= len(seg); off += 4 {
@@ -210,16 +245,27 @@ func (t *Table) parseHeader(data []byte) error {
 	return nil
 }
 
-func loadLegacy(f *elf.File, data []byte, text uint64) (*Table, error) {
+func loadLegacy(f *elf.File, img *image, data []byte, text uint64) (*Table, error) {
 	var symtab []byte
 	if s := f.Section(".gosymtab"); s != nil && s.Type != elf.SHT_NOBITS {
-		symtab, _ = s.Data()
+		symtab, _ = img.section(s)
 	}
 	lt, err := gosym.NewTable(symtab, gosym.NewLineTable(data, text))
 	if err != nil {
 		return nil, fmt.Errorf("parse pclntab: %w", err)
 	}
-	return &Table{legacy: lt, size: int64(len(data) + len(symtab))}, nil
+	size := int64(0)
+	if !img.mapped() {
+		size = int64(len(data) + len(symtab))
+	}
+	// debug/gosym holds a Func and a Sym with its name for every function.
+	for _, fn := range lt.Funcs {
+		size += 160
+		if fn.Sym != nil {
+			size += int64(len(fn.Name))
+		}
+	}
+	return &Table{legacy: lt, size: size}, nil
 }
 
 func (t *Table) u32(b []byte, off uint64) (uint32, bool) {
@@ -408,11 +454,34 @@ func (t *Table) inlSize() int {
 	return 20 // parent, funcID, pad, file, line, func_, parentPc
 }
 
-func (t *Table) call(ref inlRef, ix int32) (inlinedCall, bool) {
+// inlineTree says where the inline tree of function i is: in inl at ref, or, read in
+// place, at tree in the mapped go:func.* data.
+func (t *Table) inlineTree(i int, fn funcInfo) (ref inlRef, tree uint64, ok bool) {
+	if t.mem != nil {
+		off, ok := t.funcdata(fn, funcdataInlTree)
+		return inlRef{n: maxInlineTree}, t.gofunc + uint64(off), ok
+	}
+	if i < len(t.inlIndex) && t.inlIndex[i].n > 0 {
+		return t.inlIndex[i], 0, true
+	}
+	return inlRef{}, 0, false
+}
+
+func (t *Table) call(ref inlRef, tree uint64, ix int32) (inlinedCall, bool) {
 	if ix < 0 || uint32(ix) >= ref.n {
 		return inlinedCall{}, false
 	}
-	b := t.inl[int(ref.off)+int(ix)*t.inlSize():]
+	var b []byte
+	if t.mem != nil {
+		// Entries the function's inline index does not reach may lie past the
+		// tree: the index read by pcvalue bounds ix, as the runtime trusts it to.
+		var ok bool
+		if b, ok = t.mem.read(tree+uint64(ix)*uint64(t.inlSize()), int32(t.inlSize())); !ok {
+			return inlinedCall{}, false
+		}
+	} else {
+		b = t.inl[int(ref.off)+int(ix)*t.inlSize():]
+	}
 	if t.go120 {
 		return inlinedCall{nameOff: t.order.Uint32(b[4:]), parentPc: int32(t.order.Uint32(b[8:]))}, true
 	}
@@ -474,14 +543,13 @@ func (t *Table) Lookup(pc uint64) []Frame {
 	}
 	var frames []Frame
 	cur := pc
-	if i < len(t.inlIndex) && t.inlIndex[i].n > 0 {
-		ref := t.inlIndex[i]
+	if ref, tree, ok := t.inlineTree(i, fn); ok {
 		tab := t.pcdata(fn, pcdataInlTreeIndex)
 		ix, _ := t.pcvalue(tab, fn.entry, cur)
 		// Each inlined call records an instruction of its caller that carries the
 		// call's position; the caller's frame is read there, as runtime.CallersFrames does.
 		for depth := 0; depth < maxInlineDepth; depth++ {
-			call, ok := t.call(ref, ix)
+			call, ok := t.call(ref, tree, ix)
 			if !ok || call.parentPc < 0 {
 				break
 			}

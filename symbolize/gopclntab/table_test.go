@@ -2,15 +2,20 @@ package gopclntab
 
 import (
 	"debug/elf"
+	"errors"
+	"os"
 	"os/exec"
 	"path"
+	"slices"
 	"testing"
 
 	"github.com/sonde-profiler/sonde/internal/testenv"
 	"github.com/sonde-profiler/sonde/internal/testprog"
 	"github.com/sonde-profiler/sonde/symbolize/dwarf"
+	"github.com/sonde-profiler/sonde/symbolize/internal/mmapfile"
 )
 
+// load reads bin's tables from a mapping of it, as the symbolizer does.
 func load(t testing.TB, bin string) (*elf.File, *Table) {
 	t.Helper()
 	f, err := elf.Open(bin)
@@ -18,7 +23,35 @@ func load(t testing.TB, bin string) (*elf.File, *Table) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close() })
-	tab, err := Load(f)
+	osf, err := os.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer osf.Close()
+	m, err := mmapfile.Map(osf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	tab, err := Load(f, m.Bytes())
+	if err != nil {
+		t.Fatalf("Load(%s): %v", bin, err)
+	}
+	if tab.mem == nil || tab.size != 0 {
+		t.Fatalf("Load(%s) from a mapping copied the tables", bin)
+	}
+	return f, tab
+}
+
+// loadRead reads bin's tables into memory, as without a mapping.
+func loadRead(t testing.TB, bin string) (*elf.File, *Table) {
+	t.Helper()
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	tab, err := Load(f, nil)
 	if err != nil {
 		t.Fatalf("Load(%s): %v", bin, err)
 	}
@@ -92,13 +125,17 @@ func TestLookupMatchesGoAddr2line(t *testing.T) {
 func TestInlineChainMatchesDWARF(t *testing.T) {
 	bin := testprog.BuildGo(t, testprog.GoInlining)
 	f, tab := load(t, bin)
-	dw, err := dwarf.Load(f, 0)
+	dw, err := dwarf.Load(f, dwarf.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	inlined, compared := 0, 0
 	for _, a := range spread(t, f, 2000) {
-		got, want := tab.Lookup(a), dw.Lookup(a)
+		got := tab.Lookup(a)
+		want, err := dw.Lookup(a)
+		if err != nil {
+			t.Fatalf("DWARF lookup of %#x: %v", a, err)
+		}
 		if len(want) == 0 || want[0].Name == "" {
 			continue
 		}
@@ -147,5 +184,61 @@ func TestInlineChainMatchesDWARF(t *testing.T) {
 		if !seen[fn] {
 			t.Errorf("no address of main.work is inside inlined %s; saw %v", fn, seen)
 		}
+	}
+}
+
+// Tables read in place from a mapping and tables copied into memory name every
+// address alike, inline trees included.
+func TestMappedMatchesRead(t *testing.T) {
+	for _, bin := range []string{
+		testprog.BuildGo(t, testprog.GoInlining),
+		testprog.BuildGo(t, testprog.GoInlining, "-buildmode=pie", "-ldflags=-s -w"),
+	} {
+		f, mapped := load(t, bin)
+		_, read := loadRead(t, bin)
+		if !read.Inlining() || len(read.inl) == 0 || read.mem != nil {
+			t.Fatal("the table read into memory has no inline trees of its own")
+		}
+		if mapped.SizeBytes() >= read.SizeBytes()/10 {
+			t.Errorf("a mapped table holds %d bytes, one read %d", mapped.SizeBytes(), read.SizeBytes())
+		}
+		inlined := 0
+		for _, a := range spread(t, f, 5000) {
+			got, want := mapped.Lookup(a), read.Lookup(a)
+			if !slices.Equal(got, want) {
+				t.Fatalf("%#x: mapped %+v, read %+v", a, got, want)
+			}
+			if len(got) > 1 {
+				inlined++
+			}
+			if mapped.Covers(a) != (len(got) > 0) {
+				t.Errorf("%#x: Covers %v with frames %+v", a, mapped.Covers(a), got)
+			}
+		}
+		if inlined < 100 {
+			t.Errorf("%s: %d addresses inside inlined code; too few to compare trees", bin, inlined)
+		}
+	}
+}
+
+// A binary truncated under its mapping: the lookup faults, and under mmapfile.Guard
+// that is an error.
+func TestLookupTruncatedWhileMapped(t *testing.T) {
+	data, err := os.ReadFile(testprog.BuildGo(t, testprog.GoInlining))
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := t.TempDir() + "/victim"
+	if err := os.WriteFile(victim, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, tab := load(t, victim)
+	addrs := spread(t, f, 10)
+	if err := os.Truncate(victim, 4096); err != nil {
+		t.Fatal(err)
+	}
+	err = mmapfile.Guard(func() { tab.Lookup(addrs[5]) })
+	if !errors.Is(err, mmapfile.ErrFault) {
+		t.Fatalf("Lookup of a truncated binary: %v, want a fault", err)
 	}
 }
