@@ -202,15 +202,7 @@ type builder struct {
 // are equal. Callers emit in nondecreasing pc order.
 func (b *builder) emit(pc uint64, r Row) {
 	r.PC = pc
-	if r.CFA != CFASP && r.CFA != CFAFP {
-		r.CFAOffset = 0
-	}
-	if r.FP != FPAtCFA {
-		r.FPOffset = 0
-	}
-	if r.CFA == CFAInvalid || r.CFA == CFAEndOfStack || r.CFA == CFASignal {
-		r.FP = FPUnchanged
-	}
+	r = r.normal()
 	n := len(b.rows)
 	if n > 0 && b.rows[n-1].PC == pc {
 		// The later rule for the same address wins.
@@ -223,8 +215,32 @@ func (b *builder) emit(pc uint64, r Row) {
 	b.rows = append(b.rows, r)
 }
 
+// normal clears the fields a row's rules do not use, so that equal rules compare equal.
+func (r Row) normal() Row {
+	switch r.CFA {
+	case CFASP, CFAFP:
+		r.CFAReg, r.CFAIndex, r.CFAPost = 0, 0, 0
+	case CFAReg:
+		r.CFAIndex, r.CFAPost = 0, 0
+	case CFADeref:
+	case CFAGo:
+		r.CFAOffset, r.CFAIndex, r.CFAPost = 0, 0, 0
+		r.FP = FPUnchanged
+	default:
+		r.CFAOffset, r.CFAReg, r.CFAIndex, r.CFAPost = 0, 0, 0, 0
+		r.FP = FPUnchanged
+	}
+	switch r.FP {
+	case FPAtCFA, FPAtFP, FPAtSP:
+	default:
+		r.FPOffset = 0
+	}
+	return r
+}
+
 func sameRule(a, b Row) bool {
-	return a.CFA == b.CFA && a.FP == b.FP && a.CFAOffset == b.CFAOffset && a.FPOffset == b.FPOffset
+	return a.CFA == b.CFA && a.FP == b.FP && a.CFAOffset == b.CFAOffset && a.FPOffset == b.FPOffset &&
+		a.CFAReg == b.CFAReg && a.CFAIndex == b.CFAIndex && a.CFAPost == b.CFAPost
 }
 
 // segment emits r for [loc, next), clipped to the current FDE's bounds.

@@ -17,8 +17,9 @@ import (
 // KernelTables is where tables go for the kernel unwinder: bpf.Sampler behind a small
 // adapter in cmd/agent, or a fake in tests.
 type KernelTables interface {
-	// AddTable stores a file's rows as a table of their own and returns its id.
-	AddTable(rows []KernelRow) (id uint32, err error)
+	// AddTable stores a file's rows as a table of their own and returns its id; goRuntime,
+	// for a Go binary, is its runtime's layout, stored and removed with the table.
+	AddTable(rows []KernelRow, goRuntime *KernelGoRuntime) (id uint32, err error)
 	// RemoveTable frees a table.
 	RemoveTable(id uint32) error
 	// SetProcess replaces a process's mappings, sorted by Start, as read after the exec
@@ -338,9 +339,9 @@ func (m *Maintainer) table(f *objfile.File) *fileTable {
 		m.overflow(t, f.Path, fmt.Errorf("%w: %d rows needed, %d of %d in use", ErrTableFull, len(rows), m.rows, m.cfg.MaxRows))
 		return t
 	}
-	kid, err := m.cfg.Kernel.AddTable(rows)
+	kid, err := m.cfg.Kernel.AddTable(rows, nil)
 	if errors.Is(err, ErrTableFull) && m.evictOne() {
-		kid, err = m.cfg.Kernel.AddTable(rows)
+		kid, err = m.cfg.Kernel.AddTable(rows, nil)
 	}
 	if errors.Is(err, ErrTableFull) {
 		m.overflow(t, f.Path, err)

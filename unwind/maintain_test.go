@@ -27,7 +27,7 @@ func newFakeKernel(maxTables int) *fakeKernel {
 	return &fakeKernel{tables: map[uint32][]KernelRow{}, processes: map[uint32][]KernelMapping{}, execIDs: map[uint32]uint64{}, maxTables: maxTables}
 }
 
-func (k *fakeKernel) AddTable(rows []KernelRow) (uint32, error) {
+func (k *fakeKernel) AddTable(rows []KernelRow, goRuntime *KernelGoRuntime) (uint32, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if len(k.tables) >= k.maxTables {
