@@ -194,8 +194,12 @@ static __always_inline long go_step(struct unwind_state *st, __u32 kind, __u32 t
 	 * which belong to the same m. */
 	__u64 m, curg;
 	if (walker_read_user(&g, st->tls + rt->tls_g) || walker_read_user(&m, g + rt->g_m) ||
-	    walker_read_user(&curg, m + rt->m_curg) || !curg)
+	    walker_read_user(&curg, m + rt->m_curg))
 		return finish(st, UNWIND_GO_SWITCH);
+	/* No goroutine: newstack preempted the one whose stack grew, and the scheduler runs
+	 * for none. Go's own tracebacks end there too. */
+	if (!curg)
+		return finish(st, kind == GO_FUNC_MORESTACK ? UNWIND_COMPLETE : UNWIND_GO_SWITCH);
 	__u64 sched = curg + rt->g_sched;
 	if (walker_read_user(&sp, sched + rt->gobuf_sp) || walker_read_user(&fp, sched + rt->gobuf_bp))
 		return finish(st, UNWIND_GO_SWITCH);

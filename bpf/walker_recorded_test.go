@@ -271,3 +271,29 @@ func stopAndCopy(pid, tid int, c *walkCase) error {
 	}
 	return nil
 }
+
+// TestWalkersAgreeRecordedGo records Go programs, built with today's Go and with an
+// older release: one whose garbage collector keeps its threads on g0 stacks, and one
+// whose C code calls back into Go. Threads are picked at random, idle ones included.
+func TestWalkersAgreeRecordedGo(t *testing.T) {
+	testenv.RequireTool(t, "gcc")
+	var progs []recordedProgram
+	for _, toolchain := range []string{"", "go1.23.4"} {
+		gc := testprog.BuildGoWith(t, testprog.GoGC, toolchain, "CGO_ENABLED=0")
+		cgo := testprog.BuildGoWith(t, testprog.GoCgo, toolchain, "CGO_ENABLED=1")
+		progs = append(progs, recordedProgram{"gc " + toolchain, []string{gc, "20"}}, recordedProgram{"cgo " + toolchain, []string{cgo, "20"}})
+	}
+	cases := recordAll(t, progs, 20)
+	complete := 0
+	for i, r := range compareWalkers(t, cases) {
+		if e := UnwindEnd(r.end); (e == UnwindComplete || e == UnwindCompleteFP) && len(r.frames) >= 2 {
+			complete++
+		} else {
+			t.Logf("%s: %s", cases[i].name, r)
+		}
+	}
+	if complete < len(cases)*9/10 {
+		t.Errorf("%d of %d recorded walks complete, want nine in ten", complete, len(cases))
+	}
+	t.Logf("%d recorded walks, %d complete", len(cases), complete)
+}

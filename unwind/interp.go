@@ -217,6 +217,8 @@ type builder struct {
 	// lo and hi bound the rows the current FDE may emit: hi is its end and lo its start,
 	// raised past the FDEs already emitted when it overlaps them.
 	lo, hi uint64
+	// gap is the rule between FDEs: none, or, in a Go binary, the frame pointer.
+	gap Row
 }
 
 // emit appends a row starting at pc, merging it into the previous row when the rules
@@ -286,7 +288,7 @@ func (b *builder) build(fdes []fde) {
 		}
 		if started && f.start > covered {
 			// A gap: the previous FDE's range ends here.
-			b.emit(covered, Row{})
+			b.emit(covered, b.gap)
 		}
 		b.lo, b.hi = f.start, f.end
 		if started {
@@ -296,7 +298,7 @@ func (b *builder) build(fdes []fde) {
 		covered, started = f.end, true
 	}
 	if started {
-		b.emit(covered, Row{})
+		b.emit(covered, b.gap)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 type fakeKernel struct {
 	mu        sync.Mutex
 	tables    map[uint32][]KernelRow
+	goRT      map[uint32]KernelGoRuntime
 	next      uint32
 	maxTables int
 	processes map[uint32][]KernelMapping
@@ -35,6 +36,12 @@ func (k *fakeKernel) AddTable(rows []KernelRow, goRuntime *KernelGoRuntime) (uin
 	}
 	k.next++
 	k.tables[k.next] = rows
+	if goRuntime != nil {
+		if k.goRT == nil {
+			k.goRT = map[uint32]KernelGoRuntime{}
+		}
+		k.goRT[k.next] = *goRuntime
+	}
 	return k.next, nil
 }
 

@@ -152,7 +152,17 @@ func FuzzRead(f *testing.F) {
 		}
 	}))
 
+	f.Add(synGoFile())
+
 	f.Fuzz(func(t *testing.T, b []byte) {
+		// A Go binary's table too: its pclntab, build information and DWARF are input.
+		if ef, err := elf.NewFile(bytes.NewReader(b)); err == nil {
+			if g, err := ReadGoRuntime(ef, bytes.NewReader(b)); err == nil {
+				if tab, err := goTable(ef, g); err == nil {
+					checkSorted(t, tab)
+				}
+			}
+		}
 		tab, err := Read(bytes.NewReader(b))
 		if err != nil {
 			return

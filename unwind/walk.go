@@ -259,7 +259,14 @@ func (w *walker) goStep(kind GoFunc, tableID uint32) (End, bool) {
 		return EndGoSwitch, true
 	}
 	curg, ok3 := read(m + uint64(rt.M_curg))
-	if !ok3 || curg == 0 {
+	if !ok3 {
+		return EndGoSwitch, true
+	}
+	if curg == 0 {
+		// newstack preempted the goroutine; the scheduler runs for none.
+		if kind == GoFuncMorestack {
+			return EndComplete, true
+		}
 		return EndGoSwitch, true
 	}
 	sched := curg + uint64(rt.G_sched)

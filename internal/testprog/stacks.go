@@ -176,13 +176,13 @@ func churn(n int) *node {
 
 //go:noinline
 func deep(d int) int {
-	var pad [64]byte
-	pad[d%64] = byte(d)
+	var pad [512]byte
+	pad[d%512] = byte(d)
 	if d == 0 {
 		live[len(live)-1] = churn(2000)
 		return int(pad[0])
 	}
-	return deep(d-1) + int(pad[d%64])
+	return deep(d-1) + int(pad[d%512])
 }
 
 func main() {
@@ -195,7 +195,10 @@ func main() {
 	done := make(chan bool)
 	go func() {
 		for time.Now().Before(end) {
-			deep(200) // grows its stack: morestack
+			// A new goroutine's stack grows to hold 30 frames of half a kilobyte: morestack.
+			r := make(chan int)
+			go func() { r <- deep(30) }()
+			<-r
 		}
 		done <- true
 	}()
@@ -206,15 +209,18 @@ func main() {
 }
 `
 
-// GoCgo calls C, whose code calls back into Go, whose code spins: a sample in
-// goSpinHot reads main.main, C's cHot caller chain and the callback through both of
-// cgo's transitions. Its first argument is how many seconds it runs.
+// GoCgo calls C, whose code calls back into Go, whose code spins and allocates: a sample
+// in goSpinHot reads main.callC, C's cgo_outer and cgo_inner, and the callback, through
+// both of cgo's transitions. The C code has thread-local storage, so that the Go
+// runtime's g is not the only variable of the TLS block. Its first argument is how many
+// seconds it runs.
 const GoCgo = `package main
 
 /*
 #include <stdint.h>
 extern void goSpinHot(int);
-__attribute__((noinline)) static void cgo_inner(int n) { for (int i = 0; i < 4; i++) goSpinHot(n + i); }
+static __thread int calls;
+__attribute__((noinline)) static void cgo_inner(int n) { for (int i = 0; i < 4; i++) goSpinHot(n + i + calls++); }
 __attribute__((noinline)) static void cgo_outer(int n) { cgo_inner(n); }
 static volatile uint64_t cacc;
 __attribute__((noinline)) static void c_spin_hot(int n) { for (int i = 0; i < n; i++) cacc = cacc * 31 + i; }
@@ -227,12 +233,19 @@ import (
 	"time"
 )
 
-var acc uint64
+var (
+	acc  uint64
+	keep [][]byte
+)
 
 //export goSpinHot
 func goSpinHot(n C.int) {
 	for i := 0; i < 200000; i++ {
 		acc = acc*31 + uint64(i) + uint64(n)
+	}
+	keep = append(keep, make([]byte, 64<<10))
+	if len(keep) > 64 {
+		keep = keep[:0]
 	}
 }
 
