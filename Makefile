@@ -27,7 +27,7 @@ test: build
 # a -fuzztime duration races Go's fuzzing coordinator at the deadline and can fail a target with
 # "context deadline exceeded" though nothing was found. FUZZTIME=5m overrides them for a longer look.
 FUZZTIME ?=
-FUZZ_TARGETS := ./unwind:FuzzRead:150000x ./symbolize:FuzzELFTable:150000x \
+FUZZ_TARGETS := ./unwind:FuzzRead:150000x ./symbolize:FuzzELFTable:150000x ./symbolize:FuzzUnnamed:50000x \
 	./symbolize/dwarf:FuzzTable:500000x ./symbolize/dwarf:FuzzLoad:250000x \
 	./symbolize/gopclntab:FuzzTable:2000x
 fuzz:

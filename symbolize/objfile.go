@@ -29,6 +29,9 @@ type objFile struct {
 	syms   *ELFSymbols
 	dwarf  *dwarf.Table     // nil without DWARF, or in symtab mode
 	gopcln *gopclntab.Table // nil unless a Go binary
+	// unnamed names what no symbol does: PLT entries, and a stripped object's functions
+	// by their FDEs; nil when there is nothing of the kind.
+	unnamed *unnamedCode
 	// debugPath is the separate debug file the names came from too, if any.
 	debugPath string
 	size      int64 // estimated bytes held
@@ -108,7 +111,11 @@ func loadObjFile(f *objfile.File, o loadOptions) (*objFile, error) {
 		}
 	}
 	obj.syms = &ELFSymbols{Funcs: newSymbolTable(cands), loads: loadSegments(ef)}
+	obj.unnamed = readUnnamed(ef, f.Path)
 	obj.size = obj.syms.Funcs.sizeBytes() + int64(len(obj.syms.loads))*32
+	if obj.unnamed != nil {
+		obj.size += obj.unnamed.sizeBytes()
+	}
 	if obj.dwarf != nil {
 		obj.size += obj.dwarf.SizeBytes()
 	}
@@ -145,6 +152,9 @@ func (o *objFile) lookup(off uint64) ([]trace.Line, string) {
 	}
 	if hasSym {
 		return namedLine(sym.Name), symbolSource(sym)
+	}
+	if o.unnamed != nil {
+		return o.unnamed.lookup(vaddr)
 	}
 	return nil, SourceNone
 }
