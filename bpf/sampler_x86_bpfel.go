@@ -91,12 +91,14 @@ type samplerGoRuntime struct {
 	G_m       uint16
 	G_sched   uint16
 	M_curg    uint16
+	G_status  uint16
 	GobufSp   uint8
 	GobufPc   uint8
 	GobufBp   uint8
 	G_stackHi uint8
 	CgoDepth  uint8
 	CgoG      uint8
+	_         [2]byte
 }
 
 type samplerProcInfo struct {

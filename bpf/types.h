@@ -110,6 +110,7 @@ struct go_runtime {
 	__u16 g_m;       /* offsetof(g, m) */
 	__u16 g_sched;   /* offsetof(g, sched) */
 	__u16 m_curg;    /* offsetof(m, curg) */
+	__u16 g_status;  /* offsetof(g, atomicstatus) */
 	__u8 gobuf_sp;   /* offsetof(gobuf, sp) */
 	__u8 gobuf_pc;
 	__u8 gobuf_bp;

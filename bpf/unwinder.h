@@ -17,6 +17,11 @@
 
 #if ARCH_TABLE_UNWIND
 
+/* The Go runtime's goroutine states (runtime2.go): being copied, and the bit the
+ * garbage collector sets while it scans one. */
+#define G_COPYSTACK 8
+#define G_SCAN 0x1000
+
 #ifndef barrier_var
 #define barrier_var(var) asm volatile("" : "+r"(var))
 #endif
@@ -210,6 +215,12 @@ static __always_inline long go_step(struct unwind_state *st, __u32 kind, __u32 t
 		return advance(st, sp + 8, ra, fp, 0);
 	}
 	if (kind == GO_FUNC_MORESTACK) {
+		/* While newstack copies the goroutine's stack, its frame pointers lead from the new
+		 * copy to the old: the goroutine's frames are in no state to be walked. */
+		if (walker_read_user(&v, curg + rt->g_status))
+			return finish(st, UNWIND_GO_SWITCH);
+		if ((v & 0xffffffff & ~G_SCAN) == G_COPYSTACK)
+			return finish(st, UNWIND_COMPLETE);
 		if (walker_read_user(&ra, sched + rt->gobuf_pc))
 			return finish(st, UNWIND_GO_SWITCH);
 		long stop = advance(st, sp, ra, fp, 0);

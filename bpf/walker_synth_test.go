@@ -120,9 +120,9 @@ func newSynth(r *rand.Rand) *synth {
 
 // goRuntime makes a plausible layout: the offsets of real Go releases, now and then others.
 func (g *synth) goRuntime() *unwind.KernelGoRuntime {
-	rt := &unwind.KernelGoRuntime{TlsG: -8, G_m: 48, G_sched: 56, M_curg: 0xc0, GobufSp: 0, GobufPc: 8, GobufBp: 40, G_stackHi: 8, CgoDepth: 0, CgoG: 8}
+	rt := &unwind.KernelGoRuntime{TlsG: -8, G_m: 48, G_sched: 56, M_curg: 0xb8, G_status: 144, GobufSp: 0, GobufPc: 8, GobufBp: 40, G_stackHi: 8, CgoDepth: 0, CgoG: 8}
 	if g.r.IntN(3) == 0 {
-		rt.TlsG, rt.M_curg, rt.GobufBp, rt.CgoDepth, rt.CgoG = -16, 0xd0, 48, 40, 48
+		rt.TlsG, rt.M_curg, rt.G_status, rt.GobufBp, rt.CgoDepth, rt.CgoG = -16, 0xc0, 152, 48, 40, 48
 	}
 	return rt
 }
@@ -600,6 +600,16 @@ func (g *synth) goFrame(kind unwind.GoFunc, rt *unwind.KernelGoRuntime) bool {
 		g.words[sp] = ra
 		g.next(ra, sp+8, false)
 	case unwind.GoFuncMorestack:
+		if _, ok := g.words[g.curg+uint64(rt.G_status)]; !ok {
+			status := uint64(2) // _Grunning
+			switch g.r.IntN(20) {
+			case 0:
+				status = 8 // _Gcopystack: the walk ends here
+			case 1:
+				status = 0x1008 // and scanned
+			}
+			g.words[g.curg+uint64(rt.G_status)] = status | g.r.Uint64()<<32
+		}
 		pc, ok := g.words[sched+uint64(rt.GobufPc)]
 		if !ok {
 			pc = g.codeAddr()

@@ -136,8 +136,8 @@ func (c *walkCase) encode(w *bufio.Writer) {
 		}
 	}
 	for id, g := range c.goRT {
-		fmt.Fprintf(w, "go %d %d %d %d %d %d %d %d %d %d %d\n", id, g.TlsG, g.G_m, g.G_sched, g.M_curg, g.GobufSp, g.GobufPc, g.GobufBp,
-			g.G_stackHi, g.CgoDepth, g.CgoG)
+		fmt.Fprintf(w, "go %d %d %d %d %d %d %d %d %d %d %d %d\n", id, g.TlsG, g.G_m, g.G_sched, g.M_curg, g.G_status, g.GobufSp, g.GobufPc,
+			g.GobufBp, g.G_stackHi, g.CgoDepth, g.CgoG)
 	}
 	for _, r := range c.mem {
 		fmt.Fprintf(w, "mem %#x %s\n", r.addr, hex.EncodeToString(r.b))

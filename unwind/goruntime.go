@@ -46,11 +46,12 @@ var goLayouts = []struct {
 	minor  int // from this Go 1.minor on
 	layout KernelGoRuntime
 }{
-	{21, KernelGoRuntime{G_m: 48, G_sched: 56, M_curg: 192, GobufSp: 0, GobufPc: 8, GobufBp: 48, G_stackHi: 8, CgoDepth: 40, CgoG: 48}},
-	// asmcgocall keeps the depth and g at 0(SP) and 8(SP) from 1.22 on.
-	{22, KernelGoRuntime{G_m: 48, G_sched: 56, M_curg: 192, GobufSp: 0, GobufPc: 8, GobufBp: 48, G_stackHi: 8, CgoDepth: 0, CgoG: 8}},
-	// gobuf lost its ret field in 1.25, and m with it eight bytes before curg.
-	{25, KernelGoRuntime{G_m: 48, G_sched: 56, M_curg: 184, GobufSp: 0, GobufPc: 8, GobufBp: 40, G_stackHi: 8, CgoDepth: 0, CgoG: 8}},
+	{21, KernelGoRuntime{G_m: 48, G_sched: 56, M_curg: 192, G_status: 144, GobufSp: 0, GobufPc: 8, GobufBp: 48, G_stackHi: 8}},
+	// g grew by eight bytes before atomicstatus in 1.23.
+	{23, KernelGoRuntime{G_m: 48, G_sched: 56, M_curg: 192, G_status: 152, GobufSp: 0, GobufPc: 8, GobufBp: 48, G_stackHi: 8}},
+	// gobuf lost its ret field in 1.25: eight bytes less in m before curg, in g before
+	// atomicstatus.
+	{25, KernelGoRuntime{G_m: 48, G_sched: 56, M_curg: 184, G_status: 144, GobufSp: 0, GobufPc: 8, GobufBp: 40, G_stackHi: 8}},
 }
 
 // goMinorMax is the newest release goLayouts is known to hold for; a later one needs DWARF.
@@ -120,6 +121,8 @@ func ReadGoRuntime(f *elf.File, r io.ReaderAt) (*GoRuntime, error) {
 			}
 		}
 		if g.Layout != nil {
+			// asmcgocall keeps the goroutine's stack depth and the goroutine at 0(SP) and
+			// 8(SP) on g0 since 1.22, at 40(SP) and 48(SP) before (room for Windows).
 			g.Layout.CgoDepth, g.Layout.CgoG = 0, 8
 			if minor < 22 {
 				g.Layout.CgoDepth, g.Layout.CgoG = 40, 48
@@ -221,10 +224,10 @@ func dwarfLayout(f *elf.File) (*KernelGoRuntime, bool) {
 	if err != nil {
 		return nil, false
 	}
-	want := map[string][]string{"runtime.g": {"m", "sched", "stack"}, "runtime.m": {"curg"}, "runtime.gobuf": {"sp", "pc", "bp"}, "runtime.stack": {"hi"}}
+	want := map[string][]string{"runtime.g": {"m", "sched", "stack", "atomicstatus"}, "runtime.m": {"curg"}, "runtime.gobuf": {"sp", "pc", "bp"}, "runtime.stack": {"hi"}}
 	got := map[string]int64{}
 	r := d.Reader()
-	for len(got) < 8 {
+	for len(got) < 9 {
 		e, err := r.Next()
 		if err != nil || e == nil {
 			return nil, false
@@ -258,7 +261,8 @@ func dwarfLayout(f *elf.File) (*KernelGoRuntime, bool) {
 	}
 	l := &KernelGoRuntime{
 		G_m: uint16(got["runtime.g.m"]), G_sched: uint16(got["runtime.g.sched"]), M_curg: uint16(got["runtime.m.curg"]),
-		GobufSp: uint8(got["runtime.gobuf.sp"]), GobufPc: uint8(got["runtime.gobuf.pc"]), GobufBp: uint8(got["runtime.gobuf.bp"]),
+		G_status: uint16(got["runtime.g.atomicstatus"]),
+		GobufSp:  uint8(got["runtime.gobuf.sp"]), GobufPc: uint8(got["runtime.gobuf.pc"]), GobufBp: uint8(got["runtime.gobuf.bp"]),
 		G_stackHi: uint8(got["runtime.g.stack"] + got["runtime.stack.hi"]),
 	}
 	for _, v := range []int64{got["runtime.gobuf.sp"], got["runtime.gobuf.pc"], got["runtime.gobuf.bp"], got["runtime.g.stack"] + got["runtime.stack.hi"]} {

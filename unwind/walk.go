@@ -283,6 +283,14 @@ func (w *walker) goStep(kind GoFunc, tableID uint32) (End, bool) {
 		}
 		return w.advance(Regs{PC: ra, SP: sp + 8, FP: fp}, false)
 	case GoFuncMorestack:
+		status, ok := read(curg + uint64(rt.G_status))
+		if !ok {
+			return EndGoSwitch, true
+		}
+		if status&0xffffffff&^gScan == gCopystack {
+			// newstack is copying the goroutine's stack: no state to walk.
+			return EndComplete, true
+		}
 		pc, ok := read(sched + uint64(rt.GobufPc))
 		if !ok {
 			return EndGoSwitch, true
@@ -345,6 +353,12 @@ func findRow(rows []KernelRow, count uint32, vaddr uint32) (Row, bool) {
 	return rows[lo-1].Row(), true
 }
 
+// The Go runtime's goroutine states: being copied, and the garbage collector's scan bit.
+const (
+	gCopystack = 8
+	gScan      = 0x1000
+)
+
 // KernelGoRuntime is a Go binary's runtime layout as the kernel walker reads it: struct
 // go_runtime of bpf/types.h, field for field, so that bpf.GoRuntime converts to it.
 type KernelGoRuntime struct {
@@ -353,6 +367,7 @@ type KernelGoRuntime struct {
 	G_m       uint16
 	G_sched   uint16
 	M_curg    uint16
+	G_status  uint16 // offsetof(g, atomicstatus)
 	GobufSp   uint8
 	GobufPc   uint8
 	GobufBp   uint8

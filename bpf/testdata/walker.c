@@ -183,8 +183,8 @@ int main(void)
 			if (!numbers(line + 4, &tls, 1))
 				fail("bad tls", line);
 		} else if (!strncmp(line, "go ", 3)) {
-			__u64 v[11];
-			if (!numbers(line + 3, v, 11) || v[0] >= MAX_TABLES)
+			__u64 v[12];
+			if (!numbers(line + 3, v, 12) || v[0] >= MAX_TABLES)
 				fail("bad go", line);
 			struct table *t = &tables[v[0]];
 			t->has_go = 1;
@@ -193,12 +193,13 @@ int main(void)
 				.g_m = v[2],
 				.g_sched = v[3],
 				.m_curg = v[4],
-				.gobuf_sp = v[5],
-				.gobuf_pc = v[6],
-				.gobuf_bp = v[7],
-				.g_stack_hi = v[8],
-				.cgo_depth = v[9],
-				.cgo_g = v[10],
+				.g_status = v[5],
+				.gobuf_sp = v[6],
+				.gobuf_pc = v[7],
+				.gobuf_bp = v[8],
+				.g_stack_hi = v[9],
+				.cgo_depth = v[10],
+				.cgo_g = v[11],
 			};
 		} else if (!strncmp(line, "noproc", 6)) {
 			noproc = 1;

@@ -82,7 +82,8 @@ func TestKernelTypesAgree(t *testing.T) {
 	var bg bpf.GoRuntime
 	if unsafe.Sizeof(ug) != unsafe.Sizeof(bg) || unsafe.Offsetof(ug.TlsG) != unsafe.Offsetof(bg.TlsG) ||
 		unsafe.Offsetof(ug.G_m) != unsafe.Offsetof(bg.G_m) || unsafe.Offsetof(ug.G_sched) != unsafe.Offsetof(bg.G_sched) ||
-		unsafe.Offsetof(ug.M_curg) != unsafe.Offsetof(bg.M_curg) || unsafe.Offsetof(ug.GobufSp) != unsafe.Offsetof(bg.GobufSp) ||
+		unsafe.Offsetof(ug.M_curg) != unsafe.Offsetof(bg.M_curg) || unsafe.Offsetof(ug.G_status) != unsafe.Offsetof(bg.G_status) ||
+		unsafe.Offsetof(ug.GobufSp) != unsafe.Offsetof(bg.GobufSp) ||
 		unsafe.Offsetof(ug.GobufPc) != unsafe.Offsetof(bg.GobufPc) || unsafe.Offsetof(ug.GobufBp) != unsafe.Offsetof(bg.GobufBp) ||
 		unsafe.Offsetof(ug.G_stackHi) != unsafe.Offsetof(bg.G_stackHi) || unsafe.Offsetof(ug.CgoDepth) != unsafe.Offsetof(bg.CgoDepth) ||
 		unsafe.Offsetof(ug.CgoG) != unsafe.Offsetof(bg.CgoG) {

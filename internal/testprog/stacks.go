@@ -220,9 +220,10 @@ const GoCgo = `package main
 #include <stdint.h>
 extern void goSpinHot(int);
 static __thread int calls;
-__attribute__((noinline)) static void cgo_inner(int n) { for (int i = 0; i < 4; i++) goSpinHot(n + i + calls++); }
-__attribute__((noinline)) static void cgo_outer(int n) { cgo_inner(n); }
 static volatile uint64_t cacc;
+__attribute__((noinline)) static void cgo_inner(int n) { for (int i = 0; i < 4; i++) goSpinHot(n + i + calls++); }
+// Not a tail call: cgo_outer keeps a frame of its own.
+__attribute__((noinline)) static void cgo_outer(int n) { cgo_inner(n); cacc++; }
 __attribute__((noinline)) static void c_spin_hot(int n) { for (int i = 0; i < n; i++) cacc = cacc * 31 + i; }
 */
 import "C"
