@@ -130,7 +130,7 @@ type samplerSampleEvent struct {
 	KernelLen int32
 	UnwindEnd uint32
 	Pad       uint32
-	Frames    [255]uint64
+	Frames    [383]uint64
 }
 
 type samplerUnwindEnd uint32

@@ -18,7 +18,7 @@ type (
 // Sizes the kernel program fixes.
 const (
 	// MaxUserDepth and MaxKernelDepth are the deepest stacks the kernel records per sample.
-	MaxUserDepth   = 128 // MAX_USER_DEPTH in types.h
+	MaxUserDepth   = 256 // MAX_USER_DEPTH in types.h
 	MaxKernelDepth = len(samplerSampleEvent{}.Frames) - MaxUserDepth
 	// MaxProcessMappings is how many executable mappings of a process the unwinder knows.
 	MaxProcessMappings = len(samplerProcInfo{}.Maps)

@@ -7,7 +7,7 @@
 /* bpf_get_stack's own ceiling (sysctl kernel.perf_event_max_stack defaults to 127). */
 #define MAX_STACK_DEPTH 127
 /* The user-space unwinder walks up to this many frames. */
-#define MAX_USER_DEPTH 128
+#define MAX_USER_DEPTH 256
 /* Executable mappings the unwinder knows per process; the rest fall back to frame pointers. */
 #define MAX_PROC_MAPPINGS 256
 

@@ -435,7 +435,7 @@ func (g *synth) build(name string) *walkCase {
 	g.next(g.thread.PC, synthStackTop-uint64(g.r.IntN(1<<16))&^7, true)
 	g.thread.GPR[7] = g.sp
 	g.regsLeaf, g.fpFree = true, true
-	for range 1 + g.r.IntN(140) {
+	for range 1 + g.r.IntN(300) {
 		if !g.frame() {
 			break
 		}

@@ -28,7 +28,7 @@ const (
 )
 
 // MaxDepth is how many user frames the kernel walks at most: MAX_USER_DEPTH.
-const MaxDepth = 128
+const MaxDepth = 256
 
 // maxMappings is how many mappings of a process the kernel holds: MAX_PROC_MAPPINGS.
 const maxMappings = 256
