@@ -81,7 +81,7 @@ const (
 	samplerGoFuncGO_FUNC_SYSTEMSTACK samplerGoFunc = 2
 	samplerGoFuncGO_FUNC_MORESTACK   samplerGoFunc = 3
 	samplerGoFuncGO_FUNC_ASMCGOCALL  samplerGoFunc = 4
-	samplerGoFuncGO_FUNC_CGOCALLBACK samplerGoFunc = 5
+	samplerGoFuncGO_FUNC_FP_SWITCH   samplerGoFunc = 5
 	samplerGoFuncGO_FUNC_MAX         samplerGoFunc = 6
 )
 

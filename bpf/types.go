@@ -55,7 +55,7 @@ const (
 	GoFuncSystemstack = uint8(samplerGoFuncGO_FUNC_SYSTEMSTACK)
 	GoFuncMorestack   = uint8(samplerGoFuncGO_FUNC_MORESTACK)
 	GoFuncAsmcgocall  = uint8(samplerGoFuncGO_FUNC_ASMCGOCALL)
-	GoFuncCgocallback = uint8(samplerGoFuncGO_FUNC_CGOCALLBACK)
+	GoFuncFPSwitch    = uint8(samplerGoFuncGO_FUNC_FP_SWITCH)
 	GoFuncCount       = int(samplerGoFuncGO_FUNC_MAX)
 )
 

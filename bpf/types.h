@@ -85,7 +85,7 @@ enum go_func {
 	GO_FUNC_SYSTEMSTACK = 2, /* fn runs on g0; its caller's frame is where curg.sched.sp points */
 	GO_FUNC_MORESTACK = 3,   /* newstack runs on g0 for curg, stopped in a prologue at curg.sched.pc */
 	GO_FUNC_ASMCGOCALL = 4,  /* C code runs on g0; asmcgocall left g and the goroutine's stack depth there */
-	GO_FUNC_CGOCALLBACK = 5, /* Go code called from C runs on curg; cgocallback's frame, and C's, are on g0 */
+	GO_FUNC_FP_SWITCH = 5,   /* its frame is on one stack, its callee on another: cgocallback (g0, then curg), time.now and nanotime1 (curg, calling the vDSO on g0) */
 	GO_FUNC_MAX,
 };
 

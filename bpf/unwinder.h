@@ -171,9 +171,11 @@ static __always_inline long go_step(struct unwind_state *st, __u32 kind, __u32 t
 	st->used_fp = 1;
 	if (kind == GO_FUNC_TOP)
 		return finish(st, UNWIND_COMPLETE);
-	if (kind == GO_FUNC_CGOCALLBACK) {
-		/* cgocallback set up its frame on g0 before it moved to the goroutine's stack: its
-		 * frame pointer leads back to g0, and to the C code that called Go. */
+	if (kind == GO_FUNC_FP_SWITCH) {
+		/* The function set up its frame on one stack and called on another: cgocallback on
+		 * g0 before it moved to the goroutine's stack (its frame pointer leads back to the C
+		 * code that called Go), time.now and nanotime1 on the goroutine's before they moved
+		 * to g0 for the vDSO. */
 		if (walker_read_user(&ra, st->fp + 8) || walker_read_user(&fp, st->fp))
 			return finish(st, UNWIND_GO_SWITCH);
 		return advance(st, st->fp + 16, ra, fp, 0);

@@ -559,7 +559,7 @@ func (g *synth) fpFrame(sameStack bool) bool {
 
 // goFrame lays out what a Go runtime switch reads.
 func (g *synth) goFrame(kind unwind.GoFunc, rt *unwind.KernelGoRuntime) bool {
-	if kind == unwind.GoFuncCgocallback {
+	if kind == unwind.GoFuncFPSwitch {
 		return g.fpFrame(false)
 	}
 	if rt == nil || kind == unwind.GoFuncTop || int(kind) >= GoFuncCount {

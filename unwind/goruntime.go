@@ -66,7 +66,10 @@ var goFuncRules = map[string]GoFunc{
 	"runtime.systemstack": GoFuncSystemstack,
 	"runtime.morestack":   GoFuncMorestack,
 	"runtime.asmcgocall":  GoFuncAsmcgocall,
-	"runtime.cgocallback": GoFuncCgocallback,
+	"runtime.cgocallback": GoFuncFPSwitch,
+	"runtime.walltime":    GoFuncFPSwitch,
+	"runtime.nanotime1":   GoFuncFPSwitch,
+	"time.now":            GoFuncFPSwitch, // the assembly of time.Now on linux/amd64
 }
 
 // goSPFuncs are the assembly functions a walk passes through that keep no frame pointer:

@@ -91,9 +91,12 @@ const (
 	// GoFuncAsmcgocall: C code runs on g0; runtime.asmcgocall left the goroutine and its
 	// stack depth at its own stack pointer.
 	GoFuncAsmcgocall
-	// GoFuncCgocallback: Go code called from C runs on the goroutine's stack, but
-	// runtime.cgocallback set up its frame on g0: its frame pointer leads back to C.
-	GoFuncCgocallback
+	// GoFuncFPSwitch: a function whose frame is on one stack while its callee runs on
+	// another: runtime.cgocallback set up its frame on g0 and runs Go code on the
+	// goroutine's stack, its frame pointer leading back to C; time.now,
+	// runtime.walltime and nanotime1 call the vDSO on g0 from frames on the goroutine's
+	// stack.
+	GoFuncFPSwitch
 	// GoFuncCount is how many there are: GO_FUNC_MAX.
 	GoFuncCount int = iota
 )

@@ -216,7 +216,7 @@ func (w *walker) goStep(kind GoFunc, tableID uint32) (End, bool) {
 	switch kind {
 	case GoFuncTop:
 		return EndComplete, true
-	case GoFuncCgocallback:
+	case GoFuncFPSwitch:
 		ra, ok1 := read(w.regs.FP + 8)
 		fp, ok2 := read(w.regs.FP)
 		if !ok1 || !ok2 {

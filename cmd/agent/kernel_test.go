@@ -37,7 +37,7 @@ func TestKernelTypesAgree(t *testing.T) {
 	}
 	goFuncs := map[unwind.GoFunc]uint8{
 		unwind.GoFuncTop: bpf.GoFuncTop, unwind.GoFuncSystemstack: bpf.GoFuncSystemstack, unwind.GoFuncMorestack: bpf.GoFuncMorestack,
-		unwind.GoFuncAsmcgocall: bpf.GoFuncAsmcgocall, unwind.GoFuncCgocallback: bpf.GoFuncCgocallback,
+		unwind.GoFuncAsmcgocall: bpf.GoFuncAsmcgocall, unwind.GoFuncFPSwitch: bpf.GoFuncFPSwitch,
 	}
 	for f, kernel := range goFuncs {
 		if uint8(f) != kernel {
