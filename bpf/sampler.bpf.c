@@ -224,6 +224,8 @@ int sample(struct bpf_perf_event_data *ctx)
 	} else {
 		/* User registers come from the task, so this works when the tick lands in the kernel too. */
 		e->user_len = bpf_get_stack(ctx, e->frames, MAX_USER_DEPTH * sizeof(__u64), BPF_F_USER_STACK);
+		/* bpf_get_stack does not say why its frame-pointer walk stopped: the sample says
+		 * frame pointer, and no outcome is counted. */
 		e->unwind_end = UNWIND_COMPLETE_FP;
 		if (e->user_len < 0)
 			count(COUNTER_USER_STACK_ERR);
