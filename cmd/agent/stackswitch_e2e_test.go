@@ -103,6 +103,40 @@ func TestGoStackSwitches(t *testing.T) {
 	}
 }
 
+// Go's signal handler runs on the thread's signal stack; its samples read through
+// runtime.sigtramp and the ucontext back to the interrupted goroutine or g0, and end at a
+// thread's root like the rest.
+func TestGoSignalStack(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := testprog.BuildGoWith(t, testprog.GoSignals, "", "CGO_ENABLED=0")
+	p, _ := profileFor(t, 4, bin, "30")
+	var total, rooted, handler, handlerRooted int64
+	for _, s := range p.Sample {
+		n := s.Value[0]
+		total += n
+		root := goThreadRoots[outermost(s)]
+		if root {
+			rooted += n
+		}
+		if containsInOrder(names(s), []string{"runtime.sigtramp"}) {
+			handler += n
+			if root {
+				handlerRooted += n
+			}
+		}
+	}
+	if handler < 10 {
+		t.Fatalf("only %d of %d samples in the signal handler", handler, total)
+	}
+	if share := float64(rooted) / float64(total); share < 0.99 {
+		t.Errorf("%.4f of %d samples end at a thread's root, want 0.99", share, total)
+	}
+	if share := float64(handlerRooted) / float64(handler); share < 0.99 {
+		t.Errorf("%.4f of %d samples in the signal handler end at a thread's root, want 0.99", share, handler)
+	}
+	t.Logf("%d samples, %d in the signal handler; %.4f rooted", total, handler, float64(rooted)/float64(total))
+}
+
 // Go calling C calling Go: a sample in the callback reads the whole chain, through cgo's
 // switch to g0 (asmcgocall) and back to the goroutine (cgocallback), with the C frames
 // between walked by their .eh_frame. The frames are named here from the binary's symbol

@@ -265,6 +265,48 @@ func main() {
 }
 `
 
+// GoSignals spins while another goroutine sends it signals, as fast as it can: a share
+// of its time is in the runtime's signal handler, on the thread's signal stack, and in the
+// kernel delivering them. Its first argument is how many seconds it runs.
+const GoSignals = `package main
+
+import (
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+var acc uint64
+
+//go:noinline
+func spin() {
+	for i := 0; i < 100000; i++ {
+		acc = acc*31 + uint64(i)
+	}
+}
+
+func main() {
+	secs, _ := strconv.ParseFloat(os.Args[1], 64)
+	end := time.Now().Add(time.Duration(secs * float64(time.Second)))
+	c := make(chan os.Signal, 1024)
+	signal.Notify(c, syscall.SIGUSR1)
+	go func() {
+		for range c {
+		}
+	}()
+	go func() {
+		for time.Now().Before(end) {
+			syscall.Kill(os.Getpid(), syscall.SIGUSR1)
+		}
+	}()
+	for time.Now().Before(end) {
+		spin()
+	}
+}
+`
+
 // BuildGoWith builds a one-file Go main package from src with the given toolchain
 // ("" for the go on PATH, else a GOTOOLCHAIN value such as go1.23.4, which the go
 // command downloads) and environment (CGO_ENABLED=1 for cgo).
