@@ -4,7 +4,7 @@ VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 
 LDFLAGS     := -X main.version=$(VERSION)
 RUN_SECONDS ?= 30
 
-.PHONY: build generate test run bench soak lint fuzz check-generated clean
+.PHONY: build generate test run bench soak fidelity lint fuzz check-generated clean
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/sonde ./cmd/agent
@@ -38,7 +38,8 @@ soak: build
 # a -fuzztime duration races Go's fuzzing coordinator at the deadline and can fail a target with
 # "context deadline exceeded" though nothing was found. FUZZTIME=5m overrides them for a longer look.
 FUZZTIME ?=
-FUZZ_TARGETS := ./unwind:FuzzRead:150000x ./symbolize:FuzzELFTable:150000x ./symbolize:FuzzELFTableInPlace:150000x ./symbolize:FuzzParseKallsyms:150000x \
+FUZZ_TARGETS := ./unwind:FuzzRead:150000x ./symbolize:FuzzELFTable:150000x ./symbolize:FuzzELFTableInPlace:150000x \
+	./symbolize:FuzzParseKallsyms:150000x ./symbolize:FuzzUnnamed:50000x \
 	./symbolize/dwarf:FuzzTable:500000x ./symbolize/dwarf:FuzzLoad:250000x \
 	./symbolize/gopclntab:FuzzTable:2000x ./trace:FuzzParseMaps:100000x \
 	./internal/objfile:FuzzParseNotes:200000x ./internal/cgroup:FuzzParse:200000x \
@@ -64,10 +65,22 @@ lint:
 	$(GO) vet ./...
 	GOARCH=arm64 $(GO) build ./... && GOARCH=arm64 $(GO) vet ./...
 	cd test/e2e && $(GO) vet ./...
+	cd test/fidelity && $(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 clean:
 	rm -rf bin profile.pb.gz profile.html sonde.html
+
+# sonde against perf record --call-graph dwarf on six real programs (xz, sqlite3, openssl speed,
+# CPython, cc1plus, the Go compiler), profiled at once on the same process; rewrites the table of
+# docs/fidelity.md. Needs root; installs the programs from Debian where missing. Not part of test.
+FIDELITY_PACKAGES := xz-utils sqlite3 openssl gcc g++ linux-perf
+FIDELITY_SECONDS  ?= 15
+fidelity: build
+	@missing=$$(for p in $(FIDELITY_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then echo "installing $$missing"; apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; fi
+	cd test/fidelity && $(GO) run . -sonde ../../bin/sonde -duration $(FIDELITY_SECONDS)s -out ../../docs/fidelity.md
 
 # Installs the binary, the systemd unit, its environment file and the default configuration
 # (kept if already there). DESTDIR stages into another root, as packagers do.

@@ -1,6 +1,7 @@
 /* x86-64 facts the kernel programs need: where the registers the unwinder starts from
- * live in the kernel's struct pt_regs, and where a signal frame keeps the interrupted
- * registers. Package unwind's arch_amd64.go holds the same offsets for its Go model. */
+ * live in the kernel's struct pt_regs, where a signal frame keeps the interrupted
+ * registers, and where a thread's TLS begins. Package unwind's arch_amd64.go holds the same
+ * offsets for its Go model. */
 #ifndef SONDE_ARCH_H
 #define SONDE_ARCH_H
 
@@ -27,5 +28,27 @@ struct arch_regs {
 #define UCONTEXT_PC 168
 #define UCONTEXT_SP 160
 #define UCONTEXT_FP 120
+
+/* DWARF's numbers of the registers the walker tracks in every frame. */
+#define DWARF_FP 6
+#define DWARF_SP 7
+/* General-purpose registers, DWARF numbers 0-15: rax rdx rcx rbx rsi rdi rbp rsp r8-r15. */
+#define DWARF_GPRS 16
+
+/* Where each general-purpose register, by DWARF number, is in struct pt_regs (struct
+ * arch_regs above) and in a ucontext (glibc's REG_* order from uc_mcontext.gregs at 40). */
+static const __u8 ptregs_offset[DWARF_GPRS] = {80, 96, 88, 40, 104, 112, 32, 152, 72, 64, 56, 48, 24, 16, 8, 0};
+static const __u8 ucontext_offset[DWARF_GPRS] = {144, 136, 152, 128, 112, 104, 120, 160, 40, 48, 56, 64, 72, 80, 88, 96};
+
+/* The thread pointer, where TLS (and a Go thread's g) is found: the task's FS base, saved by
+ * arch_prctl(ARCH_SET_FS), which glibc and the Go runtime both use. A CO-RE flavour of the
+ * kernel's types, so that an object built for arm64 never names them. */
+struct thread_struct___x86 {
+	unsigned long fsbase;
+} __attribute__((preserve_access_index));
+
+struct task_struct___x86 {
+	struct thread_struct___x86 thread;
+} __attribute__((preserve_access_index));
 
 #endif

@@ -5,6 +5,7 @@
 #include <linux/types.h>
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
 
 #include "types.h"
 #include "arch.h"
@@ -74,6 +75,16 @@ struct {
 	});
 } unwind_tables SEC(".maps");
 
+/* The runtime layout of each Go binary with a table, keyed by the table's id: what following
+ * the Go runtime's stack switches reads. Written and removed with the table. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, struct go_runtime);
+} go_runtimes SEC(".maps");
+
 /* Executable mappings per process (tgid), written by user space as it reads /proc. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -109,6 +120,8 @@ const struct proc_info *unused_proc_info __attribute__((unused));
 const enum unwind_end *unused_unwind_end __attribute__((unused));
 const enum cfa_rule *unused_cfa_rule __attribute__((unused));
 const enum fp_rule *unused_fp_rule __attribute__((unused));
+const enum go_func *unused_go_func __attribute__((unused));
+const struct go_runtime *unused_go_runtime __attribute__((unused));
 const struct process_event *unused_process_event __attribute__((unused));
 
 static __always_inline void count(__u32 which)
@@ -159,9 +172,19 @@ static __always_inline int walker_read_user(__u64 *dst, __u64 addr)
 	return bpf_probe_read_user(dst, sizeof(*dst), (const void *)addr);
 }
 
+static __always_inline int walker_read_kernel(__u64 *dst, __u64 addr)
+{
+	return bpf_probe_read_kernel(dst, sizeof(*dst), (const void *)addr);
+}
+
 static __always_inline void *walker_table(__u32 table_id)
 {
 	return bpf_map_lookup_elem(&unwind_tables, &table_id);
+}
+
+static __always_inline struct go_runtime *walker_go_runtime(__u32 table_id)
+{
+	return bpf_map_lookup_elem(&go_runtimes, &table_id);
 }
 
 static __always_inline struct unwind_row *walker_row(void *table, __u32 i)
@@ -181,7 +204,8 @@ static __always_inline int unwind_user(struct sample_event *e, struct task_struc
 {
 #if ARCH_TABLE_UNWIND
 	struct arch_regs regs;
-	if (bpf_probe_read_kernel(&regs, sizeof(regs), (void *)bpf_task_pt_regs(task)) || !ARCH_USER_MODE(&regs)) {
+	__u64 pt_regs = (__u64)bpf_task_pt_regs(task);
+	if (bpf_probe_read_kernel(&regs, sizeof(regs), (void *)pt_regs) || !ARCH_USER_MODE(&regs)) {
 		e->user_len = 0;
 		e->unwind_end = UNWIND_NO_USER;
 		return 1;
@@ -195,8 +219,9 @@ static __always_inline int unwind_user(struct sample_event *e, struct task_struc
 		__u32 none = 0;
 		proc = bpf_map_lookup_elem(&proc_maps, &none);
 	}
+	__u64 tls = BPF_CORE_READ((struct task_struct___x86 *)task, thread.fsbase);
 	__u32 end = UNWIND_INVALID;
-	__u32 n = walk_user(e->frames, proc, ARCH_PC(&regs), ARCH_SP(&regs), ARCH_FP(&regs), &end);
+	__u32 n = walk_user((struct user_frames *)e->frames, proc, ARCH_PC(&regs), ARCH_SP(&regs), ARCH_FP(&regs), pt_regs, tls, &end);
 	e->user_len = n * sizeof(__u64);
 	e->unwind_end = end;
 	return proc != NULL;
@@ -236,7 +261,9 @@ int sample(struct bpf_perf_event_data *ctx)
 	} else {
 		/* User registers come from the task, so this works when the tick lands in the kernel too. */
 		e->user_len = bpf_get_stack(ctx, e->frames, MAX_USER_DEPTH * sizeof(__u64), BPF_F_USER_STACK);
-		e->unwind_end = UNWIND_NO_TABLE;
+		/* bpf_get_stack does not say why its frame-pointer walk stopped: the sample says
+		 * frame pointer, and no outcome is counted. */
+		e->unwind_end = UNWIND_COMPLETE_FP;
 		if (e->user_len < 0)
 			count(COUNTER_USER_STACK_ERR);
 	}

@@ -189,6 +189,7 @@ func Load(cfg Config) (*Sampler, error) {
 	}
 	maxTables := cmp.Or(cfg.MaxTables, DefaultMaxTables)
 	spec.Maps["unwind_tables"].MaxEntries = uint32(maxTables)
+	spec.Maps["go_runtimes"].MaxEntries = uint32(maxTables)
 	maxProcs := uint32(cmp.Or(cfg.MaxProcesses, DefaultMaxProcesses))
 	spec.Maps["proc_maps"].MaxEntries = maxProcs
 	spec.Maps["exec_ids"].MaxEntries = maxProcs

@@ -336,3 +336,37 @@ func TestSamplerFollowsExecFromThread(t *testing.T) {
 		t.Errorf("%d samples of the exec'd shell in 1 s at 199 Hz", shell)
 	}
 }
+
+// A Go binary's runtime layout lives and goes with its table.
+func TestGoRuntimeFollowsTable(t *testing.T) {
+	testenv.RequireRoot(t)
+	s, err := Load(Config{Frequency: 19})
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	defer s.Close()
+	rows := []UnwindRow{{Pc: 0, CfaRule: CFAFramePointer}, {Pc: 0x1000, CfaRule: CFAGo, CfaReg: GoFuncSystemstack}}
+	goID, err := s.AddTable(rows, &GoRuntime{TlsG: -8, G_m: 48, G_sched: 56, M_curg: 184})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cID, err := s.AddTable(rows[:1], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := s.KernelState(); err != nil || st.Tables != 2 || st.GoRuntimes != 1 {
+		t.Fatalf("after adding a Go table and another: %+v, %v", st, err)
+	}
+	var g GoRuntime
+	if err := s.objs.GoRuntimes.Lookup(goID, &g); err != nil || g.M_curg != 184 || g.TlsG != -8 {
+		t.Fatalf("layout of table %d: %+v, %v", goID, g, err)
+	}
+	for _, id := range []uint32{goID, cID} {
+		if err := s.RemoveTable(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st, err := s.KernelState(); err != nil || st.Tables != 0 || st.GoRuntimes != 0 {
+		t.Fatalf("after removing both: %+v, %v", st, err)
+	}
+}

@@ -16,13 +16,19 @@ import (
 type samplerCfaRule uint32
 
 const (
-	samplerCfaRuleCFA_INVALID      samplerCfaRule = 0
-	samplerCfaRuleCFA_SP           samplerCfaRule = 1
-	samplerCfaRuleCFA_FP           samplerCfaRule = 2
-	samplerCfaRuleCFA_PLT          samplerCfaRule = 3
-	samplerCfaRuleCFA_SIGNAL       samplerCfaRule = 4
-	samplerCfaRuleCFA_END_OF_STACK samplerCfaRule = 5
-	samplerCfaRuleCFA_RULE_MAX     samplerCfaRule = 6
+	samplerCfaRuleCFA_INVALID       samplerCfaRule = 0
+	samplerCfaRuleCFA_SP            samplerCfaRule = 1
+	samplerCfaRuleCFA_FP            samplerCfaRule = 2
+	samplerCfaRuleCFA_PLT           samplerCfaRule = 3
+	samplerCfaRuleCFA_SIGNAL        samplerCfaRule = 4
+	samplerCfaRuleCFA_END_OF_STACK  samplerCfaRule = 5
+	samplerCfaRuleCFA_REG           samplerCfaRule = 6
+	samplerCfaRuleCFA_DEREF         samplerCfaRule = 7
+	samplerCfaRuleCFA_FRAME_POINTER samplerCfaRule = 8
+	samplerCfaRuleCFA_GO            samplerCfaRule = 9
+	samplerCfaRuleCFA_EXPRESSION    samplerCfaRule = 10
+	samplerCfaRuleCFA_RA_ELSEWHERE  samplerCfaRule = 11
+	samplerCfaRuleCFA_RULE_MAX      samplerCfaRule = 12
 )
 
 type samplerCounter uint32
@@ -35,7 +41,7 @@ const (
 	samplerCounterCOUNTER_PROCESS_EVENTS   samplerCounter = 4
 	samplerCounterCOUNTER_STALE_MAPPINGS   samplerCounter = 5
 	samplerCounterCOUNTER_UNWIND_BASE      samplerCounter = 6
-	samplerCounterCOUNTER_MAX              samplerCounter = 12
+	samplerCounterCOUNTER_MAX              samplerCounter = 20
 )
 
 type samplerEventKind uint32
@@ -62,8 +68,38 @@ const (
 	samplerFpRuleFP_UNCHANGED samplerFpRule = 0
 	samplerFpRuleFP_AT_CFA    samplerFpRule = 1
 	samplerFpRuleFP_INVALID   samplerFpRule = 2
-	samplerFpRuleFP_RULE_MAX  samplerFpRule = 3
+	samplerFpRuleFP_AT_FP     samplerFpRule = 3
+	samplerFpRuleFP_AT_SP     samplerFpRule = 4
+	samplerFpRuleFP_RULE_MAX  samplerFpRule = 5
 )
+
+type samplerGoFunc uint32
+
+const (
+	samplerGoFuncGO_FUNC_NONE        samplerGoFunc = 0
+	samplerGoFuncGO_FUNC_TOP         samplerGoFunc = 1
+	samplerGoFuncGO_FUNC_SYSTEMSTACK samplerGoFunc = 2
+	samplerGoFuncGO_FUNC_MORESTACK   samplerGoFunc = 3
+	samplerGoFuncGO_FUNC_ASMCGOCALL  samplerGoFunc = 4
+	samplerGoFuncGO_FUNC_FP_SWITCH   samplerGoFunc = 5
+	samplerGoFuncGO_FUNC_MAX         samplerGoFunc = 6
+)
+
+type samplerGoRuntime struct {
+	_         structs.HostLayout
+	TlsG      int32
+	G_m       uint16
+	G_sched   uint16
+	M_curg    uint16
+	G_status  uint16
+	GobufSp   uint8
+	GobufPc   uint8
+	GobufBp   uint8
+	G_stackHi uint8
+	CgoDepth  uint8
+	CgoG      uint8
+	_         [2]byte
+}
 
 type samplerProcInfo struct {
 	_      structs.HostLayout
@@ -94,19 +130,27 @@ type samplerSampleEvent struct {
 	KernelLen int32
 	UnwindEnd uint32
 	Pad       uint32
-	Frames    [255]uint64
+	Frames    [383]uint64
 }
 
 type samplerUnwindEnd uint32
 
 const (
-	samplerUnwindEndUNWIND_COMPLETE  samplerUnwindEnd = 0
-	samplerUnwindEndUNWIND_TRUNCATED samplerUnwindEnd = 1
-	samplerUnwindEndUNWIND_NO_TABLE  samplerUnwindEnd = 2
-	samplerUnwindEndUNWIND_BAD_READ  samplerUnwindEnd = 3
-	samplerUnwindEndUNWIND_INVALID   samplerUnwindEnd = 4
-	samplerUnwindEndUNWIND_NO_USER   samplerUnwindEnd = 5
-	samplerUnwindEndUNWIND_END_MAX   samplerUnwindEnd = 6
+	samplerUnwindEndUNWIND_COMPLETE       samplerUnwindEnd = 0
+	samplerUnwindEndUNWIND_COMPLETE_FP    samplerUnwindEnd = 1
+	samplerUnwindEndUNWIND_TRUNCATED      samplerUnwindEnd = 2
+	samplerUnwindEndUNWIND_NO_USER        samplerUnwindEnd = 3
+	samplerUnwindEndUNWIND_FP_BROKEN      samplerUnwindEnd = 4
+	samplerUnwindEndUNWIND_BAD_READ       samplerUnwindEnd = 5
+	samplerUnwindEndUNWIND_NO_ROW         samplerUnwindEnd = 6
+	samplerUnwindEndUNWIND_CFA_EXPRESSION samplerUnwindEnd = 7
+	samplerUnwindEndUNWIND_REGISTER       samplerUnwindEnd = 8
+	samplerUnwindEndUNWIND_RA_RULE        samplerUnwindEnd = 9
+	samplerUnwindEndUNWIND_NOT_ABOVE      samplerUnwindEnd = 10
+	samplerUnwindEndUNWIND_TABLE_GONE     samplerUnwindEnd = 11
+	samplerUnwindEndUNWIND_GO_SWITCH      samplerUnwindEnd = 12
+	samplerUnwindEndUNWIND_INVALID        samplerUnwindEnd = 13
+	samplerUnwindEndUNWIND_END_MAX        samplerUnwindEnd = 14
 )
 
 type samplerUnwindRow struct {
@@ -116,6 +160,9 @@ type samplerUnwindRow struct {
 	FpOffset  int16
 	CfaRule   uint8
 	FpRule    uint8
+	CfaReg    uint8
+	CfaIndex  uint8
+	CfaPost   int16
 }
 
 // Names of all BPF objects in the ELF.
@@ -125,6 +172,7 @@ const (
 	samplerMapCounters           = "counters"
 	samplerMapEvents             = "events"
 	samplerMapExecIds            = "exec_ids"
+	samplerMapGoRuntimes         = "go_runtimes"
 	samplerMapProcMaps           = "proc_maps"
 	samplerMapScratch            = "scratch"
 	samplerMapTargetCgroups      = "target_cgroups"
@@ -144,6 +192,8 @@ const (
 	samplerVarUnusedCounter      = "unused_counter"
 	samplerVarUnusedEventKind    = "unused_event_kind"
 	samplerVarUnusedFpRule       = "unused_fp_rule"
+	samplerVarUnusedGoFunc       = "unused_go_func"
+	samplerVarUnusedGoRuntime    = "unused_go_runtime"
 	samplerVarUnusedProcInfo     = "unused_proc_info"
 	samplerVarUnusedProcessEvent = "unused_process_event"
 	samplerVarUnusedSampleEvent  = "unused_sample_event"
@@ -206,6 +256,7 @@ type samplerMapSpecs struct {
 	Counters      *ebpf.MapSpec `ebpf:"counters"`
 	Events        *ebpf.MapSpec `ebpf:"events"`
 	ExecIds       *ebpf.MapSpec `ebpf:"exec_ids"`
+	GoRuntimes    *ebpf.MapSpec `ebpf:"go_runtimes"`
 	ProcMaps      *ebpf.MapSpec `ebpf:"proc_maps"`
 	Scratch       *ebpf.MapSpec `ebpf:"scratch"`
 	TargetCgroups *ebpf.MapSpec `ebpf:"target_cgroups"`
@@ -227,6 +278,8 @@ type samplerVariableSpecs struct {
 	UnusedCounter      *ebpf.VariableSpec `ebpf:"unused_counter"`
 	UnusedEventKind    *ebpf.VariableSpec `ebpf:"unused_event_kind"`
 	UnusedFpRule       *ebpf.VariableSpec `ebpf:"unused_fp_rule"`
+	UnusedGoFunc       *ebpf.VariableSpec `ebpf:"unused_go_func"`
+	UnusedGoRuntime    *ebpf.VariableSpec `ebpf:"unused_go_runtime"`
 	UnusedProcInfo     *ebpf.VariableSpec `ebpf:"unused_proc_info"`
 	UnusedProcessEvent *ebpf.VariableSpec `ebpf:"unused_process_event"`
 	UnusedSampleEvent  *ebpf.VariableSpec `ebpf:"unused_sample_event"`
@@ -257,6 +310,7 @@ type samplerMaps struct {
 	Counters      *ebpf.Map `ebpf:"counters"`
 	Events        *ebpf.Map `ebpf:"events"`
 	ExecIds       *ebpf.Map `ebpf:"exec_ids"`
+	GoRuntimes    *ebpf.Map `ebpf:"go_runtimes"`
 	ProcMaps      *ebpf.Map `ebpf:"proc_maps"`
 	Scratch       *ebpf.Map `ebpf:"scratch"`
 	TargetCgroups *ebpf.Map `ebpf:"target_cgroups"`
@@ -269,6 +323,7 @@ func (m *samplerMaps) Close() error {
 		m.Counters,
 		m.Events,
 		m.ExecIds,
+		m.GoRuntimes,
 		m.ProcMaps,
 		m.Scratch,
 		m.TargetCgroups,
@@ -291,6 +346,8 @@ type samplerVariables struct {
 	UnusedCounter      *ebpf.Variable `ebpf:"unused_counter"`
 	UnusedEventKind    *ebpf.Variable `ebpf:"unused_event_kind"`
 	UnusedFpRule       *ebpf.Variable `ebpf:"unused_fp_rule"`
+	UnusedGoFunc       *ebpf.Variable `ebpf:"unused_go_func"`
+	UnusedGoRuntime    *ebpf.Variable `ebpf:"unused_go_runtime"`
 	UnusedProcInfo     *ebpf.Variable `ebpf:"unused_proc_info"`
 	UnusedProcessEvent *ebpf.Variable `ebpf:"unused_process_event"`
 	UnusedSampleEvent  *ebpf.Variable `ebpf:"unused_sample_event"`

@@ -36,9 +36,10 @@ func (t *tableSlots) take() (uint32, bool) {
 func (t *tableSlots) put(id uint32) { t.free = append(t.free, id) }
 
 // AddTable stores one file's rows as a table of their own and returns its id, which
-// ExecMapping.TableId refers to. The kernel memory it takes is len(rows) rounded-up rows
-// of 16 bytes, held until RemoveTable.
-func (s *Sampler) AddTable(rows []UnwindRow) (id uint32, err error) {
+// ExecMapping.TableId refers to. The kernel memory it takes is len(rows) rows of 16 bytes,
+// held until RemoveTable. goRuntime, for a Go binary, says where its runtime keeps what
+// the walker reads to follow Go's stack switches; nil for other files.
+func (s *Sampler) AddTable(rows []UnwindRow, goRuntime *GoRuntime) (id uint32, err error) {
 	if len(rows) == 0 {
 		return 0, errors.New("add unwind table: no rows")
 	}
@@ -75,7 +76,15 @@ func (s *Sampler) AddTable(rows []UnwindRow) (id uint32, err error) {
 	if _, err := inner.BatchUpdate(keys, rows, nil); err != nil {
 		return 0, fmt.Errorf("write %d unwind rows: %w", len(rows), err)
 	}
+	// The layout goes in first: a table is only walked once a mapping names it, and a
+	// stale layout of the id's previous file was removed with that file's table.
+	if goRuntime != nil {
+		if err := s.objs.GoRuntimes.Put(id, goRuntime); err != nil {
+			return 0, fmt.Errorf("install go runtime layout of table %d: %w", id, err)
+		}
+	}
 	if err := s.objs.UnwindTables.Put(id, inner); err != nil {
+		s.objs.GoRuntimes.Delete(id)
 		return 0, fmt.Errorf("install unwind table %d: %w", id, err)
 	}
 	return id, nil
@@ -88,6 +97,9 @@ func (s *Sampler) RemoveTable(id uint32) error {
 	defer s.tablesMu.Unlock()
 	if err := s.objs.UnwindTables.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("remove unwind table %d: %w", id, err)
+	}
+	if err := s.objs.GoRuntimes.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("remove go runtime layout of table %d: %w", id, err)
 	}
 	s.slots.put(id)
 	return nil
@@ -131,7 +143,7 @@ func (s *Sampler) ExecID(pid uint32) (id uint64, ok bool, err error) {
 // KernelState counts the per-process and per-file state the kernel holds for the
 // unwinder, for tests and the summary: it must follow what runs, not what ran.
 type KernelState struct {
-	Processes, Tables int
+	Processes, Tables, GoRuntimes int
 }
 
 // KernelState walks the unwinder's maps and counts their entries.
@@ -149,6 +161,19 @@ func (s *Sampler) KernelState() (KernelState, error) {
 			return st, fmt.Errorf("count process mappings: %w", err)
 		}
 		st.Processes++
+		key = next
+	}
+	key = nil
+	for {
+		var next uint32
+		err := s.objs.GoRuntimes.NextKey(key, &next)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			break
+		}
+		if err != nil {
+			return st, fmt.Errorf("count go runtime layouts: %w", err)
+		}
+		st.GoRuntimes++
 		key = next
 	}
 	s.tablesMu.Lock()

@@ -11,12 +11,14 @@ type (
 	UnwindRow = samplerUnwindRow
 	// ExecMapping is an executable mapping of a process and the table of its file.
 	ExecMapping = samplerExecMapping
+	// GoRuntime is where a Go binary's runtime keeps what following its stack switches reads.
+	GoRuntime = samplerGoRuntime
 )
 
 // Sizes the kernel program fixes.
 const (
 	// MaxUserDepth and MaxKernelDepth are the deepest stacks the kernel records per sample.
-	MaxUserDepth   = 128 // MAX_USER_DEPTH in types.h
+	MaxUserDepth   = 256 // MAX_USER_DEPTH in types.h
 	MaxKernelDepth = len(samplerSampleEvent{}.Frames) - MaxUserDepth
 	// MaxProcessMappings is how many executable mappings of a process the unwinder knows.
 	MaxProcessMappings = len(samplerProcInfo{}.Maps)
@@ -24,69 +26,131 @@ const (
 	MaxSampleBytes = int(unsafe.Sizeof(samplerSampleEvent{}))
 )
 
-// The rules of an UnwindRow, named as package unwind names them; CFARuleCount and
-// FPRuleCount are the enums' _MAX sentinels, so a test can hold the two packages together.
+// The rules of an UnwindRow, named as package unwind names them; CFARuleCount,
+// FPRuleCount and GoFuncCount are the enums' _MAX sentinels, so a test can hold the two
+// packages together.
 const (
-	CFAInvalid    = uint8(samplerCfaRuleCFA_INVALID)
-	CFASP         = uint8(samplerCfaRuleCFA_SP)
-	CFAFP         = uint8(samplerCfaRuleCFA_FP)
-	CFAPLT        = uint8(samplerCfaRuleCFA_PLT)
-	CFASignal     = uint8(samplerCfaRuleCFA_SIGNAL)
-	CFAEndOfStack = uint8(samplerCfaRuleCFA_END_OF_STACK)
-	CFARuleCount  = int(samplerCfaRuleCFA_RULE_MAX)
+	CFAInvalid      = uint8(samplerCfaRuleCFA_INVALID)
+	CFASP           = uint8(samplerCfaRuleCFA_SP)
+	CFAFP           = uint8(samplerCfaRuleCFA_FP)
+	CFAPLT          = uint8(samplerCfaRuleCFA_PLT)
+	CFASignal       = uint8(samplerCfaRuleCFA_SIGNAL)
+	CFAEndOfStack   = uint8(samplerCfaRuleCFA_END_OF_STACK)
+	CFAReg          = uint8(samplerCfaRuleCFA_REG)
+	CFADeref        = uint8(samplerCfaRuleCFA_DEREF)
+	CFAFramePointer = uint8(samplerCfaRuleCFA_FRAME_POINTER)
+	CFAGo           = uint8(samplerCfaRuleCFA_GO)
+	CFAExpression   = uint8(samplerCfaRuleCFA_EXPRESSION)
+	CFARAElsewhere  = uint8(samplerCfaRuleCFA_RA_ELSEWHERE)
+	CFARuleCount    = int(samplerCfaRuleCFA_RULE_MAX)
 
 	FPUnchanged = uint8(samplerFpRuleFP_UNCHANGED)
 	FPAtCFA     = uint8(samplerFpRuleFP_AT_CFA)
 	FPInvalid   = uint8(samplerFpRuleFP_INVALID)
+	FPAtFP      = uint8(samplerFpRuleFP_AT_FP)
+	FPAtSP      = uint8(samplerFpRuleFP_AT_SP)
 	FPRuleCount = int(samplerFpRuleFP_RULE_MAX)
+
+	GoFuncTop         = uint8(samplerGoFuncGO_FUNC_TOP)
+	GoFuncSystemstack = uint8(samplerGoFuncGO_FUNC_SYSTEMSTACK)
+	GoFuncMorestack   = uint8(samplerGoFuncGO_FUNC_MORESTACK)
+	GoFuncAsmcgocall  = uint8(samplerGoFuncGO_FUNC_ASMCGOCALL)
+	GoFuncFPSwitch    = uint8(samplerGoFuncGO_FUNC_FP_SWITCH)
+	GoFuncCount       = int(samplerGoFuncGO_FUNC_MAX)
 )
 
 // UnwindEnd says how the walk of a user stack ended.
 type UnwindEnd uint32
 
 const (
-	UnwindComplete  = UnwindEnd(samplerUnwindEndUNWIND_COMPLETE)
-	UnwindTruncated = UnwindEnd(samplerUnwindEndUNWIND_TRUNCATED)
-	UnwindNoTable   = UnwindEnd(samplerUnwindEndUNWIND_NO_TABLE)
-	UnwindBadRead   = UnwindEnd(samplerUnwindEndUNWIND_BAD_READ)
-	UnwindInvalid   = UnwindEnd(samplerUnwindEndUNWIND_INVALID)
-	UnwindNoUser    = UnwindEnd(samplerUnwindEndUNWIND_NO_USER)
+	UnwindComplete      = UnwindEnd(samplerUnwindEndUNWIND_COMPLETE)
+	UnwindCompleteFP    = UnwindEnd(samplerUnwindEndUNWIND_COMPLETE_FP)
+	UnwindTruncated     = UnwindEnd(samplerUnwindEndUNWIND_TRUNCATED)
+	UnwindNoUser        = UnwindEnd(samplerUnwindEndUNWIND_NO_USER)
+	UnwindFPBroken      = UnwindEnd(samplerUnwindEndUNWIND_FP_BROKEN)
+	UnwindBadRead       = UnwindEnd(samplerUnwindEndUNWIND_BAD_READ)
+	UnwindNoRow         = UnwindEnd(samplerUnwindEndUNWIND_NO_ROW)
+	UnwindCFAExpression = UnwindEnd(samplerUnwindEndUNWIND_CFA_EXPRESSION)
+	UnwindRegister      = UnwindEnd(samplerUnwindEndUNWIND_REGISTER)
+	UnwindRARule        = UnwindEnd(samplerUnwindEndUNWIND_RA_RULE)
+	UnwindNotAbove      = UnwindEnd(samplerUnwindEndUNWIND_NOT_ABOVE)
+	UnwindTableGone     = UnwindEnd(samplerUnwindEndUNWIND_TABLE_GONE)
+	UnwindGoSwitch      = UnwindEnd(samplerUnwindEndUNWIND_GO_SWITCH)
+	UnwindInvalid       = UnwindEnd(samplerUnwindEndUNWIND_INVALID)
 	// UnwindEndCount is how many ways a walk can end (UNWIND_END_MAX).
 	UnwindEndCount = int(samplerUnwindEndUNWIND_END_MAX)
 )
 
+// unwindEndNames are the names the summary and the tests use, by UnwindEnd.
+var unwindEndNames = [UnwindEndCount]string{
+	UnwindComplete:      "complete",
+	UnwindCompleteFP:    "complete_fp",
+	UnwindTruncated:     "truncated",
+	UnwindNoUser:        "no_user_stack",
+	UnwindFPBroken:      "fp_broken",
+	UnwindBadRead:       "bad_read",
+	UnwindNoRow:         "no_row",
+	UnwindCFAExpression: "cfa_expression",
+	UnwindRegister:      "register",
+	UnwindRARule:        "ra_rule",
+	UnwindNotAbove:      "not_above",
+	UnwindTableGone:     "table_gone",
+	UnwindGoSwitch:      "go_switch",
+	UnwindInvalid:       "invalid",
+}
+
 func (u UnwindEnd) String() string {
-	switch u {
-	case UnwindComplete:
-		return "complete"
-	case UnwindTruncated:
-		return "truncated"
-	case UnwindNoTable:
-		return "no_table"
-	case UnwindBadRead:
-		return "bad_read"
-	case UnwindInvalid:
-		return "invalid"
-	case UnwindNoUser:
-		return "no_user_stack"
-	default:
-		return "unknown"
+	if int(u) < len(unwindEndNames) && unwindEndNames[u] != "" {
+		return unwindEndNames[u]
 	}
+	return "unknown"
+}
+
+// Failed reports whether the walk stopped short of the outermost frame for a reason other
+// than the depth limit: what the counters of failures count.
+func (u UnwindEnd) Failed() bool {
+	switch u {
+	case UnwindComplete, UnwindCompleteFP, UnwindTruncated, UnwindNoUser:
+		return false
+	}
+	return true
 }
 
 // headerSize is where a sample record's frames begin.
 var headerSize = int(unsafe.Offsetof(samplerSampleEvent{}.Frames))
 
-// LogValue lists the counters under the names the summary and the tests use.
+// Outcomes sums the walks by outcome: complete (by tables alone, or with frame pointers
+// for code without a table), truncated at the depth limit, and failed for any reason.
+func (c Counters) Outcomes() (complete, completeFP, truncated, failed uint64) {
+	for end, n := range c.UnwindEnds {
+		switch e := UnwindEnd(end); {
+		case e == UnwindComplete:
+			complete += n
+		case e == UnwindCompleteFP:
+			completeFP += n
+		case e == UnwindTruncated:
+			truncated += n
+		case e.Failed():
+			failed += n
+		}
+	}
+	return complete, completeFP, truncated, failed
+}
+
+// LogValue lists the counters under the names the summary and the tests use: the outcome
+// of every walk, each kind of failure on its own, and what was lost.
 func (c Counters) LogValue() slog.Value {
+	complete, completeFP, truncated, failed := c.Outcomes()
 	attrs := []slog.Attr{
 		slog.Uint64("samples", c.Samples), slog.Uint64("ring_buffer_full", c.RingBufferFull),
 		slog.Uint64("user_stack_errors", c.UserStackErrors), slog.Uint64("kernel_stack_errors", c.KernelStackErrors),
 		slog.Uint64("process_events", c.ProcessEvents), slog.Uint64("stale_mappings", c.StaleMappings),
+		slog.Uint64("unwind_complete", complete), slog.Uint64("unwind_complete_fp", completeFP),
+		slog.Uint64("unwind_truncated", truncated), slog.Uint64("unwind_failed", failed),
 	}
 	for end, n := range c.UnwindEnds {
-		if n > 0 {
-			attrs = append(attrs, slog.Uint64("unwind_"+UnwindEnd(end).String(), n))
+		if e := UnwindEnd(end); n > 0 && (e.Failed() || e == UnwindNoUser) {
+			attrs = append(attrs, slog.Uint64("unwind_"+e.String(), n))
 		}
 	}
 	return slog.GroupValue(attrs...)

@@ -7,7 +7,7 @@
 /* bpf_get_stack's own ceiling (sysctl kernel.perf_event_max_stack defaults to 127). */
 #define MAX_STACK_DEPTH 127
 /* The user-space unwinder walks up to this many frames. */
-#define MAX_USER_DEPTH 128
+#define MAX_USER_DEPTH 256
 /* Executable mappings the unwinder knows per process; the rest fall back to frame pointers. */
 #define MAX_PROC_MAPPINGS 256
 /* How deep below the root a target cgroup may be: kubepods nest pods three or four deep. */
@@ -20,14 +20,23 @@ enum event_kind {
 	EVENT_KIND_MAX,
 };
 
-/* How a user-stack walk ended. */
+/* How a user-stack walk ended: the first four are no failure; each failure has its own
+ * value, so that the counters say what to fix. */
 enum unwind_end {
-	UNWIND_COMPLETE = 0,  /* reached the outermost frame */
-	UNWIND_TRUNCATED = 1, /* MAX_USER_DEPTH frames and still going */
-	UNWIND_NO_TABLE = 2,  /* a frame had no unwind table; the frame-pointer fallback ended the walk */
-	UNWIND_BAD_READ = 3,  /* reading the stack failed */
-	UNWIND_INVALID = 4,   /* a table row the unwinder cannot follow, or a nonsense address */
-	UNWIND_NO_USER = 5,   /* a kernel thread: no user stack */
+	UNWIND_COMPLETE = 0,       /* reached the outermost frame, every frame by its unwind table */
+	UNWIND_COMPLETE_FP = 1,    /* reached the outermost frame; code without a table by frame pointer */
+	UNWIND_TRUNCATED = 2,      /* MAX_USER_DEPTH frames and still going */
+	UNWIND_NO_USER = 3,        /* a kernel thread: no user stack */
+	UNWIND_FP_BROKEN = 4,      /* code without a table, and its frame pointer led nowhere readable */
+	UNWIND_BAD_READ = 5,       /* a table's rule named memory that could not be read */
+	UNWIND_NO_ROW = 6,         /* the address lies in a file with a table, outside every function it describes */
+	UNWIND_CFA_EXPRESSION = 7, /* a CFA expression the walker does not evaluate */
+	UNWIND_REGISTER = 8,       /* a rule needs a register this frame does not know (only the interrupted frame knows them all) */
+	UNWIND_RA_RULE = 9,        /* the return address is not saved at CFA-8 */
+	UNWIND_NOT_ABOVE = 10,     /* the caller's frame does not lie above its callee's */
+	UNWIND_TABLE_GONE = 11,    /* the file's table was removed from the kernel */
+	UNWIND_GO_SWITCH = 12,     /* a Go stack switch could not be followed: g, m or saved registers unreadable */
+	UNWIND_INVALID = 13,       /* a rule the walker does not know */
 	UNWIND_END_MAX,
 };
 
@@ -52,6 +61,12 @@ enum cfa_rule {
 	CFA_PLT = 3,
 	CFA_SIGNAL = 4,
 	CFA_END_OF_STACK = 5,
+	CFA_REG = 6,
+	CFA_DEREF = 7,
+	CFA_FRAME_POINTER = 8,
+	CFA_GO = 9,
+	CFA_EXPRESSION = 10,
+	CFA_RA_ELSEWHERE = 11,
 	CFA_RULE_MAX,
 };
 
@@ -60,16 +75,50 @@ enum fp_rule {
 	FP_UNCHANGED = 0,
 	FP_AT_CFA = 1,
 	FP_INVALID = 2,
+	FP_AT_FP = 3,
+	FP_AT_SP = 4,
 	FP_RULE_MAX,
 };
 
-/* One row of an unwind table: governs ELF virtual addresses from pc up to the next row. */
+/* What a Go runtime function does to a stack walk, as a CFA_GO row's cfa_reg says. */
+enum go_func {
+	GO_FUNC_NONE = 0,
+	GO_FUNC_TOP = 1,         /* goexit, mstart, rt0_go, mcall: the outermost frame of a goroutine or thread */
+	GO_FUNC_SYSTEMSTACK = 2, /* fn runs on g0; its caller's frame is where curg.sched.sp points */
+	GO_FUNC_MORESTACK = 3,   /* newstack runs on g0 for curg, stopped in a prologue at curg.sched.pc */
+	GO_FUNC_ASMCGOCALL = 4,  /* C code runs on g0; asmcgocall left g and the goroutine's stack depth there */
+	GO_FUNC_FP_SWITCH = 5,   /* its frame is on one stack, its callee on another: cgocallback (g0, then curg), time.now and nanotime1 (curg, calling the vDSO on g0) */
+	GO_FUNC_MAX,
+};
+
+/* One row of an unwind table: governs ELF virtual addresses from pc up to the next row.
+ * 16 bytes, which is what the kernel's arrays take for the 12 bytes of the other fields. */
 struct unwind_row {
 	__u32 pc;
 	__s32 cfa_offset;
 	__s16 fp_offset;
 	__u8 cfa_rule;
 	__u8 fp_rule;
+	__u8 cfa_reg;   /* CFA_REG, CFA_DEREF: the base register's DWARF number; CFA_GO: enum go_func */
+	__u8 cfa_index; /* CFA_DEREF: 0, or CFA_INDEX | scale << 4 | register: add register << scale first */
+	__s16 cfa_post; /* CFA_DEREF: added after the dereference */
+};
+
+#define CFA_INDEX 0x80
+
+/* Where a Go binary's runtime keeps what its stack switches need; one per file, by table id. */
+struct go_runtime {
+	__s32 tls_g;     /* the running g is at the thread pointer (fsbase) + tls_g */
+	__u16 g_m;       /* offsetof(g, m) */
+	__u16 g_sched;   /* offsetof(g, sched) */
+	__u16 m_curg;    /* offsetof(m, curg) */
+	__u16 g_status;  /* offsetof(g, atomicstatus) */
+	__u8 gobuf_sp;   /* offsetof(gobuf, sp) */
+	__u8 gobuf_pc;
+	__u8 gobuf_bp;
+	__u8 g_stack_hi; /* offsetof(g, stack.hi) */
+	__u8 cgo_depth;  /* where asmcgocall keeps the goroutine's stack depth, from its SP at the call */
+	__u8 cgo_g;      /* and the goroutine */
 };
 
 /* An executable mapping of a process and the table of its file. */

@@ -9,6 +9,10 @@
 //     debug directories or through .gnu_debuglink; then .symtab, then .dynsym,
 //     for the enclosing function. C++ and Rust names are demangled into
 //     Line.Function and kept as stored in Line.SystemName.
+//   - What no symbol names: PLT entries as objdump names them (memcpy@plt, after the
+//     relocation of the GOT slot they jump through), and, in an object without
+//     .symtab, code by the .eh_frame FDE that covers it (liblzma.so.5+0x1a2b0, the
+//     FDE's start), so that the samples of one function add up under one name.
 //   - Kernel frames: /proc/kallsyms, modules included, reread when an address
 //     misses and the last read is old enough.
 //

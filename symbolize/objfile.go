@@ -31,6 +31,9 @@ type objFile struct {
 	syms   *ELFSymbols
 	dwarf  *dwarf.Table     // nil without DWARF, or in symtab mode
 	gopcln *gopclntab.Table // nil unless a Go binary
+	// unnamed names what no symbol does: PLT entries, and a stripped object's functions
+	// by their FDEs; nil when there is nothing of the kind.
+	unnamed *unnamedCode
 	// debugPath is the separate debug file the names came from too, if any.
 	debugPath string
 	size      int64 // estimated bytes held
@@ -130,6 +133,7 @@ func loadObjFile(f *objfile.File, o loadOptions) (*objFile, error) {
 		goCode = obj.gopcln.Covers
 	}
 	obj.syms = &ELFSymbols{Funcs: syms.table(goCode), loads: loadSegments(ef)}
+	obj.unnamed = readUnnamed(ef, f.Path)
 	obj.size = obj.sizeBytes()
 	loaded = true
 	return obj, errors.Join(errs...)
@@ -167,6 +171,10 @@ func (o *objFile) lookup(off uint64) ([]trace.Line, string, error) {
 	}
 	if hasSym {
 		return namedLine(sym.Name), symbolSource(sym), err
+	}
+	if o.unnamed != nil {
+		lines, source := o.unnamed.lookup(vaddr)
+		return lines, source, err
 	}
 	return nil, SourceNone, err
 }

@@ -664,6 +664,9 @@ func (obj *objFile) sizeBytes() int64 {
 	if obj.gopcln != nil {
 		n += obj.gopcln.SizeBytes()
 	}
+	if obj.unnamed != nil {
+		n += obj.unnamed.sizeBytes()
+	}
 	return n
 }
 

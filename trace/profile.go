@@ -68,8 +68,9 @@ type Location struct {
 	Mapping *Mapping // nil when no mapping covers Address
 	Lines   []Line   // filled by symbolization
 	// NameSource says where symbolization found the name: "symtab", "dynsym",
-	// "dwarf", "gopclntab", "kallsyms", or "none" when nothing named the location;
-	// empty when it was not symbolized.
+	// "dwarf", "gopclntab", "kallsyms", "plt" (a PLT entry, name@plt), "fde" (code of a
+	// stripped object, object+0xSTART after its FDE), or "none" when nothing named the
+	// location; empty when it was not symbolized.
 	NameSource string
 
 	// A location outlives its interval: it belongs to the cached chunks that hold it and

@@ -17,5 +17,9 @@ const (
 	signalPCOffset = ucontextGregs + 8*16 // 168
 )
 
+// ucontextOffset is where a ucontext keeps each general-purpose register, by DWARF number
+// (rax rdx rcx rbx rsi rdi rbp rsp r8-r15): glibc's REG_* order from uc_mcontext.gregs.
+var ucontextOffset = [numGPR]uint64{144, 136, 152, 128, 112, 104, 120, 160, 40, 48, 56, 64, 72, 80, 88, 96}
+
 // tableArch: rows for this architecture can be built and walked.
 const tableArch = true

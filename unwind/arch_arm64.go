@@ -16,5 +16,7 @@ const (
 	signalPCOffset = 0
 )
 
+var ucontextOffset [numGPR]uint64
+
 // tableArch: rows for arm64 cannot be built yet (see arch_arm64.go).
 const tableArch = false

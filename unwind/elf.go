@@ -154,6 +154,12 @@ func progData(p *elf.Prog, off, n uint64) ([]byte, error) {
 
 // build turns a call frame section into a table.
 func build(sec *frameSection, hdr *ehHdr, source string) *Table {
+	return buildWithGap(sec, hdr, source, Row{})
+}
+
+// buildWithGap turns a call frame section into a table whose addresses outside every FDE
+// have the rule gap, from address 0 on.
+func buildWithGap(sec *frameSection, hdr *ehHdr, source string, gap Row) *Table {
 	cies := make(map[int]*cie)
 	var fdes []fde
 	ok := false
@@ -171,7 +177,10 @@ func build(sec *frameSection, hdr *ehHdr, source string) *Table {
 		slices.SortStableFunc(fdes, byStart)
 	}
 
-	b := builder{sec: sec, rows: make([]Row, 0, rowEstimate(len(sec.data), len(fdes)))}
+	b := builder{sec: sec, rows: make([]Row, 0, rowEstimate(len(sec.data), len(fdes))), gap: gap}
+	if gap.CFA != CFAInvalid {
+		b.emit(0, gap)
+	}
 	b.build(fdes)
 	rows := b.rows
 	// Tables live as long as the file is mapped somewhere; trim the estimate's slack.

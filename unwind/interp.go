@@ -57,7 +57,9 @@ const (
 	ruleOffset    // saved at CFA + off
 	ruleValOffset // value is CFA + off
 	ruleRegister  // held in register off
-	ruleExpr
+	ruleAtFP      // saved at the frame's rbp + off (an expression)
+	ruleAtSP      // saved at the frame's rsp + off (an expression)
+	ruleExpr      // saved where an expression of another form says
 	ruleValExpr
 )
 
@@ -72,17 +74,26 @@ const (
 	cfaUnset cfaKind = iota
 	cfaRegOff
 	cfaPLT
+	cfaExprRegOff // an expression computing exprReg + exprOff
+	cfaDeref      // an expression computing *(exprReg + exprOff [+ index]) + exprPost
 	cfaOtherExpr
 )
 
 // state is the part of a CFA program's row that the unwinder uses: only the frame
 // pointer and return address columns are tracked, so rows stay small and rules for
-// other registers cost nothing.
+// other registers cost nothing. An expression's terms are kept apart from the register
+// and offset, because, as in libgcc and readelf, DW_CFA_def_cfa_offset after an
+// expression leaves the expression in force, and DW_CFA_def_cfa_register then returns to
+// the offset set before it.
 type state struct {
-	cfa    cfaKind
-	cfaReg uint64
-	cfaOff int64
-	fp, ra rule
+	cfa       cfaKind
+	cfaReg    uint64
+	cfaOff    int64
+	exprReg   uint8
+	exprOff   int64
+	exprPost  int64
+	exprIndex uint8 // cfaDeref: CFAIndex | shift<<4 | register, or 0
+	fp, ra    rule
 }
 
 // pltExpr is the CFA expression GNU ld emits for lazy .plt entries (bfd/elf64-x86-64.c):
@@ -141,38 +152,48 @@ func (c *cie) row(st *state) Row {
 	case st.ra.kind != ruleOffset || st.ra.off != -8:
 		// The unwinder hardwires the return address at CFA-8, which is all a call
 		// instruction produces; anything else (longjmp's register rules) it cannot follow.
-		return Row{}
+		return Row{CFA: CFARAElsewhere}
 	}
 	var r Row
 	switch st.cfa {
-	case cfaRegOff:
-		if st.cfaOff < math.MinInt32 || st.cfaOff > math.MaxInt32 {
+	case cfaRegOff, cfaExprRegOff:
+		reg, off := st.cfaReg, st.cfaOff
+		if st.cfa == cfaExprRegOff {
+			reg, off = uint64(st.exprReg), st.exprOff
+		}
+		if off < math.MinInt32 || off > math.MaxInt32 || reg > math.MaxUint8 {
 			return Row{}
 		}
-		switch st.cfaReg {
+		switch reg {
 		case regSP:
 			r.CFA = CFASP
 		case regFP:
 			r.CFA = CFAFP
 		default:
-			return Row{}
+			// Another register: the kernel knows it only in the frame it interrupted.
+			r.CFA, r.CFAReg = CFAReg, uint8(reg)
 		}
-		r.CFAOffset = int32(st.cfaOff)
+		r.CFAOffset = int32(off)
 	case cfaPLT:
 		r.CFA = CFAPLT
+	case cfaDeref:
+		// evalExpr keeps offsets within int32.
+		r.CFA, r.CFAReg, r.CFAOffset, r.CFAIndex, r.CFAPost = CFADeref, st.exprReg, int32(st.exprOff), st.exprIndex, int32(st.exprPost)
+	case cfaOtherExpr:
+		return Row{CFA: CFAExpression}
 	default:
 		return Row{}
 	}
 	switch st.fp.kind {
 	case ruleUnset, ruleSame:
 		r.FP = FPUnchanged
-	case ruleOffset:
+	case ruleOffset, ruleAtFP, ruleAtSP:
 		if st.fp.off < math.MinInt32 || st.fp.off > math.MaxInt32 {
 			r.FP = FPInvalid
-		} else {
-			r.FP = FPAtCFA
-			r.FPOffset = int32(st.fp.off)
+			break
 		}
+		r.FP = map[ruleKind]FPRule{ruleOffset: FPAtCFA, ruleAtFP: FPAtFP, ruleAtSP: FPAtSP}[st.fp.kind]
+		r.FPOffset = int32(st.fp.off)
 	case ruleRegister:
 		if st.fp.off == regFP {
 			r.FP = FPUnchanged
@@ -180,8 +201,8 @@ func (c *cie) row(st *state) Row {
 			r.FP = FPInvalid
 		}
 	default:
-		// Undefined, value rules and expressions: the caller's rbp is not in memory at a
-		// fixed offset from the CFA.
+		// Undefined, value rules and other expressions: the caller's rbp is not in memory
+		// where the kernel can find it.
 		r.FP = FPInvalid
 	}
 	return r
@@ -196,21 +217,15 @@ type builder struct {
 	// lo and hi bound the rows the current FDE may emit: hi is its end and lo its start,
 	// raised past the FDEs already emitted when it overlaps them.
 	lo, hi uint64
+	// gap is the rule between FDEs: none, or, in a Go binary, the frame pointer.
+	gap Row
 }
 
 // emit appends a row starting at pc, merging it into the previous row when the rules
 // are equal. Callers emit in nondecreasing pc order.
 func (b *builder) emit(pc uint64, r Row) {
 	r.PC = pc
-	if r.CFA != CFASP && r.CFA != CFAFP {
-		r.CFAOffset = 0
-	}
-	if r.FP != FPAtCFA {
-		r.FPOffset = 0
-	}
-	if r.CFA == CFAInvalid || r.CFA == CFAEndOfStack || r.CFA == CFASignal {
-		r.FP = FPUnchanged
-	}
+	r = r.normal()
 	n := len(b.rows)
 	if n > 0 && b.rows[n-1].PC == pc {
 		// The later rule for the same address wins.
@@ -223,8 +238,32 @@ func (b *builder) emit(pc uint64, r Row) {
 	b.rows = append(b.rows, r)
 }
 
+// normal clears the fields a row's rules do not use, so that equal rules compare equal.
+func (r Row) normal() Row {
+	switch r.CFA {
+	case CFASP, CFAFP:
+		r.CFAReg, r.CFAIndex, r.CFAPost = 0, 0, 0
+	case CFAReg:
+		r.CFAIndex, r.CFAPost = 0, 0
+	case CFADeref:
+	case CFAGo:
+		r.CFAOffset, r.CFAIndex, r.CFAPost = 0, 0, 0
+		r.FP = FPUnchanged
+	default:
+		r.CFAOffset, r.CFAReg, r.CFAIndex, r.CFAPost = 0, 0, 0, 0
+		r.FP = FPUnchanged
+	}
+	switch r.FP {
+	case FPAtCFA, FPAtFP, FPAtSP:
+	default:
+		r.FPOffset = 0
+	}
+	return r
+}
+
 func sameRule(a, b Row) bool {
-	return a.CFA == b.CFA && a.FP == b.FP && a.CFAOffset == b.CFAOffset && a.FPOffset == b.FPOffset
+	return a.CFA == b.CFA && a.FP == b.FP && a.CFAOffset == b.CFAOffset && a.FPOffset == b.FPOffset &&
+		a.CFAReg == b.CFAReg && a.CFAIndex == b.CFAIndex && a.CFAPost == b.CFAPost
 }
 
 // segment emits r for [loc, next), clipped to the current FDE's bounds.
@@ -249,7 +288,7 @@ func (b *builder) build(fdes []fde) {
 		}
 		if started && f.start > covered {
 			// A gap: the previous FDE's range ends here.
-			b.emit(covered, Row{})
+			b.emit(covered, b.gap)
 		}
 		b.lo, b.hi = f.start, f.end
 		if started {
@@ -259,7 +298,7 @@ func (b *builder) build(fdes []fde) {
 		covered, started = f.end, true
 	}
 	if started {
-		b.emit(covered, Row{})
+		b.emit(covered, b.gap)
 	}
 }
 
@@ -419,8 +458,7 @@ func (b *builder) exec(c *cie, ins []byte, insAddr uint64, st *state, loc uint64
 				set(reg, rule{ruleRegister, int64(min(other, math.MaxInt32))})
 			case cfaExpression:
 				reg := r.uleb()
-				block()
-				set(reg, rule{kind: ruleExpr})
+				set(reg, regExprRule(block()))
 			case cfaValExpression:
 				reg := r.uleb()
 				block()
@@ -459,11 +497,7 @@ func (b *builder) exec(c *cie, ins []byte, insAddr uint64, st *state, loc uint64
 			case cfaDefCFAOffsetSF:
 				st.cfaOff = factorS(r.sleb(), c.dataAlign)
 			case cfaDefCFAExpression:
-				if isPLTExpr(block()) {
-					st.cfa = cfaPLT
-				} else {
-					st.cfa = cfaOtherExpr
-				}
+				st.setCFAExpr(block())
 			default:
 				err = errUnsupported
 			}

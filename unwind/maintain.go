@@ -17,8 +17,9 @@ import (
 // KernelTables is where tables go for the kernel unwinder: bpf.Sampler behind a small
 // adapter in cmd/agent, or a fake in tests.
 type KernelTables interface {
-	// AddTable stores a file's rows as a table of their own and returns its id.
-	AddTable(rows []KernelRow) (id uint32, err error)
+	// AddTable stores a file's rows as a table of their own and returns its id; goRuntime,
+	// for a Go binary, is its runtime's layout, stored and removed with the table.
+	AddTable(rows []KernelRow, goRuntime *KernelGoRuntime) (id uint32, err error)
 	// RemoveTable frees a table.
 	RemoveTable(id uint32) error
 	// SetProcess replaces a process's mappings, sorted by Start, as read after the exec
@@ -55,7 +56,7 @@ type MaintainerStats struct {
 	Files          int    // files with a table in the kernel now
 	Rows           int    // rows in the kernel now
 	RowsBudget     int    // MaxRows
-	FilesNoTable   int    // files walked by frame pointer by design: Go binaries, files without frame info
+	FilesNoTable   int    // files walked by frame pointer by design: files without frame info, Go before 1.18
 	FilesFailed    uint64 // files whose call frame information could not be read
 	FilesOverflow  int    // files left to frame pointers now because the budget was spent
 	TablesEvicted  uint64 // tables freed because no process mapped their file any more
@@ -313,13 +314,7 @@ func (m *Maintainer) table(f *objfile.File) *fileTable {
 			return t
 		}
 	}
-	if f.IsGo {
-		// Go keeps frame pointers on amd64 and arm64, and its .debug_frame, when not
-		// stripped, would cost hundreds of thousands of rows per binary.
-		t.state = tableNone
-		return t
-	}
-	rows, loads, err := readTable(f)
+	rows, loads, goRT, err := readTable(f)
 	t.loads = loads
 	switch {
 	case err != nil:
@@ -338,9 +333,9 @@ func (m *Maintainer) table(f *objfile.File) *fileTable {
 		m.overflow(t, f.Path, fmt.Errorf("%w: %d rows needed, %d of %d in use", ErrTableFull, len(rows), m.rows, m.cfg.MaxRows))
 		return t
 	}
-	kid, err := m.cfg.Kernel.AddTable(rows)
+	kid, err := m.cfg.Kernel.AddTable(rows, goRT)
 	if errors.Is(err, ErrTableFull) && m.evictOne() {
-		kid, err = m.cfg.Kernel.AddTable(rows)
+		kid, err = m.cfg.Kernel.AddTable(rows, goRT)
 	}
 	if errors.Is(err, ErrTableFull) {
 		m.overflow(t, f.Path, err)
@@ -428,16 +423,17 @@ func (m *Maintainer) publish() {
 	m.mu.Unlock()
 }
 
-// readTable reads a file's unwind rows, as the kernel stores them, and its load segments.
-func readTable(f *objfile.File) ([]KernelRow, []elf.ProgHeader, error) {
+// readTable reads a file's unwind rows, as the kernel stores them, its load segments,
+// and for a Go binary its runtime's layout.
+func readTable(f *objfile.File) ([]KernelRow, []elf.ProgHeader, *KernelGoRuntime, error) {
 	h, err := f.Open()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	defer h.Close()
 	ef, err := h.ELF()
 	if err != nil {
-		return nil, nil, fmt.Errorf("read unwind table: %w", err)
+		return nil, nil, nil, fmt.Errorf("read unwind table: %w", err)
 	}
 	var loads []elf.ProgHeader
 	for _, p := range ef.Progs {
@@ -445,19 +441,37 @@ func readTable(f *objfile.File) ([]KernelRow, []elf.ProgHeader, error) {
 			loads = append(loads, p.ProgHeader)
 		}
 	}
-	// A file without section headers may still have PT_GNU_EH_FRAME, which FromELF reads.
-	if len(ef.Sections) > 0 && ef.Section(".eh_frame") == nil && ef.Section(".debug_frame") == nil {
-		return nil, loads, nil // nothing to unwind by: frame pointers
-	}
-	t, err := FromELF(ef)
-	if err != nil {
-		return nil, loads, fmt.Errorf("read unwind table of %s: %w", f.Path, err)
+	var t *Table
+	var layout *KernelGoRuntime
+	switch {
+	case f.IsGo:
+		// Go code keeps frame pointers; its .debug_frame, when not stripped, would cost
+		// hundreds of thousands of rows per binary. The table holds what frame pointers
+		// miss: the runtime's switches between stacks, and cgo's C code.
+		g, err := ReadGoRuntime(ef, h)
+		if errors.Is(err, errNoPclntab) {
+			return nil, loads, nil, nil // a Go release before 1.18: frame pointers
+		}
+		if err != nil {
+			return nil, loads, nil, fmt.Errorf("read go runtime of %s: %w", f.Path, err)
+		}
+		if t, err = goTable(ef, g); err != nil {
+			return nil, loads, nil, fmt.Errorf("read unwind table of %s: %w", f.Path, err)
+		}
+		layout = g.Layout
+	case len(ef.Sections) > 0 && ef.Section(".eh_frame") == nil && ef.Section(".debug_frame") == nil:
+		// A file without section headers may still have PT_GNU_EH_FRAME, which FromELF reads.
+		return nil, loads, nil, nil // nothing to unwind by: frame pointers
+	default:
+		if t, err = FromELF(ef); err != nil {
+			return nil, loads, nil, fmt.Errorf("read unwind table of %s: %w", f.Path, err)
+		}
 	}
 	rows, err := t.KernelRows()
 	if err != nil {
-		return nil, loads, fmt.Errorf("read unwind table of %s: %w", f.Path, err)
+		return nil, loads, nil, fmt.Errorf("read unwind table of %s: %w", f.Path, err)
 	}
-	return rows, loads, nil
+	return rows, loads, layout, nil
 }
 
 // offsetToVaddr maps a file offset to the virtual address the loader puts it at.

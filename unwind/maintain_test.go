@@ -17,6 +17,7 @@ import (
 type fakeKernel struct {
 	mu        sync.Mutex
 	tables    map[uint32][]KernelRow
+	goRT      map[uint32]KernelGoRuntime
 	next      uint32
 	maxTables int
 	processes map[uint32][]KernelMapping
@@ -27,7 +28,7 @@ func newFakeKernel(maxTables int) *fakeKernel {
 	return &fakeKernel{tables: map[uint32][]KernelRow{}, processes: map[uint32][]KernelMapping{}, execIDs: map[uint32]uint64{}, maxTables: maxTables}
 }
 
-func (k *fakeKernel) AddTable(rows []KernelRow) (uint32, error) {
+func (k *fakeKernel) AddTable(rows []KernelRow, goRuntime *KernelGoRuntime) (uint32, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if len(k.tables) >= k.maxTables {
@@ -35,6 +36,12 @@ func (k *fakeKernel) AddTable(rows []KernelRow) (uint32, error) {
 	}
 	k.next++
 	k.tables[k.next] = rows
+	if goRuntime != nil {
+		if k.goRT == nil {
+			k.goRT = map[uint32]KernelGoRuntime{}
+		}
+		k.goRT[k.next] = *goRuntime
+	}
 	return k.next, nil
 }
 

@@ -152,7 +152,25 @@ func FuzzRead(f *testing.F) {
 		}
 	}))
 
+	f.Add(synGoFile())
+
 	f.Fuzz(func(t *testing.T, b []byte) {
+		// A Go binary's table too: its pclntab, build information and DWARF are input;
+		// and the FDEs that name stripped code.
+		if ef, err := elf.NewFile(bytes.NewReader(b)); err == nil {
+			if ranges, err := FunctionRanges(ef); err == nil {
+				for i := 1; i < len(ranges); i++ {
+					if ranges[i].Start < ranges[i-1].End || ranges[i].End <= ranges[i].Start {
+						t.Fatalf("function ranges overlap: %+v %+v", ranges[i-1], ranges[i])
+					}
+				}
+			}
+			if g, err := ReadGoRuntime(ef, bytes.NewReader(b)); err == nil {
+				if tab, err := goTable(ef, g); err == nil {
+					checkSorted(t, tab)
+				}
+			}
+		}
 		tab, err := Read(bytes.NewReader(b))
 		if err != nil {
 			return

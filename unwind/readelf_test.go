@@ -16,11 +16,13 @@ import (
 	"testing"
 
 	"github.com/sonde-profiler/sonde/internal/testenv"
+	"github.com/sonde-profiler/sonde/internal/testprog"
 )
 
 const (
 	libcPath      = "/usr/lib/x86_64-linux-gnu/libc.so.6"
 	libstdcxxPath = "/usr/lib/x86_64-linux-gnu/libstdc++.so.6"
+	libcryptoPath = "/usr/lib/x86_64-linux-gnu/libcrypto.so.3"
 )
 
 var buildDir string
@@ -131,11 +133,31 @@ func TestReadelfTestBinaries(t *testing.T) {
 		t.Run(v, func(t *testing.T) {
 			p := requireTestBinary(t, v)
 			n := compareWithReadelf(t, p, ".eh_frame")
-			if n.fp == 0 || n.plt < 2 || n.signal == 0 || n.end == 0 {
-				t.Errorf("%s: expected CFA-on-rbp, PLT, signal and end-of-stack rows: %+v", v, n)
+			if n.fp == 0 || n.plt < 2 || n.signal == 0 || n.end == 0 || n.deref == 0 || n.reg == 0 || n.fpExpr == 0 || n.other == 0 {
+				t.Errorf("%s: expected CFA-on-rbp, PLT, signal, end-of-stack, expression and register rows: %+v", v, n)
 			}
 		})
 	}
+}
+
+// The expressions compilers and hand-written assembly emit: OpenSSL's in libcrypto, and
+// gcc's stack realignment and OpenSSL-style assembly in a program built here.
+func TestReadelfExpressions(t *testing.T) {
+	t.Run("stacks", func(t *testing.T) {
+		testenv.RequireTool(t, "gcc")
+		n := compareWithReadelf(t, testprog.BuildStacks(t, "-O2", "-fomit-frame-pointer"), ".eh_frame")
+		// drap (*(rbp-N), r10, rbp at rbp), expr_deref and expr_index.
+		if n.deref < 3 || n.reg < 3 || n.fpExpr == 0 {
+			t.Errorf("too few expression rows compared: %+v", n)
+		}
+	})
+	t.Run("libcrypto", func(t *testing.T) {
+		requireFile(t, libcryptoPath)
+		n := compareWithReadelf(t, libcryptoPath, ".eh_frame")
+		if n.deref < 25 || n.reg < 50 {
+			t.Errorf("too few of OpenSSL's expression rows compared: %+v", n)
+		}
+	})
 }
 
 func TestReadelfDebugFrame(t *testing.T) {
@@ -182,6 +204,10 @@ type counts struct {
 	plt       int
 	signal    int
 	end       int
+	deref     int // CFA expressions that dereference
+	reg       int // CFA on a register other than rsp and rbp
+	fpExpr    int // rbp saved where an expression says
+	other     int // rules the kernel counts and stops at: other expressions, the return address elsewhere
 	fdes      int
 	overlaped int
 }
@@ -213,7 +239,7 @@ func compareWithReadelf(t *testing.T, path, section string) counts {
 		if r == nil {
 			t.Fatalf("entry %#x missing from the raw dump", off)
 		}
-		e.exprs = r.exprs
+		e.exprs, e.fpExprs = r.exprs, r.fpExprs
 	}
 
 	var fdes []*reEntry
@@ -280,6 +306,15 @@ func compareWithReadelf(t *testing.T, path, section string) counts {
 			n.signal++
 		case CFAEndOfStack:
 			n.end++
+		case CFADeref:
+			n.deref++
+		case CFAReg:
+			n.reg++
+		case CFAExpression, CFARAElsewhere:
+			n.other++
+		}
+		if r.FP == FPAtFP || r.FP == FPAtSP {
+			n.fpExpr++
 		}
 	}
 
@@ -340,8 +375,8 @@ func compareWithReadelf(t *testing.T, path, section string) counts {
 			fail("%s: sonde row at %#x is %s, readelf says %s", filepath.Base(path), r.PC, ruleString(r), ruleString(want))
 		}
 	}
-	t.Logf("%s (%s): %d FDEs, %d readelf rows and FDE ends looked up, %d sonde rows checked, %d ambiguous, %d overlapping FDEs skipped; rbp-based %d, PLT %d, signal %d, end of stack %d",
-		path, section, n.fdes, n.loc, n.rows, n.skipped, n.overlaped, n.fp, n.plt, n.signal, n.end)
+	t.Logf("%s (%s): %d FDEs, %d readelf rows and FDE ends looked up, %d sonde rows checked, %d ambiguous, %d overlapping FDEs skipped; rbp-based %d, PLT %d, signal %d, end of stack %d, dereferencing %d, other register %d, rbp by expression %d, unfollowed %d",
+		path, section, n.fdes, n.loc, n.rows, n.skipped, n.overlaped, n.fp, n.plt, n.signal, n.end, n.deref, n.reg, n.fpExpr, n.other)
 	return n
 }
 
@@ -375,12 +410,28 @@ func ruleString(r Row) string {
 		cfa = fmt.Sprintf("rsp%+d", r.CFAOffset)
 	case CFAFP:
 		cfa = fmt.Sprintf("rbp%+d", r.CFAOffset)
+	case CFAReg:
+		cfa = fmt.Sprintf("r%d%+d", r.CFAReg, r.CFAOffset)
+	case CFADeref:
+		cfa = fmt.Sprintf("*(r%d%+d", r.CFAReg, r.CFAOffset)
+		if r.CFAIndex&CFAIndex != 0 {
+			cfa += fmt.Sprintf("+r%d<<%d", r.CFAIndex&15, (r.CFAIndex>>4)&3)
+		}
+		cfa += fmt.Sprintf(")%+d", r.CFAPost)
 	case CFAPLT:
 		cfa = "plt"
 	case CFASignal:
 		return "signal"
 	case CFAEndOfStack:
 		return "end"
+	case CFAExpression:
+		return "expression"
+	case CFARAElsewhere:
+		return "ra elsewhere"
+	case CFAFramePointer:
+		return "frame pointer"
+	case CFAGo:
+		return fmt.Sprintf("go %d", r.CFAReg)
 	default:
 		cfa = fmt.Sprintf("cfa?%d", r.CFA)
 	}
@@ -389,6 +440,10 @@ func ruleString(r Row) string {
 		return cfa + " fp=u"
 	case FPAtCFA:
 		return fmt.Sprintf("%s fp=c%+d", cfa, r.FPOffset)
+	case FPAtFP:
+		return fmt.Sprintf("%s fp=rbp%+d", cfa, r.FPOffset)
+	case FPAtSP:
+		return fmt.Sprintf("%s fp=rsp%+d", cfa, r.FPOffset)
 	case FPInvalid:
 		return cfa + " fp=invalid"
 	}
@@ -415,6 +470,7 @@ type reEntry struct {
 	start, end uint64
 	rows       []reRow
 	exprs      []string // operands of DW_CFA_def_cfa_expression, from the raw dump
+	fpExprs    []string // operands of DW_CFA_expression for rbp
 	overlap    bool
 	effective  []reRow
 }
@@ -451,9 +507,84 @@ func (e *reEntry) effectiveRows(entries map[uint64]*reEntry) []reRow {
 
 var pltExprText = regexp.MustCompile(`^DW_OP_breg7 \(rsp\): 8; DW_OP_breg16 \(rip\): 0; DW_OP_lit15; DW_OP_and; DW_OP_lit1[01]; DW_OP_ge; DW_OP_lit3; DW_OP_shl; DW_OP_plus$`)
 
+// The DWARF expressions of real CFI, as readelf prints them, read here independently of
+// sonde's evaluator: a register plus an offset, its dereference plus another, and
+// bn_mul_mont's indexed form.
+var (
+	bregText   = regexp.MustCompile(`^DW_OP_breg([0-9]+) \([a-z0-9]+\): (-?[0-9]+)$`)
+	derefText  = regexp.MustCompile(`^DW_OP_breg([0-9]+) \([a-z0-9]+\): (-?[0-9]+); DW_OP_deref(?:; DW_OP_plus_uconst: ([0-9]+))?$`)
+	indexText  = regexp.MustCompile(`^DW_OP_breg([0-9]+) \([a-z0-9]+\): (-?[0-9]+); DW_OP_breg([0-9]+) \([a-z0-9]+\): (-?[0-9]+); DW_OP_lit([1248]); DW_OP_mul; DW_OP_plus; DW_OP_deref; DW_OP_plus_uconst: ([0-9]+)$`)
+	dwarfRegNo = map[string]uint8{"rax": 0, "rdx": 1, "rcx": 2, "rbx": 3, "rsi": 4, "rdi": 5, "rbp": 6, "rsp": 7,
+		"r8": 8, "r9": 9, "r10": 10, "r11": 11, "r12": 12, "r13": 13, "r14": 14, "r15": 15}
+)
+
+func atoi(s string) int64 {
+	v, _ := strconv.ParseInt(s, 10, 64)
+	return v
+}
+
+// cfaExprRule is the rule a CFA expression's text calls for.
+func cfaExprRule(x string) Row {
+	if pltExprText.MatchString(x) {
+		return Row{CFA: CFAPLT}
+	}
+	if m := bregText.FindStringSubmatch(x); m != nil {
+		return regOffRule(uint8(atoi(m[1])), atoi(m[2]))
+	}
+	if m := derefText.FindStringSubmatch(x); m != nil {
+		return Row{CFA: CFADeref, CFAReg: uint8(atoi(m[1])), CFAOffset: int32(atoi(m[2])), CFAPost: int32(atoi(m[3]))}
+	}
+	if m := indexText.FindStringSubmatch(x); m != nil {
+		scale := atoi(m[5])
+		shift := map[int64]uint8{1: 0, 2: 1, 4: 2, 8: 3}[scale]
+		return Row{CFA: CFADeref, CFAReg: uint8(atoi(m[1])), CFAOffset: int32(atoi(m[2]) + atoi(m[4])*scale),
+			CFAIndex: CFAIndex | shift<<4 | uint8(atoi(m[3])), CFAPost: int32(atoi(m[6]))}
+	}
+	return Row{CFA: CFAExpression}
+}
+
+func regOffRule(reg uint8, off int64) Row {
+	switch reg {
+	case 7:
+		return Row{CFA: CFASP, CFAOffset: int32(off)}
+	case 6:
+		return Row{CFA: CFAFP, CFAOffset: int32(off)}
+	}
+	return Row{CFA: CFAReg, CFAReg: reg, CFAOffset: int32(off)}
+}
+
+// fpExprRule is the frame pointer rule an expression for rbp calls for.
+func fpExprRule(x string) (FPRule, int32) {
+	if m := bregText.FindStringSubmatch(x); m != nil {
+		switch m[1] {
+		case "6":
+			return FPAtFP, int32(atoi(m[2]))
+		case "7":
+			return FPAtSP, int32(atoi(m[2]))
+		}
+	}
+	return FPInvalid, 0
+}
+
+// sameOf translates every expression of an FDE (and its CIE) and returns the one rule
+// they share; ok is false when they differ, as readelf's "exp" does not say which is in
+// force at a row.
+func sameOf[T comparable](xs []string, f func(string) T) (T, bool) {
+	var first T
+	for i, x := range xs {
+		v := f(x)
+		if i == 0 {
+			first = v
+		} else if v != first {
+			return first, false
+		}
+	}
+	return first, len(xs) > 0
+}
+
 // expect translates a readelf row into the rule sonde must produce, independently of
-// sonde's parser. ok is false when readelf's text does not determine it: a CFA "exp" in an
-// FDE whose expressions are partly PLT ones.
+// sonde's parser. ok is false when readelf's text does not determine it: a CFA or rbp
+// "exp" in an FDE whose expressions differ.
 func expect(e, c *reEntry, r reRow) (Row, bool) {
 	if c != nil && strings.Contains(c.aug, "S") {
 		return Row{CFA: CFASignal}, true
@@ -466,43 +597,32 @@ func expect(e, c *reEntry, r reRow) (Row, bool) {
 		return Row{CFA: CFAEndOfStack}, true
 	case "c-8":
 	default:
-		return Row{}, true
+		return Row{CFA: CFARAElsewhere}, true
 	}
 	var w Row
 	if r.cfa == "exp" {
-		exprs := append(slices.Clone(c.exprs), e.exprs...)
-		plt := 0
-		for _, x := range exprs {
-			if pltExprText.MatchString(x) {
-				plt++
-			}
-		}
-		switch {
-		case len(exprs) > 0 && plt == len(exprs):
-			w.CFA = CFAPLT
-		case plt == 0:
-			return Row{}, true
-		default:
+		rule, ok := sameOf(append(slices.Clone(c.exprs), e.exprs...), cfaExprRule)
+		if !ok {
 			return Row{}, false
+		}
+		w = rule
+		if w.CFA == CFAExpression || w.CFA == CFAPLT {
+			return w, true
 		}
 	} else {
 		m := cfaText.FindStringSubmatch(r.cfa)
 		if m == nil {
 			return Row{}, true
 		}
-		switch m[1] {
-		case "rsp":
-			w.CFA = CFASP
-		case "rbp":
-			w.CFA = CFAFP
-		default:
-			return Row{}, true
+		reg, known := dwarfRegNo[m[1]]
+		if !known {
+			return Row{CFA: CFAReg, CFAReg: uint8(atoi(strings.TrimPrefix(m[1], "r"))), CFAOffset: int32(atoi(m[2]))}, true
 		}
 		off, err := strconv.ParseInt(m[2], 10, 32)
 		if err != nil {
 			return Row{}, true
 		}
-		w.CFAOffset = int32(off)
+		w = regOffRule(reg, off)
 	}
 	switch {
 	case r.rbp == "" || r.rbp == "u" || r.rbp == "s" || r.rbp == "r6(rbp)":
@@ -514,10 +634,23 @@ func expect(e, c *reEntry, r reRow) (Row, bool) {
 		} else {
 			w.FP, w.FPOffset = FPAtCFA, int32(off)
 		}
+	case r.rbp == "exp":
+		type fpRule struct {
+			rule FPRule
+			off  int32
+		}
+		rule, ok := sameOf(append(slices.Clone(c.fpExprs), e.fpExprs...), func(x string) fpRule {
+			r, off := fpExprRule(x)
+			return fpRule{r, off}
+		})
+		if !ok {
+			return Row{}, false
+		}
+		w.FP, w.FPOffset = rule.rule, rule.off
 	default:
 		w.FP = FPInvalid
 	}
-	return w, true
+	return w.normal(), true
 }
 
 var (
@@ -529,6 +662,7 @@ var (
 	augLine     = regexp.MustCompile(`^\s+Augmentation:\s+"([^"]*)"`)
 	raLine      = regexp.MustCompile(`^\s+Return address column:\s+([0-9]+)`)
 	cfaExprLine = regexp.MustCompile(`DW_CFA_def_cfa_expression \((.*)\)$`)
+	fpExprLine  = regexp.MustCompile(`DW_CFA_expression: r6 \(rbp\) \((.*)\)$`)
 )
 
 type readelfDump struct {
@@ -599,6 +733,10 @@ func runReadelf(t *testing.T, readelf, mode, path, section string) readelfDump {
 		}
 		if m := cfaExprLine.FindStringSubmatch(strings.TrimSpace(line)); m != nil {
 			cur.exprs = append(cur.exprs, m[1])
+			continue
+		}
+		if m := fpExprLine.FindStringSubmatch(strings.TrimSpace(line)); m != nil {
+			cur.fpExprs = append(cur.fpExprs, m[1])
 			continue
 		}
 		fields := strings.Fields(regInCol.ReplaceAllString(line, "$1$2"))

@@ -47,7 +47,7 @@ func TestStepWalk(t *testing.T) {
 		{Row{CFA: CFASP, CFAOffset: 8}, Regs{PC: 0x402005, SP: 0x7008, FP: 0x7100}, StepOK},
 		{Row{CFA: CFAFP, CFAOffset: 16, FP: FPAtCFA, FPOffset: -16}, Regs{PC: 0x40301b, SP: 0x7110, FP: 0x7300}, StepOK},
 		{Row{CFA: CFAPLT}, Regs{PC: 0x404000, SP: 0x7120, FP: 0x7300}, StepOK},
-		{Row{CFA: CFASignal}, Regs{PC: 0x405055, SP: 0x9000, FP: 0x9100}, StepOK},
+		{Row{CFA: CFASignal}, Regs{PC: 0x405055, SP: 0x9000, FP: 0x9100, Others: Others{Source: RegsUContext, UContext: uc}}, StepOK},
 		{Row{CFA: CFASP, CFAOffset: 24}, Regs{PC: 0x406000, SP: 0x9018, FP: 0x9100}, StepOK},
 		{Row{CFA: CFAEndOfStack}, Regs{PC: 0x406000, SP: 0x9018, FP: 0x9100}, StepEnd},
 	}
@@ -87,7 +87,13 @@ func TestStepFailures(t *testing.T) {
 		res    StepResult
 		wantFP uint64
 	}{
-		{"invalid", Row{}, regs, StepInvalid, 0},
+		{"no row", Row{}, regs, StepNoRow, 0},
+		{"expression", Row{CFA: CFAExpression}, regs, StepExpression, 0},
+		{"return address elsewhere", Row{CFA: CFARAElsewhere}, regs, StepRAElsewhere, 0},
+		{"frame pointer rows are Walk's", Row{CFA: CFAFramePointer}, regs, StepInvalid, 0},
+		{"register unknown in a caller", Row{CFA: CFAReg, CFAReg: 10}, regs, StepRegister, 0},
+		{"no such register", Row{CFA: CFAReg, CFAReg: 17, CFAOffset: 8}, regs, StepRegister, 0},
+		{"unreadable dereference", Row{CFA: CFADeref, CFAReg: regSP, CFAOffset: 64}, regs, StepBadRead, 0},
 		{"end", Row{CFA: CFAEndOfStack}, regs, StepEnd, 0},
 		{"unreadable return address", Row{CFA: CFASP, CFAOffset: 24}, regs, StepBadRead, 0},
 		{"unreadable saved rbp", Row{CFA: CFASP, CFAOffset: 16, FP: FPAtCFA, FPOffset: -16}, regs, StepBadRead, 0},
@@ -116,10 +122,59 @@ func TestStepFailures(t *testing.T) {
 	}
 }
 
+// TestStepRules follows the rules of expressions and of registers other than rsp and
+// rbp: OpenSSL's *(rsp+8+r9*8)+8, gcc's realignment *(rbp-8) with rbp saved at rbp, a CFA
+// kept in r11, each where the frame knows its registers and where it does not.
+func TestStepRules(t *testing.T) {
+	leaf := &[numGPR]uint64{9: 3, 11: 0x7400, 10: 0x7040}
+	mem := fakeStack{
+		0x7020:          0x7300, // *(rsp+8+r9*8): the caller's rsp, saved by the prologue
+		0x7300:          0x401000,
+		0x7108 - 8:      0x7180, // *(rbp-8): gcc's DRAP slot
+		0x7180 - 8:      0x402000,
+		0x7108:          0x7500, // rbp saved at rbp+0
+		0x7400 + 16 - 8: 0x403000,
+		0x7040 + 8 - 8:  0x404000,
+	}
+	const uc = 0x8000
+	mem[uc+ucontextOffset[9]] = 3
+	regs := Regs{PC: 0x400000, SP: 0x7000, FP: 0x7108}
+	leafRegs := regs
+	leafRegs.Others = Others{Source: RegsLeaf, Leaf: leaf}
+	ucRegs := regs
+	ucRegs.Others = Others{Source: RegsUContext, UContext: uc}
+	mont := Row{CFA: CFADeref, CFAReg: regSP, CFAOffset: 8, CFAIndex: CFAIndex | 3<<4 | 9, CFAPost: 8}
+	for _, tc := range []struct {
+		name string
+		row  Row
+		regs Regs
+		want Regs
+		res  StepResult
+	}{
+		{"mont in the leaf", mont, leafRegs, Regs{PC: 0x401000, SP: 0x7308, FP: 0x7108}, StepOK},
+		{"mont after a signal", mont, ucRegs, Regs{PC: 0x401000, SP: 0x7308, FP: 0x7108}, StepOK},
+		{"mont in a caller", mont, regs, regs, StepRegister},
+		{"drap", Row{CFA: CFADeref, CFAReg: regFP, CFAOffset: -8, FP: FPAtFP}, regs, Regs{PC: 0x402000, SP: 0x7180, FP: 0x7500}, StepOK},
+		{"rbp at rsp", Row{CFA: CFASP, CFAOffset: 0x308, FP: FPAtSP, FPOffset: 0x20}, regs, Regs{PC: 0x401000, SP: 0x7308, FP: 0x7300}, StepOK},
+		{"cfa in r11", Row{CFA: CFAReg, CFAReg: 11, CFAOffset: 16}, leafRegs, Regs{PC: 0x403000, SP: 0x7410, FP: 0x7108}, StepOK},
+		{"cfa in r10 unreadable ucontext", Row{CFA: CFAReg, CFAReg: 10, CFAOffset: 8}, ucRegs, ucRegs, StepBadRead},
+		{"cfa in rsp by number", Row{CFA: CFAReg, CFAReg: regSP, CFAOffset: 0x48}, regs, Regs{PC: 0x404000, SP: 0x7048, FP: 0x7108}, StepOK},
+	} {
+		got, res := Step(tc.row, tc.regs, mem.read)
+		if res != tc.res || got != tc.want {
+			t.Errorf("%s: got %+v %s, want %+v %s", tc.name, got, res, tc.want, tc.res)
+		}
+	}
+}
+
 // TestSignalFrameOffsets ties Step's ucontext offsets to glibc's headers and to the CFI
-// glibc itself gives __restore_rt.
+// glibc itself gives __restore_rt: the registers the walker reads from a signal frame,
+// and every general-purpose register a dereferencing rule may name.
 func TestSignalFrameOffsets(t *testing.T) {
 	want := map[string]int{"rip": signalPCOffset, "rsp": signalSPOffset, "rbp": signalFPOffset}
+	for i, name := range dwarfRegNames {
+		want[name] = int(ucontextOffset[i])
+	}
 	t.Run("headers", func(t *testing.T) {
 		gcc := testenv.RequireTool(t, "gcc")
 		dir := t.TempDir()
@@ -129,10 +184,10 @@ func TestSignalFrameOffsets(t *testing.T) {
 #include <stdio.h>
 #include <ucontext.h>
 int main(void) {
-	printf("rip %zu\nrsp %zu\nrbp %zu\n",
-		offsetof(ucontext_t, uc_mcontext.gregs[REG_RIP]),
-		offsetof(ucontext_t, uc_mcontext.gregs[REG_RSP]),
-		offsetof(ucontext_t, uc_mcontext.gregs[REG_RBP]));
+#define R(name, reg) printf(#name " %zu\n", offsetof(ucontext_t, uc_mcontext.gregs[reg]))
+	R(rip, REG_RIP); R(rsp, REG_RSP); R(rbp, REG_RBP); R(rax, REG_RAX); R(rdx, REG_RDX); R(rcx, REG_RCX);
+	R(rbx, REG_RBX); R(rsi, REG_RSI); R(rdi, REG_RDI); R(r8, REG_R8); R(r9, REG_R9); R(r10, REG_R10);
+	R(r11, REG_R11); R(r12, REG_R12); R(r13, REG_R13); R(r14, REG_R14); R(r15, REG_R15);
 	return 0;
 }
 `
@@ -147,7 +202,7 @@ int main(void) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		checkOffsets(t, string(out), regexp.MustCompile(`(?m)^(rip|rsp|rbp) ([0-9]+)$`), want)
+		checkOffsets(t, string(out), regexp.MustCompile(`(?m)^(r[a-z0-9]+) ([0-9]+)$`), want)
 	})
 	t.Run("libc", func(t *testing.T) {
 		readelf := testenv.RequireTool(t, "readelf")
@@ -160,9 +215,12 @@ int main(void) {
 			t.Fatal("no signal frame CIE in libc")
 		}
 		fde, _, _ := strings.Cut(sig[strings.Index(sig, "FDE"):], "\n\n")
-		checkOffsets(t, fde, regexp.MustCompile(`DW_CFA_expression: r[0-9]+ \((rip|rsp|rbp)\) \(DW_OP_breg7 \(rsp\): ([0-9]+)\)`), want)
+		checkOffsets(t, fde, regexp.MustCompile(`DW_CFA_expression: r[0-9]+ \((r[a-z0-9]+)\) \(DW_OP_breg7 \(rsp\): ([0-9]+)\)`), want)
 	})
 }
+
+// dwarfRegNames are the general-purpose registers by DWARF number.
+var dwarfRegNames = [numGPR]string{"rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15"}
 
 func checkOffsets(t *testing.T, text string, re *regexp.Regexp, want map[string]int) {
 	t.Helper()

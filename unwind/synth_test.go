@@ -450,7 +450,9 @@ func TestMalformedPrograms(t *testing.T) {
 		f := func(start uint32, ins ...byte) {
 			w.fde(false, c, func() { w.u32(start); w.u32(0x10) }, noAug, ins...)
 		}
-		// An unknown opcode: the rows before it stand, the rest of the range is invalid.
+		// An unknown opcode: the rows before it stand, the rest of the range is invalid. The
+		// rules the kernel cannot follow (a CFA on r12, the return address elsewhere) are
+		// rows of their own, so that the walks that end there are counted by kind.
 		f(0x1000, cfaAdvanceLoc|2, cfaDefCFAOffset, 16, cfaAdvanceLoc|2, 0x3f, cfaAdvanceLoc|2, cfaDefCFAOffset, 8)
 		// The others start with a good row, so that the bad one shows.
 		f(0x1100, cfaAdvanceLoc|2, cfaRestoreState)                                          // nothing to restore
@@ -460,7 +462,7 @@ func TestMalformedPrograms(t *testing.T) {
 		f(0x1500, cfaAdvanceLoc|1, cfaOffset|regRA, 2)                                       // RA at CFA-16
 		f(0x1600, cfaAdvanceLoc|1, cfaRegister, regRA, 1)                                    // RA in rdx
 		f(0x1700, cfaAdvanceLoc|1, cfaOffsetExtendedSF, regFP, 0x80, 0x80, 0x80, 0x80, 0x08) // rbp too far
-		// def_cfa_offset after an expression keeps the expression.
+		// def_cfa_offset after an expression keeps the expression, here rsp+16.
 		f(0x1800, cfaAdvanceLoc|1, cfaDefCFAExpression, 2, 0x77, 0x10, cfaAdvanceLoc|1, cfaDefCFAOffset, 32)
 		// Seven bytes of instructions need no padding, so the operand is really missing.
 		f(0x1900, cfaAdvanceLoc|1, cfaNop, cfaNop, cfaNop, cfaNop, cfaNop, cfaDefCFAOffset)
@@ -473,11 +475,11 @@ func TestMalformedPrograms(t *testing.T) {
 		sp(0x1100, 8), invalid(0x1102),
 		sp(0x1200, 8), invalid(0x1202),
 		sp(0x1300, 8), invalid(0x1301),
-		sp(0x1400, 8), invalid(0x1401),
-		sp(0x1500, 8), invalid(0x1501),
-		sp(0x1600, 8), invalid(0x1601),
+		sp(0x1400, 8), {PC: 0x1401, CFA: CFAReg, CFAReg: 12, CFAOffset: 8}, invalid(0x1410),
+		sp(0x1500, 8), {PC: 0x1501, CFA: CFARAElsewhere}, invalid(0x1510),
+		sp(0x1600, 8), {PC: 0x1601, CFA: CFARAElsewhere}, invalid(0x1610),
 		sp(0x1700, 8), fpInvalid(sp(0x1701, 8)), invalid(0x1710),
-		sp(0x1800, 8), invalid(0x1801),
+		sp(0x1800, 8), sp(0x1801, 16), invalid(0x1810),
 		sp(0x1900, 8), invalid(0x1901),
 		sp(0x1a00, 8), invalid(0x1a01),
 		sp(0x1b00, 8), invalid(0x1b01),

@@ -462,7 +462,7 @@ func (k kernelSummary) LogValue() slog.Value {
 		attrs = append(attrs, slog.Uint64("ring_bytes_per_sample", k.s.RingBytes()/c.Samples))
 	}
 	if st, err := k.s.KernelState(); err == nil {
-		attrs = append(attrs, slog.Int("processes", st.Processes), slog.Int("tables", st.Tables))
+		attrs = append(attrs, slog.Int("processes", st.Processes), slog.Int("tables", st.Tables), slog.Int("go_runtimes", st.GoRuntimes))
 	}
 	if k.stats {
 		// Per recorded sample, the program's whole cost: filtered-out runs on other CPUs included.

@@ -21,8 +21,12 @@ func asKernel[To, From any](from []From) []To {
 	return unsafe.Slice((*To)(unsafe.Pointer(unsafe.SliceData(from))), len(from))
 }
 
-func (k kernelTables) AddTable(rows []unwind.KernelRow) (uint32, error) {
-	id, err := k.s.AddTable(asKernel[bpf.UnwindRow](rows))
+func (k kernelTables) AddTable(rows []unwind.KernelRow, goRuntime *unwind.KernelGoRuntime) (uint32, error) {
+	var g *bpf.GoRuntime
+	if goRuntime != nil {
+		g = &asKernel[bpf.GoRuntime]([]unwind.KernelGoRuntime{*goRuntime})[0]
+	}
+	id, err := k.s.AddTable(asKernel[bpf.UnwindRow](rows), g)
 	if errors.Is(err, bpf.ErrTableFull) {
 		return 0, errors.Join(unwind.ErrTableFull, err)
 	}

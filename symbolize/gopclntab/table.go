@@ -113,11 +113,13 @@ func Load(f *elf.File, file []byte) (t *Table, err error) {
 	}
 	img.ptrSize = int(data[7])
 	md, mdErr := findModuledata(img, addr, data, t.go120)
+	// Externally linked (cgo) binaries put C code at the start of .text, before
+	// runtime.text; the moduledata says where Go's code starts.
 	switch {
+	case mdErr == nil && md.text != 0:
+		t.text = md.text
 	case text != 0:
 		t.text = text
-	case mdErr == nil:
-		t.text = md.text
 	default:
 		return nil, fmt.Errorf("no .text section and no moduledata: %w", mdErr)
 	}

@@ -39,7 +39,10 @@ cfi_plt:
 	.cfi_endproc
 	.size	cfi_plt, .-cfi_plt
 
-// A CFA expression the unwinder cannot follow.
+// CFA expressions, each in an FDE of its own: readelf shows an expression CFA as "exp"
+// without saying which of an FDE's expressions is in force at a row. A register and an
+// offset, kept when the offset changes and left for the register rule with the last
+// offset; a dereference, as OpenSSL writes them; and a form the unwinder does not follow.
 	.globl	cfi_expr
 	.type	cfi_expr, @function
 cfi_expr:
@@ -47,14 +50,40 @@ cfi_expr:
 	nop
 	.cfi_escape 0x0f, 0x02, 0x77, 0x10	// def_cfa_expression: breg7 16
 	nop
-	.cfi_escape 0x0f, 0x03, 0x77, 0x08, 0x06	// def_cfa_expression: breg7 8; deref
+	.cfi_def_cfa_offset 24	// an expression CFA has no offset to change
 	nop
-	.cfi_def_cfa_register rsp	// back to a register rule, keeping the last offset
+	.cfi_def_cfa_register rsp	// back to a register rule, with the last offset
 	nop
 	.cfi_def_cfa rsp, 8
 	ret
 	.cfi_endproc
 	.size	cfi_expr, .-cfi_expr
+
+	.globl	cfi_expr_deref
+	.type	cfi_expr_deref, @function
+cfi_expr_deref:
+	.cfi_startproc
+	nop
+	.cfi_escape 0x0f, 0x05, 0x77, 0x08, 0x06, 0x23, 0x08	// def_cfa_expression: breg7 8; deref; plus_uconst 8
+	nop
+	.cfi_escape 0x10, 0x06, 0x02, 0x77, 0x10	// expression rbp: breg7 16
+	nop
+	.cfi_def_cfa rsp, 8
+	ret
+	.cfi_endproc
+	.size	cfi_expr_deref, .-cfi_expr_deref
+
+	.globl	cfi_expr_other
+	.type	cfi_expr_other, @function
+cfi_expr_other:
+	.cfi_startproc
+	nop
+	.cfi_escape 0x0f, 0x04, 0x77, 0x08, 0x3f, 0x1a	// def_cfa_expression: breg7 8; lit15; and
+	nop
+	.cfi_def_cfa rsp, 8
+	ret
+	.cfi_endproc
+	.size	cfi_expr_other, .-cfi_expr_other
 
 // The outermost frame, like _start.
 	.globl	cfi_start

@@ -1,0 +1,239 @@
+package main
+
+import (
+	"cmp"
+	"debug/elf"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/sonde-profiler/sonde/internal/testenv"
+	"github.com/sonde-profiler/sonde/internal/testprog"
+)
+
+// goThreadRoots are the functions a complete Go stack ends in: a goroutine's goexit, a
+// thread's mstart (rt0_go on the main thread before it), and the scheduler's g0 frames
+// that run for no goroutine, entered through mcall or a preempting morestack.
+var goThreadRoots = map[string]bool{"runtime.goexit": true, "runtime.mstart": true, "runtime.rt0_go": true, "runtime.mcall": true, "runtime.morestack": true}
+
+// profileFor runs argv for longer than secs, profiles it for secs with sonde and returns
+// the profile and sonde's stderr.
+func profileFor(t *testing.T, secs int, argv ...string) (*profile.Profile, string) {
+	t.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	time.Sleep(300 * time.Millisecond)
+	out := filepath.Join(t.TempDir(), "p.pb.gz")
+	_, stderr, err := runSonde(t, "--pid", strconv.Itoa(cmd.Process.Pid), "--duration", fmt.Sprintf("%ds", secs), "--output", out, "--top", "0")
+	if err != nil {
+		t.Fatalf("sonde: %v\n%s", err, stderr)
+	}
+	return readProfile(t, out), stderr
+}
+
+// outermost is a sample's outermost user function.
+func outermost(s *profile.Sample) string {
+	for i := len(s.Location) - 1; i >= 0; i-- {
+		l := s.Location[i]
+		if l.Mapping != nil && l.Mapping.File == "[kernel.kallsyms]" {
+			continue
+		}
+		if len(l.Line) == 0 {
+			return fmt.Sprintf("%#x", l.Address)
+		}
+		return l.Line[len(l.Line)-1].Function.Name
+	}
+	return ""
+}
+
+// A Go program whose garbage collector takes a third of its CPU runs much of it on g0
+// stacks: through runtime.systemstack, morestack and mcall. Nearly every sample must
+// still end at a thread's root, with today's Go and with an older release.
+func TestGoStackSwitches(t *testing.T) {
+	testenv.RequireRoot(t)
+	for _, toolchain := range []string{"", "go1.23.4"} {
+		t.Run("go"+strings.TrimPrefix(toolchain, "go"), func(t *testing.T) {
+			bin := testprog.BuildGoWith(t, testprog.GoGC, toolchain, "CGO_ENABLED=0")
+			p, stderr := profileFor(t, 5, bin, "30")
+			var total, rooted, gc int64
+			roots := map[string]int64{}
+			for _, s := range p.Sample {
+				n := s.Value[0]
+				total += n
+				root := outermost(s)
+				if goThreadRoots[root] {
+					rooted += n
+				} else {
+					roots[root] += n
+				}
+				for _, name := range names(s) {
+					if strings.HasPrefix(name, "runtime.gcBgMarkWorker") || strings.HasPrefix(name, "runtime.gcAssistAlloc") ||
+						strings.HasPrefix(name, "runtime.bgsweep") || strings.HasPrefix(name, "runtime.markroot") {
+						gc += n
+						break
+					}
+				}
+			}
+			if total < 150 {
+				t.Fatalf("only %d samples", total)
+			}
+			share, gcShare := float64(rooted)/float64(total), float64(gc)/float64(total)
+			if gcShare < 1.0/3 {
+				t.Errorf("garbage collection in %.3f of the samples, want a third at least", gcShare)
+			}
+			if share < 0.99 {
+				t.Errorf("%.4f of %d samples end at a thread's root, want 0.99; the others end at %v", share, total, roots)
+			}
+			if m := regexp.MustCompile(`unwind_failed=(\d+)`).FindStringSubmatch(stderr); m == nil {
+				t.Errorf("no unwind outcomes in the summary:\n%s", stderr)
+			}
+			t.Logf("%d samples, %.4f rooted, %.3f in the garbage collector; not rooted: %v", total, share, gcShare, roots)
+		})
+	}
+}
+
+// Go's signal handler runs on the thread's signal stack; its samples read through
+// runtime.sigtramp and the ucontext back to the interrupted goroutine or g0, and end at a
+// thread's root like the rest.
+func TestGoSignalStack(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := testprog.BuildGoWith(t, testprog.GoSignals, "", "CGO_ENABLED=0")
+	p, _ := profileFor(t, 4, bin, "30")
+	var total, rooted, handler, handlerRooted int64
+	for _, s := range p.Sample {
+		n := s.Value[0]
+		total += n
+		root := goThreadRoots[outermost(s)]
+		if root {
+			rooted += n
+		}
+		if containsInOrder(names(s), []string{"runtime.sigtramp"}) {
+			handler += n
+			if root {
+				handlerRooted += n
+			}
+		}
+	}
+	if handler < 10 {
+		t.Fatalf("only %d of %d samples in the signal handler", handler, total)
+	}
+	if share := float64(rooted) / float64(total); share < 0.99 {
+		t.Errorf("%.4f of %d samples end at a thread's root, want 0.99", share, total)
+	}
+	if share := float64(handlerRooted) / float64(handler); share < 0.99 {
+		t.Errorf("%.4f of %d samples in the signal handler end at a thread's root, want 0.99", share, handler)
+	}
+	t.Logf("%d samples, %d in the signal handler; %.4f rooted", total, handler, float64(rooted)/float64(total))
+}
+
+// Go calling C calling Go: a sample in the callback reads the whole chain, through cgo's
+// switch to g0 (asmcgocall) and back to the goroutine (cgocallback), with the C frames
+// between walked by their .eh_frame. The frames are named here from the binary's symbol
+// table, by address, so that the test is of the walk alone.
+func TestGoCgoCallbackChain(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireTool(t, "gcc")
+	for _, toolchain := range []string{"", "go1.23.4"} {
+		t.Run("go"+strings.TrimPrefix(toolchain, "go"), func(t *testing.T) {
+			bin := testprog.BuildGoWith(t, testprog.GoCgo, toolchain, "CGO_ENABLED=1")
+			p, _ := profileFor(t, 3, bin, "30")
+			symbol := symbolizer(t, bin)
+			// goSpinHot is inlined into the callback's exported wrapper.
+			chain := []string{"_cgoexp_*_goSpinHot", "runtime.cgocallback", "cgo_inner", "cgo_outer", "runtime.asmcgocall", "main.callC", "main.main", "runtime.goexit"}
+			var n, whole int64
+			var broken []string
+			for _, s := range p.Sample {
+				var fs []string
+				for i, l := range s.Location {
+					if l.Mapping == nil || l.Mapping.File != bin {
+						continue
+					}
+					addr := l.Address
+					if i > 0 {
+						addr-- // a return address: the call is before it
+					}
+					fs = append(fs, symbol(addr))
+				}
+				if len(fs) == 0 || fs[0] != chain[0] {
+					continue
+				}
+				n += s.Value[0]
+				if containsInOrder(fs, chain) {
+					whole += s.Value[0]
+				} else if len(broken) < 3 {
+					broken = append(broken, strings.Join(fs, " <- "))
+				}
+			}
+			if n < 100 {
+				t.Fatalf("only %d samples in the callback", n)
+			}
+			if share := float64(whole) / float64(n); share < 0.95 {
+				t.Errorf("%.3f of %d samples in the callback read %v; some read:\n%s", share, n, chain, strings.Join(broken, "\n"))
+			}
+			t.Logf("%d of %d samples in the callback read the whole chain", whole, n)
+		})
+	}
+}
+
+// symbolizer names the addresses of a non-PIE binary from its symbol table, without
+// ABI suffixes, and the exported callbacks of cgo without their package hash.
+func symbolizer(t *testing.T, bin string) func(uint64) string {
+	t.Helper()
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	funcs := slices.DeleteFunc(syms, func(s elf.Symbol) bool { return elf.ST_TYPE(s.Info) != elf.STT_FUNC || s.Value == 0 })
+	slices.SortFunc(funcs, func(a, b elf.Symbol) int { return cmp.Compare(a.Value, b.Value) })
+	hash := regexp.MustCompile(`^_cgoexp_[0-9a-f]+_`)
+	return func(addr uint64) string {
+		i, _ := slices.BinarySearchFunc(funcs, addr+1, func(s elf.Symbol, a uint64) int { return cmp.Compare(s.Value, a) })
+		if i == 0 || (funcs[i-1].Size > 0 && addr >= funcs[i-1].Value+funcs[i-1].Size) {
+			return fmt.Sprintf("%#x", addr)
+		}
+		return hash.ReplaceAllString(strings.TrimSuffix(funcs[i-1].Name, ".abi0"), "_cgoexp_*_")
+	}
+}
+
+// Hand-written assembly whose CFA is a DW_CFA_def_cfa_expression (OpenSSL's forms,
+// written with .cfi_escape): as a caller (*(rsp+8)+8) and as a leaf that needs r9 from
+// the interrupted registers (*(rsp+8+r9*8)+8), nearly every sample reaches main; so do
+// gcc's stack realignment's.
+func TestUnwindCFAExpressions(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := testprog.BuildStacks(t, "-O2", "-fomit-frame-pointer")
+	for _, tc := range []struct{ mode, hot string }{
+		{"deref", "deref_callee_hot"},
+		{"deref", "expr_deref"},
+		{"index", "expr_index"},
+		{"drap", "drap_leaf_hot"},
+	} {
+		t.Run(tc.mode+"/"+tc.hot, func(t *testing.T) {
+			p, _ := profileFor(t, 3, bin, "30", tc.mode)
+			share, n := reachShare(p, tc.hot)
+			if n < 50 {
+				t.Fatalf("only %d samples in %s", n, tc.hot)
+			}
+			if share < 0.99 {
+				t.Errorf("%.3f of %d samples in %s reach main, want 0.99", share, n, tc.hot)
+			}
+			t.Logf("%s: %.4f of %d samples reach main", tc.hot, share, n)
+		})
+	}
+}

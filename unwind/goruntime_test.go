@@ -1,0 +1,177 @@
+//go:build amd64
+
+package unwind
+
+import (
+	"debug/elf"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sonde-profiler/sonde/internal/testenv"
+	"github.com/sonde-profiler/sonde/internal/testprog"
+)
+
+// goToolchains are the releases the tests build with: today's go on PATH and an older
+// one the go command downloads (and caches).
+var goToolchains = []string{"", "go1.23.4"}
+
+func readGoRuntime(t *testing.T, path string) (*GoRuntime, *elf.File) {
+	t.Helper()
+	fh, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fh.Close() })
+	f, err := elf.NewFile(fh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := ReadGoRuntime(f, fh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, f
+}
+
+// The table of layouts by release must say what the DWARF of binaries those releases
+// build says; stripping the DWARF must leave the same layout, read from the table.
+func TestGoLayoutsMatchDWARF(t *testing.T) {
+	strip := testenv.RequireTool(t, "strip")
+	for _, tc := range goToolchains {
+		bin := testprog.BuildGoWith(t, testprog.GoGC, tc, "CGO_ENABLED=0")
+		g, _ := readGoRuntime(t, bin)
+		if g.Layout == nil || g.LayoutSource != "dwarf" {
+			t.Fatalf("%s (%s): layout %+v from %q, want it from DWARF", tc, g.Version, g.Layout, g.LayoutSource)
+		}
+		stripped := bin + ".stripped"
+		if out, err := exec.Command(strip, "--strip-debug", "-o", stripped, bin).CombinedOutput(); err != nil {
+			t.Fatalf("strip: %v\n%s", err, out)
+		}
+		s, _ := readGoRuntime(t, stripped)
+		if s.Layout == nil || s.LayoutSource != "version" {
+			t.Fatalf("%s stripped: layout %+v from %q, want it from the version", g.Version, s.Layout, s.LayoutSource)
+		}
+		if *s.Layout != *g.Layout {
+			t.Errorf("%s: the table of releases says %+v, DWARF %+v", g.Version, *s.Layout, *g.Layout)
+		}
+		if g.Layout.TlsG != -8 {
+			t.Errorf("%s: an internally linked binary keeps g at -8(FS), not %d", g.Version, g.Layout.TlsG)
+		}
+		t.Logf("%s: %+v", g.Version, *g.Layout)
+	}
+}
+
+// A Go binary's table marks the runtime's switches where the symbol table puts them,
+// walks Go code by frame pointer, and keeps cgo's C code on its .eh_frame rows.
+func TestGoTable(t *testing.T) {
+	testenv.RequireTool(t, "gcc")
+	for _, tc := range goToolchains {
+		bin := testprog.BuildGoWith(t, testprog.GoCgo, tc, "CGO_ENABLED=1")
+		g, f := readGoRuntime(t, bin)
+		// runtime.tlsg (8 bytes) and the C code's int make a TLS block of 16.
+		if g.Layout == nil || g.Layout.TlsG != -16 {
+			t.Fatalf("%s: an externally linked binary's g is at the start of its TLS block, -16(FS): %+v", g.Version, g.Layout)
+		}
+		tab, err := goTable(f, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkSorted(t, tab)
+		syms, err := f.Symbols()
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := map[string]elf.Symbol{}
+		for _, s := range syms {
+			addr[strings.TrimSuffix(s.Name, ".abi0")] = s
+			if strings.HasSuffix(s.Name, ".abi0") {
+				addr[s.Name] = s
+			}
+		}
+		sym := func(name string) elf.Symbol {
+			if s, ok := addr[name+".abi0"]; ok {
+				return s
+			}
+			s, ok := addr[name]
+			if !ok {
+				t.Fatalf("%s: no symbol %s", g.Version, name)
+			}
+			return s
+		}
+		for name, kind := range goFuncRules {
+			if _, ok := addr[name]; !ok && goFuncOptional[name] {
+				continue // linked only where used
+			}
+			s := sym(name)
+			for _, pc := range []uint64{s.Value, s.Value + s.Size - 1} {
+				if r := lookupRule(tab, pc); r.CFA != CFAGo || GoFunc(r.CFAReg) != kind {
+					t.Errorf("%s: %s at %#x is %s, want Go function %d", g.Version, name, pc, ruleString(r), kind)
+				}
+			}
+		}
+		for _, name := range []string{"crosscall2", "runtime.sigtramp"} {
+			s := sym(name)
+			if r := lookupRule(tab, s.Value); r.CFA != CFASP || r.CFAOffset != 8 {
+				t.Errorf("%s: %s starts with %s, want rsp+8", g.Version, name, ruleString(r))
+			}
+			deepest := int32(0)
+			for _, r := range tab.Rows {
+				if r.PC >= s.Value && r.PC < s.Value+s.Size && r.CFA == CFASP {
+					deepest = max(deepest, r.CFAOffset)
+				}
+			}
+			// Both save the C ABI's callee-saved registers (PUSH_REGS_HOST_TO_ABI0) and more.
+			if deepest < 64 {
+				t.Errorf("%s: %s moves the stack %d bytes at most", g.Version, name, deepest)
+			}
+		}
+		s := sym("runtime.sigreturn__sigaction")
+		if r := lookupRule(tab, s.Value-1); r.CFA != CFASignal {
+			t.Errorf("%s: the byte before Go's signal restorer is %s, want signal", g.Version, ruleString(r))
+		}
+		if r := lookupRule(tab, sym("main.callC").Value+4); r.CFA != CFAFramePointer {
+			t.Errorf("%s: Go code is %s, want frame pointer", g.Version, ruleString(r))
+		}
+		// The C functions of the cgo preamble come with CFI.
+		for _, s := range syms {
+			if elf.ST_TYPE(s.Info) == elf.STT_FUNC && strings.HasPrefix(s.Name, "cgo_inner") {
+				if r := lookupRule(tab, s.Value); r.CFA != CFASP {
+					t.Errorf("%s: C function %s is %s, want its CFI", g.Version, s.Name, ruleString(r))
+				}
+			}
+		}
+		if !slices.ContainsFunc(tab.Rows, func(r Row) bool { return r.CFA == CFAGo && GoFunc(r.CFAReg) == GoFuncFPSwitch }) {
+			t.Errorf("%s: no cgocallback row", g.Version)
+		}
+		t.Logf("%s: %d rows, layout %+v", g.Version, len(tab.Rows), *g.Layout)
+	}
+}
+
+// goFuncOptional are the runtime functions a program need not link.
+var goFuncOptional = map[string]bool{"runtime.walltime": true, "runtime.nanotime1": true, "time.now": true}
+
+func TestGoMinor(t *testing.T) {
+	for v, want := range map[string]int{"go1.26.8": 26, "go1.21.0": 21, "devel go1.27-abcdef": 27, "": 0, "go2": 0} {
+		if got := goMinor(v); got != want {
+			t.Errorf("goMinor(%q) = %d, want %d", v, got, want)
+		}
+	}
+}
+
+func TestOverlay(t *testing.T) {
+	rows := []Row{{PC: 0, CFA: CFAFramePointer}, {PC: 0x100, CFA: CFASP, CFAOffset: 8}, {PC: 0x110, CFA: CFAFramePointer}}
+	got := overlay(rows, []Row{
+		{PC: 0x40, CFA: CFAGo, CFAReg: uint8(GoFuncTop)}, {PC: 0x48},
+		{PC: 0x108, CFA: CFASP, CFAOffset: 16}, {PC: 0x120},
+	})
+	want := []Row{
+		{PC: 0, CFA: CFAFramePointer}, {PC: 0x40, CFA: CFAGo, CFAReg: uint8(GoFuncTop)}, {PC: 0x48, CFA: CFAFramePointer},
+		{PC: 0x100, CFA: CFASP, CFAOffset: 8}, {PC: 0x108, CFA: CFASP, CFAOffset: 16}, {PC: 0x120, CFA: CFAFramePointer},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("overlay:\n got %+v\nwant %+v", got, want)
+	}
+}
