@@ -11,8 +11,8 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/sonde-profiler/sonde/internal/mmapfile"
 	"github.com/sonde-profiler/sonde/internal/objfile"
-	"github.com/sonde-profiler/sonde/symbolize/internal/mmapfile"
 )
 
 // ELFSymbols holds what naming addresses of one ELF file needs: its functions and the

@@ -6,9 +6,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/sonde-profiler/sonde/internal/mmapfile"
 	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/internal/testprog"
-	"github.com/sonde-profiler/sonde/symbolize/internal/mmapfile"
 	"github.com/sonde-profiler/sonde/trace"
 )
 

@@ -14,7 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/klauspost/compress/s2"
-	"github.com/sonde-profiler/sonde/symbolize/internal/mmapfile"
+	"github.com/sonde-profiler/sonde/internal/mmapfile"
 )
 
 // ErrKernelAddressesHidden means kallsyms lists every address as zero, which the kernel

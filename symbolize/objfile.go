@@ -8,10 +8,10 @@ import (
 
 	"github.com/ianlancetaylor/demangle"
 
+	"github.com/sonde-profiler/sonde/internal/mmapfile"
 	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/symbolize/dwarf"
 	"github.com/sonde-profiler/sonde/symbolize/gopclntab"
-	"github.com/sonde-profiler/sonde/symbolize/internal/mmapfile"
 	"github.com/sonde-profiler/sonde/trace"
 )
 

@@ -89,11 +89,8 @@ func readGoFuncs(f *elf.File) (*goFuncs, error) {
 	g.nfunc = int(nfunc)
 	// A PIE's pclntab holds text's address as the linker saw it; runtime.text, the first
 	// symbol of Go's text, says where it is.
-	for _, sym := range symbolsOf(f) {
-		if sym.Name == "runtime.text" {
-			g.textStart = sym.Value
-			break
-		}
+	if text, ok := symbolValue(f, "runtime.text"); ok {
+		g.textStart = text
 	}
 	return g, nil
 }

@@ -9,6 +9,9 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+
+	"github.com/sonde-profiler/sonde/internal/mmapfile"
+	"github.com/sonde-profiler/sonde/internal/objfile"
 )
 
 // A Go binary has no call frame information for Go code: Go keeps frame pointers, and
@@ -55,6 +58,7 @@ var goLayouts = []struct {
 }
 
 // goMinorMax is the newest release goLayouts is known to hold for; a later one needs DWARF.
+// TestGoLayoutsMatchDWARF fails on a toolchain newer than this: add its layout then.
 const goMinorMax = 26
 
 // goFuncRules are the runtime functions a Go table describes, by pclntab name.
@@ -113,15 +117,17 @@ func ReadGoRuntime(f *elf.File, r io.ReaderAt) (*GoRuntime, error) {
 	found := funcs.find(want)
 
 	if minor >= 21 {
-		if l, ok := dwarfLayout(f); ok {
-			g.Layout, g.LayoutSource = l, "dwarf"
-		} else if minor <= goMinorMax {
+		// The table of releases first: f.DWARF decompresses every debug section of the
+		// binary, tens of megabytes for a large Go program, to read nine offsets.
+		if minor <= goMinorMax {
 			for _, v := range goLayouts {
 				if minor >= v.minor {
 					l := v.layout
 					g.Layout, g.LayoutSource = &l, "version"
 				}
 			}
+		} else if l, ok := dwarfLayout(f); ok {
+			g.Layout, g.LayoutSource = l, "dwarf"
 		}
 		if g.Layout != nil {
 			// asmcgocall keeps the goroutine's stack depth and the goroutine at 0(SP) and
@@ -198,13 +204,7 @@ func tlsOffset(f *elf.File) int32 {
 		}
 		align := max(p.Align, 1)
 		size := (p.Memsz + align - 1) / align * align
-		var at uint64 // runtime.tlsg comes first where the symbol table is gone
-		for _, s := range symbolsOf(f) {
-			if s.Name == "runtime.tlsg" {
-				at = s.Value
-				break
-			}
-		}
+		at, _ := symbolValue(f, "runtime.tlsg") // first in the block where the symbol table is gone
 		if size > 1<<20 || at > size {
 			return -8
 		}
@@ -276,22 +276,40 @@ func dwarfLayout(f *elf.File) (*KernelGoRuntime, bool) {
 	return l, true
 }
 
-// symbolsOf reads f's symbol table, nil where it has none or it is corrupt: debug/elf
-// panics on some hostile tables.
-func symbolsOf(f *elf.File) (syms []elf.Symbol) {
-	defer func() {
-		if recover() != nil {
-			syms = nil
+// symbolValue returns the value of the first symbol called name in f's .symtab. It
+// scans the table where it lies (in place, for a mapped file) instead of building
+// debug/elf's list of every symbol with its name, megabytes for a large Go binary.
+func symbolValue(f *elf.File, name string) (uint64, bool) {
+	const entSize = 24 // Elf64_Sym: name u32, info, other u8, shndx u16, value, size u64
+	symtab := f.Section(".symtab")
+	if symtab == nil || symtab.Type != elf.SHT_SYMTAB || f.Class != elf.ELFCLASS64 || int(symtab.Link) >= len(f.Sections) {
+		return 0, false
+	}
+	syms, err := objfile.SectionData(symtab, maxSectionSize)
+	if err != nil {
+		return 0, false
+	}
+	strs, err := objfile.SectionData(f.Sections[symtab.Link], maxSectionSize)
+	if err != nil {
+		return 0, false
+	}
+	for off := entSize; off+entSize <= len(syms); off += entSize { // entry 0 is the null symbol
+		at := uint64(f.ByteOrder.Uint32(syms[off:]))
+		end := at + uint64(len(name))
+		if end < uint64(len(strs)) && strs[end] == 0 && string(strs[at:end]) == name {
+			return f.ByteOrder.Uint64(syms[off+8:]), true
 		}
-	}()
-	syms, _ = f.Symbols()
-	return syms
+	}
+	return 0, false
 }
 
 // dwarfOf reads f's DWARF, turning a panic of debug/dwarf on hostile input into an error.
 func dwarfOf(f *elf.File) (d *dwarf.Data, err error) {
 	defer func() {
 		if p := recover(); p != nil {
+			if mmapfile.Fault(p) != nil {
+				panic(p)
+			}
 			d, err = nil, fmt.Errorf("corrupt dwarf: %v", p)
 		}
 	}()

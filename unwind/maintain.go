@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sonde-profiler/sonde/internal/mmapfile"
 	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/trace"
 )
@@ -425,16 +426,28 @@ func (m *Maintainer) publish() {
 
 // readTable reads a file's unwind rows, as the kernel stores them, its load segments,
 // and for a Go binary its runtime's layout.
-func readTable(f *objfile.File) ([]KernelRow, []elf.ProgHeader, *KernelGoRuntime, error) {
+func readTable(f *objfile.File) (rows []KernelRow, loads []elf.ProgHeader, layout *KernelGoRuntime, err error) {
 	h, err := f.Open()
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	defer h.Close()
-	ef, err := h.ELF()
+	// The sections are read in place: a big binary's pclntab or .eh_frame would
+	// otherwise be copied to the heap whole, for a moment, and the agent's peak memory
+	// is what a node must provision for.
+	ef, region, err := h.MapELF()
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("read unwind table: %w", err)
 	}
+	defer region.Close()
+	if fault := mmapfile.Guard(func() { rows, loads, layout, err = tableOf(f, ef, h) }); fault != nil {
+		return nil, nil, nil, fmt.Errorf("read unwind table of %s: %w", f.Path, fault)
+	}
+	return rows, loads, layout, err
+}
+
+// tableOf reads what readTable returns from the mapped file ef.
+func tableOf(f *objfile.File, ef *elf.File, h *objfile.Handle) ([]KernelRow, []elf.ProgHeader, *KernelGoRuntime, error) {
 	var loads []elf.ProgHeader
 	for _, p := range ef.Progs {
 		if p.Type == elf.PT_LOAD {
@@ -443,6 +456,7 @@ func readTable(f *objfile.File) ([]KernelRow, []elf.ProgHeader, *KernelGoRuntime
 	}
 	var t *Table
 	var layout *KernelGoRuntime
+	var err error
 	switch {
 	case f.IsGo:
 		// Go code keeps frame pointers; its .debug_frame, when not stripped, would cost

@@ -4,6 +4,8 @@ import (
 	"debug/elf"
 	"fmt"
 	"io"
+
+	"github.com/sonde-profiler/sonde/internal/mmapfile"
 )
 
 // MaxSectionSize bounds what one section may make a reader allocate, whatever a header
@@ -36,6 +38,59 @@ func (h *Handle) ELF() (*elf.File, error) {
 	return f, nil
 }
 
+// mapped is a file mapped whole, read through as an io.ReaderAt.
+type mapped []byte
+
+func (m mapped) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 || off >= int64(len(m)) {
+		return 0, io.EOF
+	}
+	n := copy(p, m[off:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// MapELF parses the handle's file over a read-only mapping of it. SectionData then
+// hands out sections stored uncompressed as slices of the mapping: reading a 10 MB
+// pclntab or .eh_frame costs page cache, not a heap copy the collector frees at its
+// leisure. Whatever reads the file or its sections must run under mmapfile.Guard, and
+// nothing read may be kept past region.Close but copies.
+func (h *Handle) MapELF() (f *elf.File, region *mmapfile.Region, err error) {
+	region, err = mmapfile.MapFD(h.Fd(), h.size, h.name)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := mmapfile.Guard(func() { f, err = NewELF(mapped(region.Bytes())) }); err != nil {
+		region.Close()
+		return nil, nil, fmt.Errorf("%s: %w", h.name, err)
+	}
+	if err != nil {
+		region.Close()
+		return nil, nil, fmt.Errorf("%s: %w", h.name, err)
+	}
+	return f, region, nil
+}
+
+// inPlace returns an uncompressed section of a file parsed by MapELF as a slice of its
+// mapping.
+func inPlace(s *elf.Section) ([]byte, bool) {
+	if s.Flags&elf.SHF_COMPRESSED != 0 {
+		return nil, false
+	}
+	sr, ok := s.ReaderAt.(*io.SectionReader)
+	if !ok {
+		return nil, false
+	}
+	r, off, n := sr.Outer()
+	m, ok := r.(mapped)
+	if !ok || off < 0 || n < 0 || off > int64(len(m)) || n > int64(len(m))-off {
+		return nil, false
+	}
+	return m[off : off+n : off+n], true
+}
+
 // SectionData reads a section, decompressed, if it and its claimed size are within
 // limit: a header claiming 2⁶² bytes costs an error, not an allocation. debug/elf reads
 // what the file really holds in chunks, so a size within the limit that the file does not
@@ -51,6 +106,9 @@ func SectionData(s *elf.Section, limit uint64) (b []byte, err error) {
 	}
 	if s.Size > limit || s.FileSize > limit {
 		return nil, fmt.Errorf("read %s: %d bytes, over the bound of %d", s.Name, max(s.Size, s.FileSize), limit)
+	}
+	if b, ok := inPlace(s); ok {
+		return b, nil
 	}
 	b, err = s.Data()
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 	"sync"
 	"unsafe"
 
-	"github.com/sonde-profiler/sonde/symbolize/internal/mmapfile"
+	"github.com/sonde-profiler/sonde/internal/mmapfile"
 )
 
 // ErrNoDWARF means the file carries no .debug_info: stripped, or never built with -g.

@@ -13,9 +13,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sonde-profiler/sonde/internal/mmapfile"
 	"github.com/sonde-profiler/sonde/internal/testenv"
 	"github.com/sonde-profiler/sonde/internal/testprog"
-	"github.com/sonde-profiler/sonde/symbolize/internal/mmapfile"
 )
 
 // addr2line runs binutils' addr2line -a -f -i over addrs and returns the frames of

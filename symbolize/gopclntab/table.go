@@ -10,7 +10,7 @@ import (
 	"math"
 	"unsafe"
 
-	"github.com/sonde-profiler/sonde/symbolize/internal/mmapfile"
+	"github.com/sonde-profiler/sonde/internal/mmapfile"
 )
 
 // ErrNotGo means the file has no pclntab: not a Go binary.

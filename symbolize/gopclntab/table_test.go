@@ -9,10 +9,10 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/sonde-profiler/sonde/internal/mmapfile"
 	"github.com/sonde-profiler/sonde/internal/testenv"
 	"github.com/sonde-profiler/sonde/internal/testprog"
 	"github.com/sonde-profiler/sonde/symbolize/dwarf"
-	"github.com/sonde-profiler/sonde/symbolize/internal/mmapfile"
 )
 
 // load reads bin's tables from a mapping of it, as the symbolizer does.

@@ -1,6 +1,7 @@
-// Package mmapfile maps files read-only, so that the tables the symbolizer reads from
-// binaries (Go's pclntab, ELF symbol and string tables, uncompressed DWARF) cost
-// the pages a lookup touches rather than a heap copy of each section.
+// Package mmapfile maps files read-only, so that the tables the symbolizer and the
+// unwinder read from binaries (Go's pclntab, .eh_frame, ELF symbol and string tables,
+// uncompressed DWARF) cost the pages a lookup touches rather than a heap copy of each
+// section.
 //
 // A mapping has a hazard a copy does not: the file can shrink while it is mapped
 // (a process truncates or rewrites it in place), and reading a page past the new end
