@@ -314,52 +314,6 @@ func TestUnprivilegedExplainsWhatIsMissing(t *testing.T) {
 	}
 }
 
-// BenchmarkAgentOverhead measures what sonde costs while both cores are busy: the BPF
-// program's time per sample (bpf_stats), sonde's own CPU share of one core in steady state
-// (a 10 s window after start-up) and over the whole run (start-up and final symbolization
-// included), and its peak RSS.
-func BenchmarkAgentOverhead(b *testing.B) {
-	testenv.RequireRoot(b)
-	bin := buildWorkload(b, "chain", chainC, "-O2", "-fno-omit-frame-pointer")
-	for _, hz := range []int{19, 999} {
-		b.Run(fmt.Sprintf("%dHz", hz), func(b *testing.B) {
-			for range 2 {
-				startWorkload(b, bin, 60)
-			}
-			// A 2 s interval puts the first symbolization (DWARF, kallsyms: once per file)
-			// inside the warm-up; the window then sees what sonde costs running on.
-			const secs, warmup, window = 16, 5 * time.Second, 10 * time.Second
-			for b.Loop() {
-				cmd := exec.Command(sonde(b), "--duration", fmt.Sprintf("%ds", secs), "--frequency", strconv.Itoa(hz), "--interval", "2s",
-					"--bpf-stats", "--top", "0", "--output", filepath.Join(b.TempDir(), "bench.pb.gz"))
-				var stderr bytes.Buffer
-				cmd.Stderr = &stderr
-				if err := cmd.Start(); err != nil {
-					b.Fatal(err)
-				}
-				time.Sleep(warmup)
-				before := cpuTime(b, cmd.Process.Pid)
-				time.Sleep(window)
-				steady := cpuTime(b, cmd.Process.Pid) - before
-				if err := cmd.Wait(); err != nil {
-					b.Fatalf("sonde: %v\n%s", err, stderr.String())
-				}
-				ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
-				total := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-				m := regexp.MustCompile(`bpf_ns_per_sample=(\d+)`).FindStringSubmatch(stderr.String())
-				if m == nil {
-					b.Fatalf("no bpf stats in:\n%s", stderr.String())
-				}
-				ns, _ := strconv.ParseFloat(m[1], 64)
-				b.ReportMetric(ns, "bpf-ns/sample")
-				b.ReportMetric(100*steady.Seconds()/window.Seconds(), "steady-cpu-%")
-				b.ReportMetric(100*total.Seconds()/secs, "run-cpu-%")
-				b.ReportMetric(float64(ru.Maxrss)/1024, "peak-rss-MiB")
-			}
-		})
-	}
-}
-
 // cpuTime reads a process's user+system CPU time from /proc/PID/stat.
 func cpuTime(b *testing.B, pid int) time.Duration {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))

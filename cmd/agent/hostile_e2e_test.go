@@ -69,7 +69,7 @@ func limitedCaps(t *testing.T, args ...string) *exec.Cmd {
 }
 
 // summaryCount reads one counter of sonde's summary line.
-func summaryCount(t *testing.T, stderr, key string) int64 {
+func summaryCount(t testing.TB, stderr, key string) int64 {
 	t.Helper()
 	m := regexp.MustCompile(`\b` + regexp.QuoteMeta(key) + `=(\d+)`).FindStringSubmatch(stderr)
 	if m == nil {

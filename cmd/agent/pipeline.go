@@ -87,6 +87,13 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 	}
 	p := &pipeline{cfg: cfg, log: log, budget: newBudget(cfg.memoryLimit, cfg, len(cpus)), period: time.Second / time.Duration(cfg.frequency)}
 	debug.SetMemoryLimit(p.budget.goLimit)
+	if os.Getenv("GOGC") == "" {
+		// A node is provisioned for the agent's peak, and sonde's heap is mostly caches
+		// with a burst at each interval's naming: a collection at 1.5 times the live heap
+		// rather than twice keeps the peak about 15 MB lower during a toolchain build,
+		// for GC work that stays a small part of a core.
+		debug.SetGCPercent(50)
+	}
 	p.resource, err = otlp.ResourceFromEnv(os.Getenv)
 	if err != nil {
 		log.Warn("resource attributes from the environment ignored", "err", err)

@@ -49,7 +49,7 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -60,7 +60,7 @@ func freeAddr(t *testing.T) string {
 }
 
 // startAgent runs sonde with args and a metrics endpoint, and waits until it is healthy.
-func startAgent(t *testing.T, args ...string) *agent {
+func startAgent(t testing.TB, args ...string) *agent {
 	t.Helper()
 	a := &agent{addr: freeAddr(t), stderr: &lockedBuffer{}, done: make(chan error, 1)}
 	a.cmd = exec.Command(sonde(t), append([]string{"--metrics-addr", a.addr, "--top", "0"}, args...)...)
@@ -85,7 +85,7 @@ func startAgent(t *testing.T, args ...string) *agent {
 	}
 }
 
-func (a *agent) get(t *testing.T, path string) (int, string) {
+func (a *agent) get(t testing.TB, path string) (int, string) {
 	t.Helper()
 	c := http.Client{Timeout: 5 * time.Second}
 	resp, err := c.Get("http://" + a.addr + path)
@@ -99,7 +99,7 @@ func (a *agent) get(t *testing.T, path string) (int, string) {
 }
 
 // metrics scrapes /metrics into name{labels} → value.
-func (a *agent) metrics(t *testing.T) map[string]float64 {
+func (a *agent) metrics(t testing.TB) map[string]float64 {
 	t.Helper()
 	code, body := a.get(t, "/metrics")
 	if code != http.StatusOK {
@@ -122,7 +122,7 @@ func (a *agent) metrics(t *testing.T) map[string]float64 {
 }
 
 // stop interrupts sonde and waits for it to exit.
-func (a *agent) stop(t *testing.T) {
+func (a *agent) stop(t testing.TB) {
 	t.Helper()
 	a.cmd.Process.Signal(os.Interrupt)
 	select {
@@ -358,18 +358,21 @@ func main() {
 }
 `
 
+// cbusyC sorts and copies for ever: libc's qsort and memmove, named from its DWARF.
+const cbusyC = `#include <stdlib.h>
+#include <string.h>
+static int cmp(const void*a,const void*b){return *(const int*)a-*(const int*)b;}
+int main(void){int n=100000;int*v=malloc(n*4);char*a=malloc(1<<20),*b=malloc(1<<20);
+for(;;){for(int i=0;i<n;i++)v[i]=rand();qsort(v,n,4,cmp);memmove(a,b,1<<20);}}
+`
+
 // Whatever runs, sonde stays within --memory-limit: here a C program without frame
 // pointers and a Go program, host-wide with full symbolization (libc's DWARF included),
 // under a limit well below the default.
 func TestMemoryLimitKept(t *testing.T) {
 	testenv.RequireRoot(t)
 	const limit = 64 << 20
-	c := buildWorkload(t, "cbusy", `#include <stdlib.h>
-#include <string.h>
-static int cmp(const void*a,const void*b){return *(const int*)a-*(const int*)b;}
-int main(void){int n=100000;int*v=malloc(n*4);char*a=malloc(1<<20),*b=malloc(1<<20);
-for(;;){for(int i=0;i<n;i++)v[i]=rand();qsort(v,n,4,cmp);memmove(a,b,1<<20);}}
-`, "-O2", "-fomit-frame-pointer")
+	c := buildWorkload(t, "cbusy", cbusyC, "-O2", "-fomit-frame-pointer")
 	startWorkload(t, c, 60)
 	goBin := testprog.BuildGo(t, busyGo)
 	g := exec.Command(goBin)

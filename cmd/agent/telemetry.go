@@ -155,6 +155,7 @@ func registerInstruments(m metric.Meter, p *pipeline) error {
 		locations     = counter("sonde.symbolize.locations", "Locations symbolization was asked to name, by outcome.", "{location}")
 		fileRefused   = counter("sonde.files.refused", "Mapped files refused, by reason.", "{file}")
 		exports       = counter("sonde.export.requests", "Export attempts to the collector, by outcome.", "{request}")
+		sentBytes     = counter("sonde.export.size", "Encoded bytes of the requests the collector accepted.", "By")
 		dropped       = counter("sonde.export.intervals.dropped", "Intervals dropped from a full queue or at shutdown.", "{interval}")
 		queue         = gauge("sonde.export.queue.intervals", "Intervals waiting for the collector.", "{interval}")
 		queueBytes    = gauge("sonde.export.queue.size", "Encoded bytes waiting for the collector.", "By")
@@ -167,7 +168,7 @@ func registerInstruments(m metric.Meter, p *pipeline) error {
 		rss           = gauge("sonde.memory.rss", "sonde's resident memory.", "By")
 		symCache      = gauge("sonde.symbolize.cache.size", "Estimated memory the symbolizer's caches hold, by cache.", "By")
 		sheds         = counter("sonde.memory.sheds", "Times caches or queued intervals were dropped to stay within --memory-limit.", "{shed}")
-		observables   = []metric.Observable{samples, lost, walks, stale, unresolved, symFailed, locations, fileRefused, exports, dropped, queue, queueBytes, mapEntries, mapCapacity, rows, rowsBudget, processes, files, rss, symCache, sheds}
+		observables   = []metric.Observable{samples, lost, walks, stale, unresolved, symFailed, locations, fileRefused, exports, sentBytes, dropped, queue, queueBytes, mapEntries, mapCapacity, rows, rowsBudget, processes, files, rss, symCache, sheds}
 		outcome       = func(v string) metric.ObserveOption { return metric.WithAttributes(attribute.String("outcome", v)) }
 		reason        = func(v string) metric.ObserveOption { return metric.WithAttributes(attribute.String("reason", v)) }
 		mapName       = func(v string) metric.ObserveOption { return metric.WithAttributes(attribute.String("map", v)) }
@@ -214,6 +215,7 @@ func registerInstruments(m metric.Meter, p *pipeline) error {
 				o.ObserveInt64(exports, nonNegative(es.SentRequests), outcome("sent"))
 				o.ObserveInt64(exports, nonNegative(es.FailedAttempts), outcome("failed"))
 				o.ObserveInt64(exports, nonNegative(es.RejectedRequests), outcome("rejected"))
+				o.ObserveInt64(sentBytes, nonNegative(es.SentBytes))
 				o.ObserveInt64(dropped, nonNegative(es.DroppedIntervals))
 				o.ObserveInt64(queue, int64(es.Queued))
 				o.ObserveInt64(queueBytes, int64(es.QueuedBytes))

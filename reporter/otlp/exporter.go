@@ -40,6 +40,9 @@ type Stats struct {
 	// SentRequests and SentSamples count the requests the collector accepted and the
 	// CPU samples (sums of sample counts) in them.
 	SentRequests, SentSamples uint64
+	// SentBytes sums the encoded size of the requests the collector accepted: with
+	// SentSamples, what a sample costs on the wire.
+	SentBytes uint64
 	// DroppedIntervals counts intervals dropped from a full queue, or still queued
 	// when a shutdown could not deliver them.
 	DroppedIntervals uint64
@@ -325,6 +328,7 @@ func (e *Exporter) delivered(b *batch, resp *collectorpb.ExportProfilesServiceRe
 	e.mu.Lock()
 	e.stats.SentRequests++
 	e.stats.SentSamples += b.samples[b.next]
+	e.stats.SentBytes += uint64(len(b.parts[b.next]))
 	e.advance(b)
 	ps := resp.GetPartialSuccess()
 	if ps.GetRejectedProfiles() > 0 {
@@ -464,7 +468,7 @@ func sleep(ctx context.Context, d time.Duration) {
 
 func (s Stats) LogValue() slog.Value {
 	return slog.GroupValue(
-		slog.Uint64("sent_requests", s.SentRequests), slog.Uint64("sent_samples", s.SentSamples),
+		slog.Uint64("sent_requests", s.SentRequests), slog.Uint64("sent_samples", s.SentSamples), slog.Uint64("sent_bytes", s.SentBytes),
 		slog.Uint64("dropped_intervals", s.DroppedIntervals), slog.Uint64("failed_attempts", s.FailedAttempts),
 		slog.Uint64("rejected_requests", s.RejectedRequests), slog.Uint64("encode_failures", s.EncodeFailures),
 		slog.Int("queued", s.Queued), slog.Int("queued_bytes", s.QueuedBytes), slog.Uint64("sheds", s.Shed))

@@ -295,6 +295,10 @@ func TestExporterRetriesUnavailable(t *testing.T) {
 	if intervalOf(received[0]) != 0 || len(canonicalSamples(received[0])) != len(canonicalSamples(request(0))) {
 		t.Errorf("delivered request differs from the queued one")
 	}
+	// Failed attempts count no bytes: only what the collector took.
+	if got, want := e.Stats().SentBytes, uint64(proto.Size(received[0])); got != want {
+		t.Errorf("SentBytes = %d, want the delivered request's %d", got, want)
+	}
 	if got := md[0].Get("x-tenant"); len(got) != 1 || got[0] != "t1" {
 		t.Errorf("header x-tenant = %v", got)
 	}

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	collectorpb "go.opentelemetry.io/proto/otlp/collector/profiles/v1development"
+	"google.golang.org/grpc"
+
+	"github.com/sonde-profiler/sonde/internal/testenv"
+	"github.com/sonde-profiler/sonde/internal/testprog"
+)
+
+// receiver is an OTLP profiles endpoint that takes every request and notes when the
+// first came: the benchmarks measure sonde, not a collector.
+type receiver struct {
+	collectorpb.UnimplementedProfilesServiceServer
+	addr  string
+	mu    sync.Mutex
+	first time.Time
+}
+
+func startReceiver(b testing.TB) *receiver {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := &receiver{addr: lis.Addr().String()}
+	srv := grpc.NewServer(grpc.MaxRecvMsgSize(64 << 20))
+	collectorpb.RegisterProfilesServiceServer(srv, r)
+	go srv.Serve(lis)
+	b.Cleanup(srv.Stop)
+	return r
+}
+
+func (r *receiver) Export(context.Context, *collectorpb.ExportProfilesServiceRequest) (*collectorpb.ExportProfilesServiceResponse, error) {
+	r.mu.Lock()
+	if r.first.IsZero() {
+		r.first = time.Now()
+	}
+	r.mu.Unlock()
+	return &collectorpb.ExportProfilesServiceResponse{}, nil
+}
+
+func (r *receiver) firstAt() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.first
+}
+
+// BenchmarkAgentOverhead measures what sonde costs while both cores are busy, host-wide
+// and exporting to an OTLP endpoint every 2 s: the BPF program's time per sample
+// (bpf_stats), sonde's CPU share of one core in steady state (a 10 s window after
+// start-up) and over the whole run (start-up and final symbolization included), RSS at
+// the end of the window and at its peak, the samples the ring buffer lost, the encoded
+// OTLP bytes per sample delivered, and the time from start to the first sample and to
+// the first report.
+func BenchmarkAgentOverhead(b *testing.B) {
+	testenv.RequireRoot(b)
+	bin := buildWorkload(b, "chain", chainC, "-O2", "-fno-omit-frame-pointer")
+	sonde(b) // built once, before any clock starts
+	for _, hz := range []int{19, 999} {
+		b.Run(fmt.Sprintf("%dHz", hz), func(b *testing.B) {
+			for range 2 {
+				startWorkload(b, bin, 60)
+			}
+			const secs, warmup, window = 16, 5 * time.Second, 10 * time.Second
+			for b.Loop() {
+				rcv := startReceiver(b)
+				start := time.Now()
+				a := startAgent(b, "--duration", fmt.Sprintf("%ds", secs), "--frequency", strconv.Itoa(hz), "--interval", "2s",
+					"--bpf-stats", "--otlp-endpoint", rcv.addr, "--otlp-insecure")
+				var firstSample time.Duration
+				for firstSample == 0 && time.Since(start) < secs*time.Second {
+					if a.metrics(b)["sonde_samples_total"] > 0 {
+						firstSample = time.Since(start)
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+				time.Sleep(max(0, warmup-time.Since(start)))
+				before := cpuTime(b, a.cmd.Process.Pid)
+				time.Sleep(window)
+				steady := cpuTime(b, a.cmd.Process.Pid) - before
+				rss, err := statusKiB(a.cmd.Process.Pid, "VmRSS")
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := <-a.done; err != nil {
+					a.done <- err
+					b.Fatalf("sonde: %v\n%s", err, a.stderr.String())
+				}
+				a.done <- nil
+				ru := a.cmd.ProcessState.SysUsage().(*syscall.Rusage)
+				total := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+				log := a.stderr.String()
+				samples := summaryCount(b, log, "sent_samples")
+				if firstSample == 0 || samples == 0 || rcv.firstAt().IsZero() {
+					b.Fatalf("no samples delivered (first sample after %v):\n%s", firstSample, log)
+				}
+				b.ReportMetric(float64(summaryCount(b, log, "kernel.bpf_ns_per_sample")), "bpf-ns/sample")
+				b.ReportMetric(100*steady.Seconds()/window.Seconds(), "steady-cpu-%")
+				b.ReportMetric(100*total.Seconds()/secs, "run-cpu-%")
+				b.ReportMetric(float64(rss)/1024, "rss-MiB")
+				b.ReportMetric(float64(ru.Maxrss)/1024, "peak-rss-MiB")
+				b.ReportMetric(float64(summaryCount(b, log, "kernel.ring_buffer_full")), "lost-samples")
+				b.ReportMetric(float64(summaryCount(b, log, "sent_bytes"))/float64(samples), "otlp-B/sample")
+				b.ReportMetric(firstSample.Seconds()*1000, "first-sample-ms")
+				b.ReportMetric(rcv.firstAt().Sub(start).Seconds()*1000, "first-report-ms")
+			}
+		})
+	}
+}
+
+// BenchmarkNodeMemory measures sonde's memory host-wide with full symbolization in the
+// scenarios a node agent is provisioned for: a C program without frame pointers and a
+// Go program busy on both cores at 20 Hz; the same at 99 Hz with 300 fork+exec a second
+// beside; and at 99 Hz while the Go toolchain rebuilds a program from scratch (large Go
+// and C binaries to name). It reports the peak RSS and the RSS after one minute.
+func BenchmarkNodeMemory(b *testing.B) {
+	testenv.RequireRoot(b)
+	const minute = 60 * time.Second
+	busy := func(b *testing.B) {
+		c := buildWorkload(b, "cbusy", cbusyC, "-O2", "-fomit-frame-pointer")
+		startWorkload(b, c, 3600)
+		g := exec.Command(testprog.BuildGo(b, busyGo))
+		if err := g.Start(); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { g.Process.Kill(); g.Wait() })
+	}
+	scenarios := []struct {
+		name  string
+		hz    int
+		setup func(b *testing.B)
+	}{
+		{"busy-20Hz", 20, busy},
+		{"busy-forkexec300-99Hz", 99, func(b *testing.B) {
+			busy(b)
+			churn := buildWorkload(b, "churn", churnC, "-O2")
+			short := buildWorkload(b, "short", "int main(void){volatile unsigned long a=0;for(int i=0;i<100000;i++)a+=i;return 0;}\n", "-O1")
+			cmd := exec.Command(churn, "300", "3600", short)
+			if err := cmd.Start(); err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		}},
+		{"gobuild-99Hz", 99, func(b *testing.B) {
+			dir := b.TempDir()
+			src := filepath.Join(dir, "main.go")
+			if err := os.WriteFile(src, []byte(busyGo), 0o644); err != nil {
+				b.Fatal(err)
+			}
+			// -a rebuilds the standard library too; a private cache keeps the machine's
+			// own from being wiped or reused.
+			cmd := exec.Command("go", "build", "-a", "-o", filepath.Join(dir, "prog"), src)
+			cmd.Dir = dir
+			cmd.Env = append(os.Environ(), "GOCACHE="+filepath.Join(dir, "cache"))
+			if err := cmd.Start(); err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		}},
+	}
+	for _, sc := range scenarios {
+		b.Run(sc.name, func(b *testing.B) {
+			for b.Loop() {
+				sc.setup(b)
+				a := startAgent(b, "--frequency", strconv.Itoa(sc.hz), "--interval", "10s")
+				time.Sleep(minute)
+				atMinute, err := statusKiB(a.cmd.Process.Pid, "VmRSS")
+				if err != nil {
+					b.Fatal(err)
+				}
+				peak, err := statusKiB(a.cmd.Process.Pid, "VmHWM")
+				if err != nil {
+					b.Fatal(err)
+				}
+				a.stop(b)
+				b.ReportMetric(float64(peak)/1024, "peak-rss-MiB")
+				b.ReportMetric(float64(atMinute)/1024, "rss-1min-MiB")
+			}
+		})
+	}
+}
