@@ -21,4 +21,24 @@ struct arch_regs {
 
 #define ARCH_TABLE_UNWIND 0
 
+/* The thread pointer user space addresses TLS by: TPIDR_EL0, which the kernel saves in the
+ * task's thread_struct at each context switch. A thread that set it with msr since its
+ * last switch (the dynamic loader does, once, for the main thread) is read stale until the
+ * next one. */
+struct thread_struct___tp {
+	struct {
+		unsigned long tp_value;
+	} uw;
+} __attribute__((preserve_access_index));
+
+struct task_struct___tp {
+	struct thread_struct___tp thread;
+} __attribute__((preserve_access_index));
+
+static __always_inline __u64 arch_thread_pointer(void)
+{
+	struct task_struct___tp *task = (void *)bpf_get_current_task_btf();
+	return task->thread.uw.tp_value;
+}
+
 #endif

@@ -28,4 +28,22 @@ struct arch_regs {
 #define UCONTEXT_SP 160
 #define UCONTEXT_FP 120
 
+/* The thread pointer user space addresses TLS by: the FS base, which the kernel keeps in
+ * the task's thread_struct. arch_prctl(ARCH_SET_FS), which glibc, musl and Go set it with,
+ * writes it there; only a program writing FS with WRFSBASE itself would leave it stale
+ * until its next context switch. */
+struct thread_struct___tp {
+	unsigned long fsbase;
+} __attribute__((preserve_access_index));
+
+struct task_struct___tp {
+	struct thread_struct___tp thread;
+} __attribute__((preserve_access_index));
+
+static __always_inline __u64 arch_thread_pointer(void)
+{
+	struct task_struct___tp *task = (void *)bpf_get_current_task_btf();
+	return task->thread.fsbase;
+}
+
 #endif

@@ -100,6 +100,8 @@ struct {
 	__type(value, struct sample_event);
 } scratch SEC(".maps");
 
+#include "tracectx.h"
+
 /* Force the enums and structs into BTF so bpf2go can export them. */
 const enum event_kind *unused_event_kind __attribute__((unused));
 const enum counter *unused_counter __attribute__((unused));
@@ -258,6 +260,7 @@ int sample(struct bpf_perf_event_data *ctx)
 	/* Waking the reader for every sample costs more than the sample; it polls instead, and
 	 * is woken when the ring starts to fill, or when a process it does not know yet runs:
 	 * read at once, the mappings of a short-lived process are still there. */
+	tracectx_emit(tgid, e->exec_id, e->cpu, e->ktime_ns); /* its record goes first */
 	__u64 flags = BPF_RB_NO_WAKEUP;
 	if (!known || bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > ring_wakeup_bytes)
 		flags = BPF_RB_FORCE_WAKEUP;
@@ -283,6 +286,7 @@ static __always_inline int emit_process_event(__u32 kind)
 	__u64 exec_id = task->self_exec_id;
 	/* The old image's mappings are wrong from here on, whatever user space has queued. */
 	bpf_map_delete_elem(&proc_maps, &tgid);
+	tracectx_forget(tgid);
 	if (kind == EVENT_EXEC)
 		bpf_map_update_elem(&exec_ids, &tgid, &exec_id, BPF_ANY);
 	else

@@ -36,5 +36,8 @@ func TestVerifierBudget(t *testing.T) {
 			t.Errorf("%s: the verifier processed %d instructions, half its budget", name, n)
 		}
 		t.Logf("%s: processed %d insns", name, n)
+		if testing.Verbose() {
+			t.Log(p.VerifierLog)
+		}
 	}
 }
