@@ -146,13 +146,17 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 		p.sampler.Close()
 		return nil, err
 	}
+	var contexts trace.ContextObserver
+	if cfg.traceContext {
+		contexts = kernelContexts{p.sampler}
+	}
 	p.procs = trace.NewProcesses(trace.ProcessConfig{
 		Describer: describer{watcher: p.watcher},
 		OnFileError: func(path string, err error) {
 			log.Info("cannot identify mapped file; its frames keep addresses only", "file", path, "err", err)
 		},
 		Observer:     observer,
-		Contexts:     kernelContexts{p.sampler},
+		Contexts:     contexts,
 		ExecIDs:      p.sampler,
 		Pinned:       cfg.pids,
 		MaxProcesses: p.budget.maxProcesses,
