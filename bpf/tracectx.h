@@ -219,8 +219,9 @@ static __always_inline __u32 read_go_labels(struct tracectx_event *ev, struct tr
 	__u64 g = 0, m = 0, curg = 0, labels = 0;
 	if (read_u64(&g, tp + p->go_g_offset) || !g)
 		return 0; /* not a Go thread: a C thread of a cgo program, say */
-	if (read_u64(&m, g + p->go_g_m) || !m || read_u64(&curg, m + p->go_m_curg) || !curg ||
-	    read_u64(&labels, curg + p->go_g_labels)) {
+	/* An m without a curg is in the scheduler, between goroutines: no labels then. */
+	if (read_u64(&m, g + p->go_g_m) || (m && read_u64(&curg, m + p->go_m_curg)) ||
+	    (curg && read_u64(&labels, curg + p->go_g_labels))) {
 		tracectx_count(TRACECTX_READ_ERROR);
 		return 0;
 	}
