@@ -210,6 +210,9 @@ func Load(cfg Config) (*Sampler, error) {
 		return nil, fmt.Errorf("set ring_wakeup_bytes: %w", err)
 	}
 
+	if err := spec.Variables["tracectx_stats"].Set(boolByte(cfg.CollectStats)); err != nil {
+		return nil, fmt.Errorf("set tracectx_stats: %w", err)
+	}
 	s := &Sampler{slots: tableSlots{max: uint32(maxTables)}}
 	if cfg.CollectStats {
 		if s.stats, err = ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME)); err != nil {

@@ -137,7 +137,9 @@ const (
 	samplerTracectxCounterTRACECTX_GO_TRUNCATED samplerTracectxCounter = 6
 	samplerTracectxCounterTRACECTX_STALE        samplerTracectxCounter = 7
 	samplerTracectxCounterTRACECTX_RINGBUF_FULL samplerTracectxCounter = 8
-	samplerTracectxCounterTRACECTX_COUNTER_MAX  samplerTracectxCounter = 9
+	samplerTracectxCounterTRACECTX_CALLS        samplerTracectxCounter = 9
+	samplerTracectxCounterTRACECTX_NS           samplerTracectxCounter = 10
+	samplerTracectxCounterTRACECTX_COUNTER_MAX  samplerTracectxCounter = 11
 )
 
 type samplerTracectxEvent struct {
@@ -214,6 +216,7 @@ const (
 	samplerVarFollowForks           = "follow_forks"
 	samplerVarRingWakeupBytes       = "ring_wakeup_bytes"
 	samplerVarTableUnwinding        = "table_unwinding"
+	samplerVarTracectxStats         = "tracectx_stats"
 	samplerVarUnusedCfaRule         = "unused_cfa_rule"
 	samplerVarUnusedCounter         = "unused_counter"
 	samplerVarUnusedCtxSource       = "unused_ctx_source"
@@ -306,6 +309,7 @@ type samplerVariableSpecs struct {
 	FollowForks           *ebpf.VariableSpec `ebpf:"follow_forks"`
 	RingWakeupBytes       *ebpf.VariableSpec `ebpf:"ring_wakeup_bytes"`
 	TableUnwinding        *ebpf.VariableSpec `ebpf:"table_unwinding"`
+	TracectxStats         *ebpf.VariableSpec `ebpf:"tracectx_stats"`
 	UnusedCfaRule         *ebpf.VariableSpec `ebpf:"unused_cfa_rule"`
 	UnusedCounter         *ebpf.VariableSpec `ebpf:"unused_counter"`
 	UnusedCtxSource       *ebpf.VariableSpec `ebpf:"unused_ctx_source"`
@@ -382,6 +386,7 @@ type samplerVariables struct {
 	FollowForks           *ebpf.Variable `ebpf:"follow_forks"`
 	RingWakeupBytes       *ebpf.Variable `ebpf:"ring_wakeup_bytes"`
 	TableUnwinding        *ebpf.Variable `ebpf:"table_unwinding"`
+	TracectxStats         *ebpf.Variable `ebpf:"tracectx_stats"`
 	UnusedCfaRule         *ebpf.Variable `ebpf:"unused_cfa_rule"`
 	UnusedCounter         *ebpf.Variable `ebpf:"unused_counter"`
 	UnusedCtxSource       *ebpf.Variable `ebpf:"unused_ctx_source"`

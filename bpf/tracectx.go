@@ -110,6 +110,10 @@ type ContextCounters struct {
 	// cut to the bounds; Stale samples of a process that exec'd since it was described;
 	// RingBufferFull contexts lost for want of room.
 	ReadErrors, GoTruncated, Stale, RingBufferFull uint64
+	// With Config.CollectStats: the samples that looked for a context, and the time
+	// the looking took in all, whether it found one or not.
+	Calls       uint64
+	Nanoseconds uint64
 }
 
 func (s *Sampler) contextCounters() (ContextCounters, error) {
@@ -124,6 +128,8 @@ func (s *Sampler) contextCounters() (ContextCounters, error) {
 		samplerTracectxCounterTRACECTX_GO_TRUNCATED: &out.GoTruncated,
 		samplerTracectxCounterTRACECTX_STALE:        &out.Stale,
 		samplerTracectxCounterTRACECTX_RINGBUF_FULL: &out.RingBufferFull,
+		samplerTracectxCounterTRACECTX_CALLS:        &out.Calls,
+		samplerTracectxCounterTRACECTX_NS:           &out.Nanoseconds,
 	}
 	for i, field := range fields {
 		if field == nil {
@@ -145,7 +151,17 @@ func (c ContextCounters) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.Uint64("otel", c.OTel), slog.Uint64("go_labels", c.GoLabels), slog.Uint64("invalid", c.Invalid),
 		slog.Uint64("oversized", c.Oversized), slog.Uint64("torn", c.Torn), slog.Uint64("read_errors", c.ReadErrors),
-		slog.Uint64("go_truncated", c.GoTruncated), slog.Uint64("stale", c.Stale), slog.Uint64("ring_buffer_full", c.RingBufferFull))
+		slog.Uint64("go_truncated", c.GoTruncated), slog.Uint64("stale", c.Stale), slog.Uint64("ring_buffer_full", c.RingBufferFull),
+		slog.Uint64("ns_per_sample", c.NanosecondsPerCall()))
+}
+
+// NanosecondsPerCall is what looking for a context cost a sample on average, with
+// Config.CollectStats; 0 without.
+func (c ContextCounters) NanosecondsPerCall() uint64 {
+	if c.Calls == 0 {
+		return 0
+	}
+	return c.Nanoseconds / c.Calls
 }
 
 // pendingContext is the context record a CPU sent for the sample it sends next.

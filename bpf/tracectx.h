@@ -271,9 +271,9 @@ static __always_inline __u32 read_go_labels(struct tracectx_event *ev, struct tr
 	return w.off;
 }
 
-/* tracectx_emit sends the trace context of the current thread of tgid, if it publishes
+/* emit_context sends the trace context of the current thread of tgid, if it publishes
  * one, as the record of the sample taken on cpu at ktime_ns. It returns whether it did. */
-__noinline int tracectx_emit(__u32 tgid, __u64 exec_id, __u32 cpu, __u64 ktime_ns)
+static __always_inline int emit_context(__u32 tgid, __u64 exec_id, __u32 cpu, __u64 ktime_ns)
 {
 	struct tracectx_proc *p = bpf_map_lookup_elem(&tracectx_procs, &tgid);
 	if (!p)
@@ -306,6 +306,26 @@ __noinline int tracectx_emit(__u32 tgid, __u64 exec_id, __u32 cpu, __u64 ktime_n
 		return 0;
 	}
 	return 1;
+}
+
+/* Set by the loader with bpf.Config.CollectStats: time each look for a context, so that
+ * what trace context reading adds to a sample is measured apart from the rest of it. */
+const volatile __u8 tracectx_stats = 0;
+
+/* tracectx_emit is emit_context, the sampling program's one call. */
+__noinline int tracectx_emit(__u32 tgid, __u64 exec_id, __u32 cpu, __u64 ktime_ns)
+{
+	__u64 start = tracectx_stats ? bpf_ktime_get_ns() : 0;
+	int sent = emit_context(tgid, exec_id, cpu, ktime_ns);
+	if (tracectx_stats) {
+		__u64 took = bpf_ktime_get_ns() - start;
+		__u32 which = TRACECTX_NS;
+		__u64 *c = bpf_map_lookup_elem(&tracectx_counters, &which);
+		if (c)
+			*c += took;
+		tracectx_count(TRACECTX_CALLS);
+	}
+	return sent;
 }
 
 /* tracectx_forget drops a process's entry at exec and exit: the old image's offsets mean

@@ -195,6 +195,9 @@ enum tracectx_counter {
 	TRACECTX_GO_TRUNCATED = 6, /* label sets cut to GO_LABELS_MAX, to the key or value bounds, or to the buffer */
 	TRACECTX_STALE = 7,        /* samples of a process that exec'd since user space described it */
 	TRACECTX_RINGBUF_FULL = 8, /* contexts lost for want of room in the ring */
+	/* With tracectx_stats: samples that asked for a context, and the ns tracectx_emit took. */
+	TRACECTX_CALLS = 9,
+	TRACECTX_NS = 10,
 	TRACECTX_COUNTER_MAX,
 };
 
