@@ -47,7 +47,7 @@ func TestAggregatorKeepsSpansApart(t *testing.T) {
 	if sa == nil || sb == nil || sa.Count != 2 || sb.Count != 1 || unlinked != 2 {
 		t.Fatalf("samples by span: %v, %d without", bySpan, unlinked)
 	}
-	if len(sa.Attributes) != 2 || sa.Attributes[0] != (Attribute{"method", "GET"}) || sa.Attributes[1] != (Attribute{"route", "/a"}) {
+	if len(sa.Attributes) != 2 || sa.Attributes[0] != (Attribute{Key: "method", Value: "GET"}) || sa.Attributes[1] != (Attribute{Key: "route", Value: "/a"}) {
 		t.Errorf("span a's attributes %v: want method and route, sorted", sa.Attributes)
 	}
 	if st.Linked != 3 || st.ContextErrors != 1 {
