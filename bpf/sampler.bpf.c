@@ -111,6 +111,8 @@ struct {
 	__type(value, struct sample_event);
 } scratch SEC(".maps");
 
+#include "tracectx.h"
+
 /* Force the enums and structs into BTF so bpf2go can export them. */
 const enum event_kind *unused_event_kind __attribute__((unused));
 const enum counter *unused_counter __attribute__((unused));
@@ -219,7 +221,7 @@ static __always_inline int unwind_user(struct sample_event *e, struct task_struc
 		__u32 none = 0;
 		proc = bpf_map_lookup_elem(&proc_maps, &none);
 	}
-	__u64 tls = BPF_CORE_READ((struct task_struct___x86 *)task, thread.fsbase);
+	__u64 tls = ARCH_THREAD_POINTER(task);
 	__u32 end = UNWIND_INVALID;
 	__u32 n = walk_user((struct user_frames *)e->frames, proc, ARCH_PC(&regs), ARCH_SP(&regs), ARCH_FP(&regs), pt_regs, tls, &end);
 	e->user_len = n * sizeof(__u64);
@@ -282,6 +284,7 @@ int sample(struct bpf_perf_event_data *ctx)
 	__u64 size = __builtin_offsetof(struct sample_event, frames) + (user_frames + kernel_frames) * sizeof(__u64);
 	if (size > sizeof(*e))
 		size = sizeof(*e);
+	tracectx_emit(tgid, e->exec_id, e->cpu, e->ktime_ns); /* its record goes first */
 	/* Waking the reader for every sample costs more than the sample; it polls instead, and
 	 * is woken when the ring starts to fill, or when a process it does not know yet runs:
 	 * read at once, the mappings of a short-lived process are still there. */
@@ -329,6 +332,7 @@ static __always_inline int emit_process_event(__u32 kind)
 	__u64 exec_id = task->self_exec_id;
 	/* The old image's mappings are wrong from here on, whatever user space has queued. */
 	bpf_map_delete_elem(&proc_maps, &tgid);
+	tracectx_forget(tgid);
 	if (kind == EVENT_EXEC)
 		bpf_map_update_elem(&exec_ids, &tgid, &exec_id, BPF_ANY);
 	else

@@ -153,5 +153,8 @@ func (c Counters) LogValue() slog.Value {
 			attrs = append(attrs, slog.Uint64("unwind_"+e.String(), n))
 		}
 	}
+	if c.Context != (ContextCounters{}) {
+		attrs = append(attrs, slog.Any("context", c.Context))
+	}
 	return slog.GroupValue(attrs...)
 }

@@ -17,6 +17,7 @@ enum event_kind {
 	EVENT_SAMPLE = 1,
 	EVENT_EXEC = 2,
 	EVENT_EXIT = 3,
+	EVENT_CONTEXT = 4, /* struct tracectx_event: the trace context of the sample that follows */
 	EVENT_KIND_MAX,
 };
 
@@ -161,6 +162,92 @@ struct process_event {
 	__u32 pid;
 	__u64 ktime_ns;
 	__u64 exec_id; /* after an exec, the task's new self_exec_id */
+};
+
+/* What a sampled thread published about the work it is doing (tracectx.h): OpenTelemetry's
+ * thread context record (OTEP 4947) or a Go goroutine's pprof labels. */
+
+/* Bytes of context one sample carries: OTEP 4947 recommends whole records of at most 640
+ * bytes, its 28-byte header included; a larger record is counted and ignored. Go labels
+ * are packed into as much. The buffer behind it has room for one more label past that, so
+ * that the verifier sees every copy in bounds before the running total is checked. */
+#define TRACECTX_DATA_MAX 640
+#define TRACECTX_DATA_BUF 1024
+#define OTEL_RECORD_HEADER 28
+/* Go labels: at most this many per sample, keys and values cut at these lengths. */
+#define GO_LABELS_MAX 16
+#define GO_LABEL_KEY_MAX 64
+#define GO_LABEL_VALUE_MAX 128
+
+enum ctx_source {
+	CTX_NONE = 0,
+	CTX_OTEL = 1,      /* data: the thread context record, header and attrs-data, as published */
+	CTX_GO_LABELS = 2, /* data: per label, key length (u8), value length (u8), key, value */
+	CTX_SOURCE_MAX,
+};
+
+/* Where a thread's otel_thread_ctx_v1 is. */
+enum tls_model {
+	TLS_NONE = 0,   /* no OpenTelemetry thread context to read */
+	TLS_STATIC = 1, /* at thread pointer + tls_offset: the executable's, or a library's in static TLS */
+	TLS_DTV = 2,    /* at dtv[tls_module] + tls_offset: a library's in dynamic TLS */
+	TLS_MODEL_MAX,
+};
+
+/* How a Go runtime keeps a goroutine's pprof labels behind g.labels. */
+enum go_labels_layout {
+	GO_LABELS_NONE = 0,  /* not a Go program, or one whose runtime sonde cannot read */
+	GO_LABELS_SLICE = 1, /* Go 1.24 on: a pointer to a sorted []struct{key, value string} */
+	GO_LABELS_MAP = 2,   /* before: a pointer to a map[string]string */
+	GO_LABELS_LAYOUT_MAX,
+};
+
+/* What the kernel needs to read a process's trace context, written by user space per tgid
+ * as it reads the process. A process that publishes nothing has no entry. */
+struct tracectx_proc {
+	__u64 exec_id;    /* the exec this was read for; 0: any */
+	__s64 tls_offset; /* TLS_STATIC: from the thread pointer; TLS_DTV: into the module's block */
+	__u64 tls_module; /* TLS_DTV: the module id */
+	__s32 dtv_offset; /* TLS_DTV: the DTV pointer is at thread pointer + dtv_offset */
+	__s32 dtv_len;    /* TLS_DTV: the DTV's length is its entry dtv_len (glibc: -1); 0: unchecked */
+	__u8 tls_model;   /* enum tls_model */
+	__u8 dtv_shift;   /* TLS_DTV: entries are 1 << dtv_shift bytes (glibc 16, musl 8) */
+	__u8 go_layout;   /* enum go_labels_layout */
+	__u8 pad;
+	/* Go: the running g at thread pointer + go_g_offset; its m, the m's curg and the
+	 * curg's labels at these offsets. */
+	__s32 go_g_offset;
+	__u32 go_g_m;
+	__u32 go_m_curg;
+	__u32 go_g_labels;
+	__u32 pad2;
+};
+
+/* The trace context of one sample, sent just before the sample it belongs to. */
+struct tracectx_event {
+	__u32 kind; /* EVENT_CONTEXT */
+	__u32 cpu;
+	__u64 ktime_ns; /* the sample's: with cpu, it names the sample */
+	__u32 source;   /* enum ctx_source */
+	__u32 len;      /* bytes of data */
+	__u8 data[TRACECTX_DATA_BUF];
+};
+
+/* Indices of the per-CPU tracectx_counters map. */
+enum tracectx_counter {
+	TRACECTX_OTEL = 0,         /* thread context records read */
+	TRACECTX_GO_LABELS = 1,    /* Go label sets read */
+	TRACECTX_INVALID = 2,      /* records whose valid byte is not 1, or misaligned */
+	TRACECTX_OVERSIZED = 3,    /* records over TRACECTX_DATA_MAX bytes: ignored */
+	TRACECTX_TORN = 4,         /* records or label maps that changed while read: ignored */
+	TRACECTX_READ_ERROR = 5,   /* reads of the process's memory that failed */
+	TRACECTX_GO_TRUNCATED = 6, /* label sets cut to GO_LABELS_MAX, to the key or value bounds, or to the buffer */
+	TRACECTX_STALE = 7,        /* samples of a process that exec'd since user space described it */
+	TRACECTX_RINGBUF_FULL = 8, /* contexts lost for want of room in the ring */
+	/* With tracectx_stats: samples that asked for a context, and the ns tracectx_emit took. */
+	TRACECTX_CALLS = 9,
+	TRACECTX_NS = 10,
+	TRACECTX_COUNTER_MAX,
 };
 
 #endif

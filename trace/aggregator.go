@@ -24,6 +24,10 @@ type RawSample struct {
 	Time   time.Time
 	User   []uint64 // leaf first
 	Kernel []uint64 // leaf first
+	// ContextKind says who published Context, the trace context of the thread as the
+	// kernel copied it.
+	ContextKind ContextKind
+	Context     []byte
 }
 
 // Config tunes an Aggregator.
@@ -50,6 +54,10 @@ type Stats struct {
 	ChunkMisses      uint64
 	ChunkEvictions   uint64
 	ChunkCollisions  uint64
+	// Linked counts samples with a trace context that named a span; ContextErrors
+	// contexts that were invalid, oversized or torn, which count without one.
+	Linked        uint64
+	ContextErrors uint64
 }
 
 // Aggregator counts samples per (process image, thread, stack) until Flush. It is safe for
@@ -88,6 +96,8 @@ type entry struct {
 	comm   string
 	chunks []*chunk
 	times  []time.Time
+	link   Link
+	attrs  []Attribute
 }
 
 // NewAggregator starts an empty aggregation whose first interval begins at start; procs
@@ -160,8 +170,17 @@ func (a *Aggregator) aggregate(img *image, s RawSample) {
 		space = img.space
 	}
 	id := a.traceID(space, s.PID, s.TID, s.Comm, frames)
+	if len(s.Context) > 0 {
+		// The bytes stand for what they parse to: a repeat is not parsed again.
+		h := xxh3.Hash128(s.Context)
+		id.Hi ^= h.Hi
+		id.Lo ^= h.Lo ^ mix(uint64(s.ContextKind))
+	}
 	if sl := a.agg.find(id); sl != nil {
 		sl.count++
+		if !sl.e.link.IsZero() {
+			a.stats.Linked++
+		}
 		if a.cfg.KeepTimestamps {
 			sl.e.times = append(sl.e.times, s.Time)
 		}
@@ -174,6 +193,9 @@ func (a *Aggregator) aggregate(img *image, s RawSample) {
 	}
 	a.bounds = chunkBounds(len(frames), a.chunks.size, a.bounds)
 	e := &entry{img: img, pid: s.PID, tid: s.TID, comm: strings.ToValidUTF8(s.Comm, "\uFFFD"), chunks: make([]*chunk, len(a.bounds))}
+	if a.parseContext(e, img, s); !e.link.IsZero() {
+		a.stats.Linked++
+	}
 	for i, b := range a.bounds {
 		run := frames[b[0]:b[1]]
 		e.chunks[i] = a.chunks.intern(space, a.chunks.hashFrames(space, run), run)
@@ -420,6 +442,8 @@ func (a *Aggregator) sample(p *Profile, e *entry, count int64) *Sample {
 		ThreadName: e.comm,
 		Count:      count,
 		Timestamps: e.times,
+		Link:       e.link,
+		Attributes: e.attrs,
 		Locations:  make([]*Location, 0, n),
 		Chunks:     make([][]*Location, 0, len(e.chunks)),
 	}
@@ -470,5 +494,5 @@ func (s Stats) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.Uint64("samples", s.Samples), slog.Int("chunks", s.Chunks), slog.Int("locations", s.Locations),
 		slog.Uint64("chunk_hits", s.ChunkHits), slog.Uint64("chunk_misses", s.ChunkMisses), slog.Uint64("chunk_evictions", s.ChunkEvictions),
-		slog.Uint64("unresolved_frames", s.UnresolvedFrames))
+		slog.Uint64("unresolved_frames", s.UnresolvedFrames), slog.Uint64("linked", s.Linked), slog.Uint64("context_errors", s.ContextErrors))
 }

@@ -48,6 +48,9 @@ type Process struct {
 	// EnvServiceName is the service name the process's environment gives the
 	// OpenTelemetry SDK: OTEL_SERVICE_NAME, else service.name in OTEL_RESOURCE_ATTRIBUTES.
 	EnvServiceName string
+	// Published are the resource attributes the process published itself, in its
+	// OpenTelemetry process context (OTEP 4719): service.name, service.version…
+	Published map[string]string
 	// Attributes are resource attributes a Describer added (service.name, k8s.*). A
 	// Process is not changed once published; a new description is a new Process.
 	Attributes map[string]string
@@ -101,6 +104,12 @@ type Sample struct {
 	Count  int64
 	// Timestamps of each sample, when the collector keeps them.
 	Timestamps []time.Time
+	// Link is the span the samples were taken in, from their thread's trace context;
+	// zero when none. Samples that differ only in their link are counted apart.
+	Link Link
+	// Attributes are the trace context's other attributes: a thread context record's,
+	// named by its process's key map, or a goroutine's labels; sorted by key.
+	Attributes []Attribute
 }
 
 // Profile is what was sampled in [Start, End).

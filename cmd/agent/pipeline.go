@@ -146,12 +146,17 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 		p.sampler.Close()
 		return nil, err
 	}
+	var contexts trace.ContextObserver
+	if cfg.traceContext {
+		contexts = kernelContexts{p.sampler}
+	}
 	p.procs = trace.NewProcesses(trace.ProcessConfig{
 		Describer: describer{watcher: p.watcher},
 		OnFileError: func(path string, err error) {
 			log.Info("cannot identify mapped file; its frames keep addresses only", "file", path, "err", err)
 		},
 		Observer:     observer,
+		Contexts:     contexts,
 		ExecIDs:      p.sampler,
 		Pinned:       cfg.pids,
 		MaxProcesses: p.budget.maxProcesses,
@@ -347,7 +352,8 @@ func (p *pipeline) closeSinks() error {
 // HandleSample feeds a kernel sample to the aggregator; it implements bpf.Handler, on the
 // goroutine that drains the ring buffer.
 func (p *pipeline) HandleSample(b *bpf.Sample) {
-	p.agg.Add(trace.RawSample{PID: b.PID, TID: b.TID, ExecID: b.ExecID, Comm: b.Comm, Time: b.Time, User: b.User, Kernel: b.Kernel})
+	p.agg.Add(trace.RawSample{PID: b.PID, TID: b.TID, ExecID: b.ExecID, Comm: b.Comm, Time: b.Time, User: b.User, Kernel: b.Kernel,
+		ContextKind: contextKind(b.ContextSource), Context: b.Context})
 }
 
 // HandleProcessEvent tells the process tracker of execs and exits.
@@ -472,4 +478,14 @@ func (k kernelSummary) LogValue() slog.Value {
 		}
 	}
 	return slog.GroupValue(attrs...)
+}
+
+func contextKind(s bpf.ContextSource) trace.ContextKind {
+	switch s {
+	case bpf.ContextOTel:
+		return trace.ContextOTel
+	case bpf.ContextGoLabels:
+		return trace.ContextGoLabels
+	}
+	return trace.ContextNone
 }
