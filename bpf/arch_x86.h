@@ -28,4 +28,16 @@ struct arch_regs {
 #define UCONTEXT_SP 160
 #define UCONTEXT_FP 120
 
+/* The thread pointer (FS base) of a task: what glibc's pthread_self returns, which CPython
+ * keeps in each PyThreadState as thread_id (python.h). */
+struct thread_struct___arch {
+	unsigned long fsbase;
+} __attribute__((preserve_access_index));
+
+struct task_struct___arch {
+	struct thread_struct___arch thread;
+} __attribute__((preserve_access_index));
+
+#define ARCH_THREAD_POINTER(task) (((struct task_struct___arch *)(task))->thread.fsbase)
+
 #endif

@@ -110,6 +110,11 @@ const enum unwind_end *unused_unwind_end __attribute__((unused));
 const enum cfa_rule *unused_cfa_rule __attribute__((unused));
 const enum fp_rule *unused_fp_rule __attribute__((unused));
 const struct process_event *unused_process_event __attribute__((unused));
+const struct py_proc *unused_py_proc __attribute__((unused));
+const enum py_end *unused_py_end __attribute__((unused));
+const enum py_frame_encoding *unused_py_frame_encoding __attribute__((unused));
+const enum py_frame_model *unused_py_frame_model __attribute__((unused));
+const enum py_limits *unused_py_limits __attribute__((unused));
 
 static __always_inline void count(__u32 which)
 {
@@ -173,6 +178,7 @@ static __always_inline struct unwind_row *walker_row(void *table, __u32 i)
 
 #include "unwinder.h"
 #endif
+#include "python.h"
 
 /* unwind_user walks the user stack from the registers the task entered the kernel with.
  * It returns whether the process's unwinder mappings were usable, so that the first sample
@@ -197,6 +203,7 @@ static __always_inline int unwind_user(struct sample_event *e, struct task_struc
 	}
 	__u32 end = UNWIND_INVALID;
 	__u32 n = walk_user(e->frames, proc, ARCH_PC(&regs), ARCH_SP(&regs), ARCH_FP(&regs), &end);
+	n = python_frames(e, n, end == UNWIND_COMPLETE);
 	e->user_len = n * sizeof(__u64);
 	e->unwind_end = end;
 	return proc != NULL;
@@ -283,6 +290,7 @@ static __always_inline int emit_process_event(__u32 kind)
 	__u64 exec_id = task->self_exec_id;
 	/* The old image's mappings are wrong from here on, whatever user space has queued. */
 	bpf_map_delete_elem(&proc_maps, &tgid);
+	bpf_map_delete_elem(&py_procs, &tgid);
 	if (kind == EVENT_EXEC)
 		bpf_map_update_elem(&exec_ids, &tgid, &exec_id, BPF_ANY);
 	else

@@ -192,6 +192,10 @@ func Load(cfg Config) (*Sampler, error) {
 	maxProcs := uint32(cmp.Or(cfg.MaxProcesses, DefaultMaxProcesses))
 	spec.Maps["proc_maps"].MaxEntries = maxProcs
 	spec.Maps["exec_ids"].MaxEntries = maxProcs
+	if m := spec.Maps["py_procs"]; m != nil { // the architecture's object walks Python
+		m.MaxEntries = maxProcs
+		spec.Maps["py_threads"].MaxEntries = pythonThreads
+	}
 	ringSize := cfg.RingBufferBytes
 	if ringSize == 0 {
 		ringSize = ringBufferSize(cfg.Frequency, len(cpus))

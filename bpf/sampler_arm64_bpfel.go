@@ -35,7 +35,8 @@ const (
 	samplerCounterCOUNTER_PROCESS_EVENTS   samplerCounter = 4
 	samplerCounterCOUNTER_STALE_MAPPINGS   samplerCounter = 5
 	samplerCounterCOUNTER_UNWIND_BASE      samplerCounter = 6
-	samplerCounterCOUNTER_MAX              samplerCounter = 12
+	samplerCounterCOUNTER_PYTHON_BASE      samplerCounter = 12
+	samplerCounterCOUNTER_MAX              samplerCounter = 17
 )
 
 type samplerEventKind uint32
@@ -81,6 +82,77 @@ type samplerProcessEvent struct {
 	ExecId  uint64
 }
 
+type samplerPyEnd uint32
+
+const (
+	samplerPyEndPY_COMPLETE  samplerPyEnd = 0
+	samplerPyEndPY_NO_THREAD samplerPyEnd = 1
+	samplerPyEndPY_BAD_READ  samplerPyEnd = 2
+	samplerPyEndPY_TRUNCATED samplerPyEnd = 3
+	samplerPyEndPY_INVALID   samplerPyEnd = 4
+	samplerPyEndPY_END_MAX   samplerPyEnd = 5
+)
+
+type samplerPyFrameEncoding uint32
+
+const (
+	samplerPyFrameEncodingPY_FRAME_TAG_SHIFT  samplerPyFrameEncoding = 62
+	samplerPyFrameEncodingPY_FRAME_TAG        samplerPyFrameEncoding = 1
+	samplerPyFrameEncodingPY_CODE_ALIGN_SHIFT samplerPyFrameEncoding = 4
+	samplerPyFrameEncodingPY_OFFSET_BITS      samplerPyFrameEncoding = 19
+	samplerPyFrameEncodingPY_OFFSET_MASK      samplerPyFrameEncoding = 524287
+)
+
+type samplerPyFrameModel uint32
+
+const (
+	samplerPyFrameModelPY_MODEL_NONE         samplerPyFrameModel = 0
+	samplerPyFrameModelPY_MODEL_FRAME_OBJECT samplerPyFrameModel = 1
+	samplerPyFrameModelPY_MODEL_ENTRY_FLAG   samplerPyFrameModel = 2
+	samplerPyFrameModelPY_MODEL_SHIM_FRAME   samplerPyFrameModel = 3
+	samplerPyFrameModelPY_MODEL_MAX          samplerPyFrameModel = 4
+)
+
+type samplerPyLimits uint32
+
+const (
+	samplerPyLimitsPY_NO_OFFSET      samplerPyLimits = 65535
+	samplerPyLimitsPY_MAX_FRAME_READ samplerPyLimits = 128
+	samplerPyLimitsPY_MAX_THREADS    samplerPyLimits = 512
+	samplerPyLimitsPY_MAX_FRAMES     samplerPyLimits = 192
+)
+
+type samplerPyProc struct {
+	_              structs.HostLayout
+	ExecId         uint64
+	Runtime        uint64
+	EvalStart      uint64
+	EvalEnd        uint64
+	ColdStart      uint64
+	ColdEnd        uint64
+	Model          uint32
+	InterpHead     uint16
+	ThreadsHead    uint16
+	TstateNext     uint16
+	TstateThreadId uint16
+	TstateFrame    uint16
+	CframeFrame    uint16
+	FramePrevious  uint16
+	FrameCode      uint16
+	FrameInstr     uint16
+	FrameOwner     uint16
+	FrameIsEntry   uint16
+	FrameSize      uint16
+	CodeAdaptive   uint16
+	LastiBytes     uint16
+}
+
+type samplerPyScratch struct {
+	_      structs.HostLayout
+	Native [128]uint64
+	Frame  [256]uint8
+}
+
 type samplerSampleEvent struct {
 	_         structs.HostLayout
 	Kind      uint32
@@ -122,33 +194,41 @@ type samplerUnwindRow struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	samplerMapCounters           = "counters"
-	samplerMapEvents             = "events"
-	samplerMapExecIds            = "exec_ids"
-	samplerMapProcMaps           = "proc_maps"
-	samplerMapScratch            = "scratch"
-	samplerMapTargetCgroups      = "target_cgroups"
-	samplerMapTargetPids         = "target_pids"
-	samplerMapUnwindTables       = "unwind_tables"
-	samplerProgOnExec            = "on_exec"
-	samplerProgOnExit            = "on_exit"
-	samplerProgOnFork            = "on_fork"
-	samplerProgSample            = "sample"
-	samplerVarCollectKernel      = "collect_kernel"
-	samplerVarFilterCgroups      = "filter_cgroups"
-	samplerVarFilterPids         = "filter_pids"
-	samplerVarFollowForks        = "follow_forks"
-	samplerVarRingWakeupBytes    = "ring_wakeup_bytes"
-	samplerVarTableUnwinding     = "table_unwinding"
-	samplerVarUnusedCfaRule      = "unused_cfa_rule"
-	samplerVarUnusedCounter      = "unused_counter"
-	samplerVarUnusedEventKind    = "unused_event_kind"
-	samplerVarUnusedFpRule       = "unused_fp_rule"
-	samplerVarUnusedProcInfo     = "unused_proc_info"
-	samplerVarUnusedProcessEvent = "unused_process_event"
-	samplerVarUnusedSampleEvent  = "unused_sample_event"
-	samplerVarUnusedUnwindEnd    = "unused_unwind_end"
-	samplerVarUnusedUnwindRow    = "unused_unwind_row"
+	samplerMapCounters              = "counters"
+	samplerMapEvents                = "events"
+	samplerMapExecIds               = "exec_ids"
+	samplerMapProcMaps              = "proc_maps"
+	samplerMapPyProcs               = "py_procs"
+	samplerMapPyScratchMap          = "py_scratch_map"
+	samplerMapPyThreads             = "py_threads"
+	samplerMapScratch               = "scratch"
+	samplerMapTargetCgroups         = "target_cgroups"
+	samplerMapTargetPids            = "target_pids"
+	samplerMapUnwindTables          = "unwind_tables"
+	samplerProgOnExec               = "on_exec"
+	samplerProgOnExit               = "on_exit"
+	samplerProgOnFork               = "on_fork"
+	samplerProgSample               = "sample"
+	samplerVarCollectKernel         = "collect_kernel"
+	samplerVarFilterCgroups         = "filter_cgroups"
+	samplerVarFilterPids            = "filter_pids"
+	samplerVarFollowForks           = "follow_forks"
+	samplerVarRingWakeupBytes       = "ring_wakeup_bytes"
+	samplerVarTableUnwinding        = "table_unwinding"
+	samplerVarUnusedCfaRule         = "unused_cfa_rule"
+	samplerVarUnusedCounter         = "unused_counter"
+	samplerVarUnusedEventKind       = "unused_event_kind"
+	samplerVarUnusedFpRule          = "unused_fp_rule"
+	samplerVarUnusedProcInfo        = "unused_proc_info"
+	samplerVarUnusedProcessEvent    = "unused_process_event"
+	samplerVarUnusedPyEnd           = "unused_py_end"
+	samplerVarUnusedPyFrameEncoding = "unused_py_frame_encoding"
+	samplerVarUnusedPyFrameModel    = "unused_py_frame_model"
+	samplerVarUnusedPyLimits        = "unused_py_limits"
+	samplerVarUnusedPyProc          = "unused_py_proc"
+	samplerVarUnusedSampleEvent     = "unused_sample_event"
+	samplerVarUnusedUnwindEnd       = "unused_unwind_end"
+	samplerVarUnusedUnwindRow       = "unused_unwind_row"
 )
 
 // loadSampler returns the embedded CollectionSpec for sampler.
@@ -207,6 +287,9 @@ type samplerMapSpecs struct {
 	Events        *ebpf.MapSpec `ebpf:"events"`
 	ExecIds       *ebpf.MapSpec `ebpf:"exec_ids"`
 	ProcMaps      *ebpf.MapSpec `ebpf:"proc_maps"`
+	PyProcs       *ebpf.MapSpec `ebpf:"py_procs"`
+	PyScratchMap  *ebpf.MapSpec `ebpf:"py_scratch_map"`
+	PyThreads     *ebpf.MapSpec `ebpf:"py_threads"`
 	Scratch       *ebpf.MapSpec `ebpf:"scratch"`
 	TargetCgroups *ebpf.MapSpec `ebpf:"target_cgroups"`
 	TargetPids    *ebpf.MapSpec `ebpf:"target_pids"`
@@ -217,21 +300,26 @@ type samplerMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type samplerVariableSpecs struct {
-	CollectKernel      *ebpf.VariableSpec `ebpf:"collect_kernel"`
-	FilterCgroups      *ebpf.VariableSpec `ebpf:"filter_cgroups"`
-	FilterPids         *ebpf.VariableSpec `ebpf:"filter_pids"`
-	FollowForks        *ebpf.VariableSpec `ebpf:"follow_forks"`
-	RingWakeupBytes    *ebpf.VariableSpec `ebpf:"ring_wakeup_bytes"`
-	TableUnwinding     *ebpf.VariableSpec `ebpf:"table_unwinding"`
-	UnusedCfaRule      *ebpf.VariableSpec `ebpf:"unused_cfa_rule"`
-	UnusedCounter      *ebpf.VariableSpec `ebpf:"unused_counter"`
-	UnusedEventKind    *ebpf.VariableSpec `ebpf:"unused_event_kind"`
-	UnusedFpRule       *ebpf.VariableSpec `ebpf:"unused_fp_rule"`
-	UnusedProcInfo     *ebpf.VariableSpec `ebpf:"unused_proc_info"`
-	UnusedProcessEvent *ebpf.VariableSpec `ebpf:"unused_process_event"`
-	UnusedSampleEvent  *ebpf.VariableSpec `ebpf:"unused_sample_event"`
-	UnusedUnwindEnd    *ebpf.VariableSpec `ebpf:"unused_unwind_end"`
-	UnusedUnwindRow    *ebpf.VariableSpec `ebpf:"unused_unwind_row"`
+	CollectKernel         *ebpf.VariableSpec `ebpf:"collect_kernel"`
+	FilterCgroups         *ebpf.VariableSpec `ebpf:"filter_cgroups"`
+	FilterPids            *ebpf.VariableSpec `ebpf:"filter_pids"`
+	FollowForks           *ebpf.VariableSpec `ebpf:"follow_forks"`
+	RingWakeupBytes       *ebpf.VariableSpec `ebpf:"ring_wakeup_bytes"`
+	TableUnwinding        *ebpf.VariableSpec `ebpf:"table_unwinding"`
+	UnusedCfaRule         *ebpf.VariableSpec `ebpf:"unused_cfa_rule"`
+	UnusedCounter         *ebpf.VariableSpec `ebpf:"unused_counter"`
+	UnusedEventKind       *ebpf.VariableSpec `ebpf:"unused_event_kind"`
+	UnusedFpRule          *ebpf.VariableSpec `ebpf:"unused_fp_rule"`
+	UnusedProcInfo        *ebpf.VariableSpec `ebpf:"unused_proc_info"`
+	UnusedProcessEvent    *ebpf.VariableSpec `ebpf:"unused_process_event"`
+	UnusedPyEnd           *ebpf.VariableSpec `ebpf:"unused_py_end"`
+	UnusedPyFrameEncoding *ebpf.VariableSpec `ebpf:"unused_py_frame_encoding"`
+	UnusedPyFrameModel    *ebpf.VariableSpec `ebpf:"unused_py_frame_model"`
+	UnusedPyLimits        *ebpf.VariableSpec `ebpf:"unused_py_limits"`
+	UnusedPyProc          *ebpf.VariableSpec `ebpf:"unused_py_proc"`
+	UnusedSampleEvent     *ebpf.VariableSpec `ebpf:"unused_sample_event"`
+	UnusedUnwindEnd       *ebpf.VariableSpec `ebpf:"unused_unwind_end"`
+	UnusedUnwindRow       *ebpf.VariableSpec `ebpf:"unused_unwind_row"`
 }
 
 // samplerObjects contains all objects after they have been loaded into the kernel.
@@ -258,6 +346,9 @@ type samplerMaps struct {
 	Events        *ebpf.Map `ebpf:"events"`
 	ExecIds       *ebpf.Map `ebpf:"exec_ids"`
 	ProcMaps      *ebpf.Map `ebpf:"proc_maps"`
+	PyProcs       *ebpf.Map `ebpf:"py_procs"`
+	PyScratchMap  *ebpf.Map `ebpf:"py_scratch_map"`
+	PyThreads     *ebpf.Map `ebpf:"py_threads"`
 	Scratch       *ebpf.Map `ebpf:"scratch"`
 	TargetCgroups *ebpf.Map `ebpf:"target_cgroups"`
 	TargetPids    *ebpf.Map `ebpf:"target_pids"`
@@ -270,6 +361,9 @@ func (m *samplerMaps) Close() error {
 		m.Events,
 		m.ExecIds,
 		m.ProcMaps,
+		m.PyProcs,
+		m.PyScratchMap,
+		m.PyThreads,
 		m.Scratch,
 		m.TargetCgroups,
 		m.TargetPids,
@@ -281,21 +375,26 @@ func (m *samplerMaps) Close() error {
 //
 // It can be passed to loadSamplerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type samplerVariables struct {
-	CollectKernel      *ebpf.Variable `ebpf:"collect_kernel"`
-	FilterCgroups      *ebpf.Variable `ebpf:"filter_cgroups"`
-	FilterPids         *ebpf.Variable `ebpf:"filter_pids"`
-	FollowForks        *ebpf.Variable `ebpf:"follow_forks"`
-	RingWakeupBytes    *ebpf.Variable `ebpf:"ring_wakeup_bytes"`
-	TableUnwinding     *ebpf.Variable `ebpf:"table_unwinding"`
-	UnusedCfaRule      *ebpf.Variable `ebpf:"unused_cfa_rule"`
-	UnusedCounter      *ebpf.Variable `ebpf:"unused_counter"`
-	UnusedEventKind    *ebpf.Variable `ebpf:"unused_event_kind"`
-	UnusedFpRule       *ebpf.Variable `ebpf:"unused_fp_rule"`
-	UnusedProcInfo     *ebpf.Variable `ebpf:"unused_proc_info"`
-	UnusedProcessEvent *ebpf.Variable `ebpf:"unused_process_event"`
-	UnusedSampleEvent  *ebpf.Variable `ebpf:"unused_sample_event"`
-	UnusedUnwindEnd    *ebpf.Variable `ebpf:"unused_unwind_end"`
-	UnusedUnwindRow    *ebpf.Variable `ebpf:"unused_unwind_row"`
+	CollectKernel         *ebpf.Variable `ebpf:"collect_kernel"`
+	FilterCgroups         *ebpf.Variable `ebpf:"filter_cgroups"`
+	FilterPids            *ebpf.Variable `ebpf:"filter_pids"`
+	FollowForks           *ebpf.Variable `ebpf:"follow_forks"`
+	RingWakeupBytes       *ebpf.Variable `ebpf:"ring_wakeup_bytes"`
+	TableUnwinding        *ebpf.Variable `ebpf:"table_unwinding"`
+	UnusedCfaRule         *ebpf.Variable `ebpf:"unused_cfa_rule"`
+	UnusedCounter         *ebpf.Variable `ebpf:"unused_counter"`
+	UnusedEventKind       *ebpf.Variable `ebpf:"unused_event_kind"`
+	UnusedFpRule          *ebpf.Variable `ebpf:"unused_fp_rule"`
+	UnusedProcInfo        *ebpf.Variable `ebpf:"unused_proc_info"`
+	UnusedProcessEvent    *ebpf.Variable `ebpf:"unused_process_event"`
+	UnusedPyEnd           *ebpf.Variable `ebpf:"unused_py_end"`
+	UnusedPyFrameEncoding *ebpf.Variable `ebpf:"unused_py_frame_encoding"`
+	UnusedPyFrameModel    *ebpf.Variable `ebpf:"unused_py_frame_model"`
+	UnusedPyLimits        *ebpf.Variable `ebpf:"unused_py_limits"`
+	UnusedPyProc          *ebpf.Variable `ebpf:"unused_py_proc"`
+	UnusedSampleEvent     *ebpf.Variable `ebpf:"unused_sample_event"`
+	UnusedUnwindEnd       *ebpf.Variable `ebpf:"unused_unwind_end"`
+	UnusedUnwindRow       *ebpf.Variable `ebpf:"unused_unwind_row"`
 }
 
 // samplerPrograms contains all programs after they have been loaded into the kernel.
