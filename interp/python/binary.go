@@ -24,6 +24,19 @@ type Interpreter struct {
 	// CodeType and UnicodeType are PyCode_Type's and PyUnicode_Type's addresses, which
 	// the ob_type of a code object and of a string must hold.
 	CodeType, UnicodeType, BytesType uint64
+	// loads are the file's loadable segments, which place its mappings.
+	loads []elf.ProgHeader
+}
+
+// Bias returns the load bias (runtime address - ELF address) of the interpreter mapped at
+// start from file offset offset.
+func (in *Interpreter) Bias(start, offset uint64) (uint64, bool) {
+	for _, p := range in.loads {
+		if p.Off <= offset && offset < p.Off+p.Filesz {
+			return start - (p.Vaddr + offset - p.Off), true
+		}
+	}
+	return 0, false
 }
 
 // ErrNotPython: the file is not a CPython interpreter.
@@ -69,6 +82,11 @@ func Inspect(f *elf.File) (in *Interpreter, err error) {
 		CodeType:    want["PyCode_Type"].Value,
 		UnicodeType: want["PyUnicode_Type"].Value,
 		BytesType:   want["PyBytes_Type"].Value,
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD {
+			in.loads = append(in.loads, p.ProgHeader)
+		}
 	}
 	if syms, err := f.Symbols(); err == nil {
 		for _, s := range syms {
