@@ -280,7 +280,8 @@ __noinline int python_frames(struct sample_event *e, __u32 n, __u32 complete)
 		n = MAX_USER_DEPTH;
 	__u32 pid = e->pid;
 	struct py_proc *p = bpf_map_lookup_elem(&py_procs, &pid);
-	if (!p || p->exec_id != e->exec_id || p->model == PY_MODEL_NONE || p->model >= PY_MODEL_MAX)
+	/* exec_id 0: user space read the process before it knew its exec. */
+	if (!p || (p->exec_id && p->exec_id != e->exec_id) || p->model == PY_MODEL_NONE || p->model >= PY_MODEL_MAX)
 		return n;
 	__u32 zero = 0;
 	struct py_scratch *s = bpf_map_lookup_elem(&py_scratch_map, &zero);

@@ -112,6 +112,8 @@ type Counters struct {
 	StaleMappings uint64
 	// UnwindEnds counts user-stack walks by how they ended, indexed by UnwindEnd.
 	UnwindEnds [UnwindEndCount]uint64
+	// PythonEnds counts the walks of Python frames by how they ended, indexed by PythonEnd.
+	PythonEnds [PythonEndCount]uint64
 }
 
 // ProgramStats is the kernel's accounting of the sampling program (needs CollectStats).
@@ -452,7 +454,10 @@ func (s *Sampler) Counters() (Counters, error) {
 	for i := range out.UnwindEnds {
 		fields[samplerCounterCOUNTER_UNWIND_BASE+samplerCounter(i)] = &out.UnwindEnds[i]
 	}
-	// The keys span the whole map: COUNTER_MAX is UNWIND_BASE plus the unwind ends.
+	for i := range out.PythonEnds {
+		fields[samplerCounterCOUNTER_PYTHON_BASE+samplerCounter(i)] = &out.PythonEnds[i]
+	}
+	// The keys span the whole map: COUNTER_MAX is PYTHON_BASE plus the Python ends.
 	for i, field := range fields {
 		var perCPU []uint64
 		if err := s.objs.Counters.Lookup(uint32(i), &perCPU); err != nil {

@@ -89,5 +89,10 @@ func (c Counters) LogValue() slog.Value {
 			attrs = append(attrs, slog.Uint64("unwind_"+UnwindEnd(end).String(), n))
 		}
 	}
+	for end, n := range c.PythonEnds {
+		if n > 0 {
+			attrs = append(attrs, slog.Uint64("python_"+PythonEnd(end).String(), n))
+		}
+	}
 	return slog.GroupValue(attrs...)
 }

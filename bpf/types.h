@@ -150,7 +150,7 @@ enum py_frame_model {
  * the interpreter's own _Py_DebugOffsets, its debug info or sonde's table. Addresses are
  * the process's. */
 struct py_proc {
-	__u64 exec_id;                /* the exec the addresses belong to */
+	__u64 exec_id;                /* the exec the addresses belong to; 0: unknown */
 	__u64 runtime;                /* &_PyRuntime */
 	__u64 eval_start, eval_end;   /* _PyEval_EvalFrameDefault */
 	__u64 cold_start, cold_end;   /* its .cold part split out by the compiler, or 0, 0 */

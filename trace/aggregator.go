@@ -34,6 +34,8 @@ type Config struct {
 	Kernel *Mapping
 	// KeepTimestamps records each sample's time, not only counts.
 	KeepTimestamps bool
+	// Interp, when set, hears of interpreted frames in each stack new to an interval.
+	Interp InterpObserver
 	// ChunkSize and ChunkCapacity tune the interning of stack chunks: frames per chunk and
 	// chunks kept in the hash-LRU; zero means DefaultChunkSize and DefaultChunkCapacity.
 	ChunkSize, ChunkCapacity int
@@ -172,6 +174,13 @@ func (a *Aggregator) aggregate(img *image, s RawSample) {
 	if img != nil && a.hasUnknownAddress(img, s.User) {
 		a.procs.reread(img)
 	}
+	if a.cfg.Interp != nil && img != nil {
+		for _, v := range s.User {
+			if code, _, ok := PythonFrame(v); ok {
+				a.cfg.Interp.SeenCode(s.PID, space, code)
+			}
+		}
+	}
 	a.bounds = chunkBounds(len(frames), a.chunks.size, a.bounds)
 	e := &entry{img: img, pid: s.PID, tid: s.TID, comm: strings.ToValidUTF8(s.Comm, "\uFFFD"), chunks: make([]*chunk, len(a.bounds))}
 	for i, b := range a.bounds {
@@ -272,7 +281,7 @@ func (a *Aggregator) hasUnknownAddress(img *image, addrs []uint64) bool {
 		return false // its first reading is on its way
 	}
 	for _, addr := range addrs {
-		if snap.find(addr) == nil {
+		if _, _, py := PythonFrame(addr); !py && snap.find(addr) == nil {
 			return true
 		}
 	}
@@ -329,7 +338,21 @@ func (a *Aggregator) resolve(p *Profile, ch *chunk, img *image) []*Location {
 		}
 		ch.unresolved, ch.resolvedWith = 0, snap
 		for i, addr := range ch.frames {
-			if l := ch.locs[i]; l != nil && (l.Kind == FrameKernel || l.Mapping != nil) {
+			if l := ch.locs[i]; l != nil && (l.Kind == FrameKernel || l.Kind == FramePython || l.Mapping != nil) {
+				continue
+			}
+			if code, off, ok := PythonFrame(addr); ok {
+				// A code object's address means something in its image only.
+				var pid uint32
+				if img != nil {
+					pid = img.pid
+				}
+				k := locationKey{addr: addr, kind: FramePython, space: ch.space}
+				ch.locs[i] = a.location(k, ch.cached)
+				if ch.locs[i].Interp == nil {
+					ch.locs[i].Address = code
+					ch.locs[i].Interp = &InterpFrame{PID: pid, Image: ch.space, Code: code, Offset: off, raw: addr}
+				}
 				continue
 			}
 			kind, m := FrameKernel, a.cfg.Kernel
@@ -387,7 +410,7 @@ func (a *Aggregator) location(k locationKey, cached bool) *Location {
 // drop releases one cached chunk's reference to a location.
 func (a *Aggregator) drop(l *Location) {
 	if l.refs--; l.refs == 0 {
-		a.unheld = append(a.unheld, locationKey{addr: l.Address, mapping: l.Mapping, kind: l.Kind})
+		a.unheld = append(a.unheld, l.key())
 	}
 }
 
@@ -453,6 +476,15 @@ type locationKey struct {
 	addr    uint64
 	mapping *Mapping
 	kind    FrameKind
+	space   uint64 // interpreted frames: the image their code belongs to
+}
+
+// key is the key the location was made for.
+func (l *Location) key() locationKey {
+	if l.Interp != nil {
+		return locationKey{addr: l.Interp.raw, kind: l.Kind, space: l.Interp.Image}
+	}
+	return locationKey{addr: l.Address, mapping: l.Mapping, kind: l.Kind}
 }
 
 // Stats returns the counters so far.

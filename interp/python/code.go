@@ -42,6 +42,8 @@ type Image struct {
 	codeType uint64
 	strType  uint64
 	byteType uint64
+	bias     uint64 // where the tracker placed it, and for which exec
+	execID   uint64
 }
 
 // NewImage places an interpreter at a load bias (runtime address - ELF address).
