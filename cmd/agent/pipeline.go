@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/sonde-profiler/sonde/bpf"
-	"github.com/sonde-profiler/sonde/interp/python"
 	"github.com/sonde-profiler/sonde/internal/kube"
+	"github.com/sonde-profiler/sonde/interp/python"
 	"github.com/sonde-profiler/sonde/reporter/merge"
 	"github.com/sonde-profiler/sonde/reporter/otlp"
 	"github.com/sonde-profiler/sonde/reporter/top"
