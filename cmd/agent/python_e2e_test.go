@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,7 +17,7 @@ import (
 )
 
 // pyWorkload is testdata/pyworkload.py, by absolute path: stacks name it as their file.
-func pyWorkload(t *testing.T) string {
+func pyWorkload(t testing.TB) string {
 	p, err := filepath.Abs("testdata/pyworkload.py")
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +94,7 @@ func startsWith(frames []pyFrame, want ...string) bool {
 }
 
 // linesOf returns the line span of each function of the workload, as its source says.
-func linesOf(t *testing.T, py testenv.Python, funcs ...string) map[string][2]int64 {
+func linesOf(t testing.TB, py testenv.Python, funcs ...string) map[string][2]int64 {
 	t.Helper()
 	script := `import ast, sys
 tree = ast.parse(open(sys.argv[1]).read())
@@ -236,6 +237,41 @@ func TestPythonStacks(t *testing.T) {
 					t.Errorf("%d samples show gen_inner <- gen_outer <- consume_until <- main, %d coro_inner <- coro_outer <- coro_main; want 20 each", gen, coro)
 				}
 			})
+		})
+	}
+}
+
+// BenchmarkPythonSample measures the kernel's cost per sample (bpf_stats) of a Python
+// process in its eval loop, Python frames walked, against a native process of about the
+// same native depth, whose only Python cost is a map lookup.
+func BenchmarkPythonSample(b *testing.B) {
+	testenv.RequireRoot(b)
+	measure := func(b *testing.B, args ...string) {
+		w := exec.Command(args[0], args[1:]...)
+		if err := w.Start(); err != nil {
+			b.Fatal(err)
+		}
+		defer func() { w.Process.Kill(); w.Wait() }()
+		time.Sleep(300 * time.Millisecond)
+		for b.Loop() {
+			_, stderr, err := runSonde(b, "--pid", strconv.Itoa(w.Process.Pid), "--duration", "4s", "--bpf-stats", "--top", "0")
+			if err != nil {
+				b.Fatalf("sonde: %v\n%s", err, stderr)
+			}
+			m := regexp.MustCompile(`bpf_ns_per_sample=(\d+)`).FindStringSubmatch(stderr)
+			if m == nil {
+				b.Fatalf("no bpf stats in:\n%s", stderr)
+			}
+			ns, _ := strconv.ParseFloat(m[1], 64)
+			b.ReportMetric(ns, "bpf-ns/sample")
+		}
+	}
+	b.Run("native", func(b *testing.B) {
+		measure(b, buildWorkload(b, "depth", depthC, "-O2", "-fomit-frame-pointer"), "60", "20")
+	})
+	for _, py := range testenv.Pythons(b) {
+		b.Run("python-"+py.Version, func(b *testing.B) {
+			measure(b, py.Path, filepath.Join("testdata", "pyworkload.py"), "pure", "60")
 		})
 	}
 }
