@@ -35,7 +35,24 @@ struct {
 	__type(value, __u64);
 } py_threads SEC(".maps");
 
+/* The walk's state. It lives in the per-CPU scratch map, not on the BPF stack: the verifier
+ * tracks the value of every stack slot and explores the walk once per combination it sees,
+ * where map values are numbers it knows nothing of, so their states prune at once. */
+struct py_state {
+	__u64 frame;    /* the next Python frame to look at; 0 at the end of the chain */
+	__u64 eval_pc;  /* the native frame of the open activation */
+	__u32 in, n_in; /* the next native frame and how many there are */
+	__u32 n_out;
+	__u32 walked;   /* Python frames read, bounded by PY_MAX_FRAMES */
+	__u32 end;      /* enum py_end */
+	__u8 open;      /* an activation's span is being emitted */
+	__u8 emitted;   /* frames the open activation emitted */
+	__u8 tail;      /* the native walk is over: what is left of the chain goes at the root */
+	__u8 pad;
+};
+
 struct py_scratch {
+	struct py_state st;
 	__u64 native[MAX_USER_DEPTH];
 	__u8 frame[2 * PY_MAX_FRAME_READ]; /* a frame's bytes; offsets are masked below PY_MAX_FRAME_READ */
 };
@@ -78,19 +95,11 @@ static long py_thread_step(__u32 i, void *ctx)
 	return 0;
 }
 
+/* What the walk's callbacks need that only the stack can hold: pointers. */
 struct py_walk {
 	struct py_proc *proc;
-	struct py_scratch *scratch;
-	__u64 *out;     /* the sample's user frames */
-	__u64 frame;    /* the next Python frame to look at; 0 at the end of the chain */
-	__u64 eval_pc;  /* the native frame of the open activation */
-	__u32 in, n_in; /* the next native frame and how many there are */
-	__u32 n_out;
-	__u32 walked;   /* Python frames read, bounded by PY_MAX_FRAMES */
-	__u32 end;      /* enum py_end */
-	__u8 open;      /* an activation's span is being emitted */
-	__u8 emitted;   /* frames the open activation emitted */
-	__u8 tail;      /* the native walk is over: what is left of the chain goes at the root */
+	struct py_scratch *s;
+	__u64 *out; /* the sample's user frames */
 };
 
 static __always_inline int py_in_eval(struct py_proc *p, __u64 pc)
@@ -108,47 +117,50 @@ static __always_inline __u64 py_field(struct py_scratch *s, __u16 off)
 
 static __always_inline void py_emit(struct py_walk *w, __u64 v)
 {
-	if (w->n_out < MAX_USER_DEPTH)
-		w->out[w->n_out & (MAX_USER_DEPTH - 1)] = v;
-	w->n_out++;
+	struct py_state *st = &w->s->st;
+	if (st->n_out < MAX_USER_DEPTH)
+		w->out[st->n_out & (MAX_USER_DEPTH - 1)] = v;
+	st->n_out++;
 }
 
 /* py_close ends the open activation: its native frame stays if it emitted nothing. */
 static __always_inline void py_close(struct py_walk *w)
 {
-	if (!w->emitted && !w->tail)
-		py_emit(w, w->eval_pc);
-	w->open = 0;
+	struct py_state *st = &w->s->st;
+	if (!st->emitted && !st->tail)
+		py_emit(w, st->eval_pc);
+	st->open = 0;
 }
 
 /* py_step reads one Python frame of the open activation and emits it. */
 static __always_inline long py_step(struct py_walk *w)
 {
 	struct py_proc *p = w->proc;
-	struct py_scratch *s = w->scratch;
-	if (!w->frame) {
+	struct py_scratch *s = w->s;
+	struct py_state *st = &s->st;
+	if (!st->frame) {
 		py_close(w);
-		w->tail = 0;
+		st->tail = 0;
 		return 0;
 	}
-	if (++w->walked > PY_MAX_FRAMES) {
-		w->end = PY_TRUNCATED;
+	if (++st->walked > PY_MAX_FRAMES) {
+		st->end = PY_TRUNCATED;
 		return 1;
 	}
 	__u32 size = p->frame_size;
 	if (size > PY_MAX_FRAME_READ)
 		size = PY_MAX_FRAME_READ;
-	if (bpf_probe_read_user(s->frame, size, (void *)w->frame)) {
-		w->end = PY_BAD_READ;
+	if (bpf_probe_read_user(s->frame, size, (void *)st->frame)) {
+		st->end = PY_BAD_READ;
 		return 1;
 	}
 	__u64 code = py_field(s, p->frame_code);
 	__u64 next = py_field(s, p->frame_previous);
-	if (next == w->frame) {
-		w->end = PY_INVALID;
+	if (next == st->frame) {
+		st->end = PY_INVALID;
 		return 1;
 	}
-	w->frame = next;
+	st->frame = next;
 	__u8 last = p->model == PY_MODEL_FRAME_OBJECT; /* one frame object per activation */
 	if (p->model == PY_MODEL_SHIM_FRAME && p->frame_owner < PY_MAX_FRAME_READ &&
 	    s->frame[p->frame_owner & (PY_MAX_FRAME_READ - 1)] == 3 /* FRAME_OWNED_BY_CSTACK */) {
@@ -160,7 +172,7 @@ static __always_inline long py_step(struct py_walk *w)
 	    s->frame[p->frame_is_entry & (PY_MAX_FRAME_READ - 1)])
 		last = 1;
 	if (code & ((1 << PY_CODE_ALIGN_SHIFT) - 1) || code == 0 || code >> 47) {
-		w->end = PY_INVALID;
+		st->end = PY_INVALID;
 		return 1;
 	}
 	__u64 units = 0;
@@ -179,8 +191,8 @@ static __always_inline long py_step(struct py_walk *w)
 	if (units > PY_OFFSET_MASK)
 		units = PY_OFFSET_MASK;
 	py_emit(w, (__u64)PY_FRAME_TAG << PY_FRAME_TAG_SHIFT | (code >> PY_CODE_ALIGN_SHIFT) << PY_OFFSET_BITS | units);
-	w->emitted = 1;
-	if (last && !w->tail)
+	st->emitted = 1;
+	if (last && !st->tail)
 		py_close(w);
 	return 0;
 }
@@ -188,25 +200,26 @@ static __always_inline long py_step(struct py_walk *w)
 static long py_merge_step(__u32 i, void *ctx)
 {
 	struct py_walk *w = ctx;
-	if (w->n_out >= MAX_USER_DEPTH) {
-		if (w->frame || w->in < w->n_in)
-			w->end = PY_TRUNCATED;
+	struct py_state *st = &w->s->st;
+	if (st->n_out >= MAX_USER_DEPTH) {
+		if (st->frame || st->in < st->n_in)
+			st->end = PY_TRUNCATED;
 		return 1;
 	}
-	if (w->open)
+	if (st->open)
 		return py_step(w);
-	if (w->in >= w->n_in) {
-		if (!w->tail || !w->frame)
+	if (st->in >= st->n_in) {
+		if (!st->tail || !st->frame)
 			return 1;
-		w->open = 1;
+		st->open = 1;
 		return 0;
 	}
-	__u64 pc = w->scratch->native[w->in & (MAX_USER_DEPTH - 1)];
-	w->in++;
-	if (w->frame && py_in_eval(w->proc, pc)) {
-		w->open = 1;
-		w->emitted = 0;
-		w->eval_pc = pc;
+	__u64 pc = w->s->native[st->in & (MAX_USER_DEPTH - 1)];
+	st->in++;
+	if (st->frame && py_in_eval(w->proc, pc)) {
+		st->open = 1;
+		st->emitted = 0;
+		st->eval_pc = pc;
 		return 0;
 	}
 	py_emit(w, pc);
@@ -217,8 +230,8 @@ static long py_merge_step(__u32 i, void *ctx)
 static long py_find_eval(__u32 i, void *ctx)
 {
 	struct py_walk *w = ctx;
-	if (py_in_eval(w->proc, w->scratch->native[i & (MAX_USER_DEPTH - 1)])) {
-		w->open = 1;
+	if (py_in_eval(w->proc, w->s->native[i & (MAX_USER_DEPTH - 1)])) {
+		w->s->st.open = 1;
 		return 1;
 	}
 	return 0;
@@ -290,23 +303,28 @@ __noinline int python_frames(struct sample_event *e, __u32 n, __u32 complete)
 	/* A thread outside the eval loop runs no Python: no need to find its frames. */
 	if (bpf_probe_read_kernel(s->native, n * sizeof(__u64), e->frames))
 		return n;
-	struct py_walk w = {.proc = p, .scratch = s, .out = e->frames, .n_in = n, .tail = !complete};
+	struct py_state *st = &s->st;
+	__builtin_memset(st, 0, sizeof(*st));
+	st->n_in = n;
+	st->tail = !complete;
+	struct py_walk w = {.proc = p, .s = s, .out = e->frames};
 	bpf_loop(n, py_find_eval, &w, 0);
-	if (!w.open && complete)
+	if (!st->open && complete)
 		return n;
-	w.open = 0;
+	st->open = 0;
 	__u32 end = PY_COMPLETE;
-	__u64 frame = py_current_frame(p, e->tid, &end);
-	if (!frame) {
+	st->frame = py_current_frame(p, e->tid, &end);
+	if (!st->frame) {
 		count(COUNTER_PYTHON_BASE + end);
 		return n;
 	}
-	w.frame = frame;
 	bpf_loop(MAX_USER_DEPTH + PY_MAX_FRAMES + 1, py_merge_step, &w, 0);
-	if (w.n_out > MAX_USER_DEPTH)
-		w.n_out = MAX_USER_DEPTH;
-	count(COUNTER_PYTHON_BASE + (w.end < PY_END_MAX ? w.end : PY_INVALID));
-	return w.n_out;
+	__u32 out = st->n_out;
+	if (out > MAX_USER_DEPTH)
+		out = MAX_USER_DEPTH;
+	end = st->end;
+	count(COUNTER_PYTHON_BASE + (end < PY_END_MAX ? end : PY_INVALID));
+	return out;
 }
 
 #endif /* ARCH_TABLE_UNWIND */

@@ -148,7 +148,21 @@ type samplerPyProc struct {
 }
 
 type samplerPyScratch struct {
-	_      structs.HostLayout
+	_  structs.HostLayout
+	St struct {
+		_       structs.HostLayout
+		Frame   uint64
+		EvalPc  uint64
+		In      uint32
+		N_in    uint32
+		N_out   uint32
+		Walked  uint32
+		End     uint32
+		Open    uint8
+		Emitted uint8
+		Tail    uint8
+		Pad     uint8
+	}
 	Native [128]uint64
 	Frame  [256]uint8
 }

@@ -42,7 +42,8 @@ func TestVerifierBudget(t *testing.T) {
 		t.Fatalf("no instruction count in the verifier's log:\n%s", prog.VerifierLog)
 	}
 	n, _ := strconv.Atoi(m[1])
-	t.Logf("sample: processed %d insns", n)
+	depth := regexp.MustCompile(`stack depth [0-9+]+`).FindString(prog.VerifierLog)
+	t.Logf("sample: processed %d insns, %s", n, depth)
 	if n > 500_000 {
 		t.Errorf("sample: the verifier processed %d instructions, half its limit", n)
 	}
