@@ -51,8 +51,17 @@ struct py_state {
 	__u8 pad;
 };
 
+/* The search of the thread list for the sampled thread's state, likewise. */
+struct py_search {
+	__u64 tstate;
+	__u64 want; /* the sampled thread's pthread_t */
+	__u32 found;
+	__u32 bad;
+};
+
 struct py_scratch {
 	struct py_state st;
+	struct py_search search;
 	__u64 native[MAX_USER_DEPTH];
 	__u8 frame[2 * PY_MAX_FRAME_READ]; /* a frame's bytes; offsets are masked below PY_MAX_FRAME_READ */
 };
@@ -66,21 +75,21 @@ struct {
 
 #if ARCH_TABLE_UNWIND
 
-struct py_thread_search {
+/* What the walk's callbacks need that only the stack can hold: pointers. */
+struct py_walk {
 	struct py_proc *proc;
-	__u64 tstate;
-	__u64 want; /* the sampled thread's pthread_t */
-	__u32 found;
-	__u32 bad;
+	struct py_scratch *s;
+	__u64 *out; /* the sample's user frames */
 };
 
 static long py_thread_step(__u32 i, void *ctx)
 {
-	struct py_thread_search *s = ctx;
+	struct py_walk *w = ctx;
+	struct py_search *s = &w->s->search;
 	__u64 id = 0;
 	if (!s->tstate)
 		return 1;
-	if (bpf_probe_read_user(&id, sizeof(id), (void *)(s->tstate + s->proc->tstate_thread_id))) {
+	if (bpf_probe_read_user(&id, sizeof(id), (void *)(s->tstate + w->proc->tstate_thread_id))) {
 		s->bad = 1;
 		return 1;
 	}
@@ -88,19 +97,12 @@ static long py_thread_step(__u32 i, void *ctx)
 		s->found = 1;
 		return 1;
 	}
-	if (bpf_probe_read_user(&s->tstate, sizeof(s->tstate), (void *)(s->tstate + s->proc->tstate_next))) {
+	if (bpf_probe_read_user(&s->tstate, sizeof(s->tstate), (void *)(s->tstate + w->proc->tstate_next))) {
 		s->bad = 1;
 		return 1;
 	}
 	return 0;
 }
-
-/* What the walk's callbacks need that only the stack can hold: pointers. */
-struct py_walk {
-	struct py_proc *proc;
-	struct py_scratch *s;
-	__u64 *out; /* the sample's user frames */
-};
 
 static __always_inline int py_in_eval(struct py_proc *p, __u64 pc)
 {
@@ -239,37 +241,42 @@ static long py_find_eval(__u32 i, void *ctx)
 
 /* py_current_frame returns the innermost frame of the thread state whose thread is the
  * sampled one, or 0. */
-static __always_inline __u64 py_current_frame(struct py_proc *p, __u32 tid, __u32 *end)
+static __always_inline __u64 py_current_frame(struct py_walk *w, __u32 tid, __u32 *end)
 {
-	struct py_thread_search s = {.proc = p, .want = ARCH_THREAD_POINTER(bpf_get_current_task_btf())};
+	struct py_proc *p = w->proc;
+	struct py_search *s = &w->s->search;
+	s->want = ARCH_THREAD_POINTER(bpf_get_current_task_btf());
+	s->found = 0;
+	s->bad = 0;
 	__u64 *cached = bpf_map_lookup_elem(&py_threads, &tid);
 	if (cached) {
 		__u64 id = 0;
-		if (!bpf_probe_read_user(&id, sizeof(id), (void *)(*cached + p->tstate_thread_id)) && id == s.want) {
-			s.tstate = *cached;
-			s.found = 1;
+		if (!bpf_probe_read_user(&id, sizeof(id), (void *)(*cached + p->tstate_thread_id)) && id == s->want) {
+			s->tstate = *cached;
+			s->found = 1;
 		}
 	}
-	if (!s.found) {
+	if (!s->found) {
 		__u64 interp = 0;
 		if (bpf_probe_read_user(&interp, sizeof(interp), (void *)(p->runtime + p->interp_head)) || !interp ||
-		    bpf_probe_read_user(&s.tstate, sizeof(s.tstate), (void *)(interp + p->threads_head))) {
+		    bpf_probe_read_user(&s->tstate, sizeof(s->tstate), (void *)(interp + p->threads_head))) {
 			*end = PY_BAD_READ;
 			return 0;
 		}
-		bpf_loop(PY_MAX_THREADS, py_thread_step, &s, 0);
-		if (s.bad) {
+		bpf_loop(PY_MAX_THREADS, py_thread_step, w, 0);
+		if (s->bad) {
 			*end = PY_BAD_READ;
 			return 0;
 		}
-		if (!s.found) {
+		if (!s->found) {
 			*end = PY_NO_THREAD;
 			return 0;
 		}
-		bpf_map_update_elem(&py_threads, &tid, &s.tstate, BPF_ANY);
+		__u64 tstate = s->tstate;
+		bpf_map_update_elem(&py_threads, &tid, &tstate, BPF_ANY);
 	}
 	__u64 frame = 0;
-	if (bpf_probe_read_user(&frame, sizeof(frame), (void *)(s.tstate + p->tstate_frame))) {
+	if (bpf_probe_read_user(&frame, sizeof(frame), (void *)(s->tstate + p->tstate_frame))) {
 		*end = PY_BAD_READ;
 		return 0;
 	}
@@ -313,7 +320,7 @@ __noinline int python_frames(struct sample_event *e, __u32 n, __u32 complete)
 		return n;
 	st->open = 0;
 	__u32 end = PY_COMPLETE;
-	st->frame = py_current_frame(p, e->tid, &end);
+	st->frame = py_current_frame(&w, e->tid, &end);
 	if (!st->frame) {
 		count(COUNTER_PYTHON_BASE + end);
 		return n;

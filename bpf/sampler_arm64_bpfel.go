@@ -163,6 +163,13 @@ type samplerPyScratch struct {
 		Tail    uint8
 		Pad     uint8
 	}
+	Search struct {
+		_      structs.HostLayout
+		Tstate uint64
+		Want   uint64
+		Found  uint32
+		Bad    uint32
+	}
 	Native [128]uint64
 	Frame  [256]uint8
 }
