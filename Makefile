@@ -39,7 +39,8 @@ FUZZ_TARGETS := ./unwind:FuzzRead:150000x ./symbolize:FuzzELFTable:150000x \
 	./symbolize/dwarf:FuzzTable:500000x ./symbolize/dwarf:FuzzLoad:250000x \
 	./symbolize/gopclntab:FuzzTable:2000x ./trace:FuzzParseMaps:100000x \
 	./internal/objfile:FuzzParseNotes:200000x ./internal/cgroup:FuzzParse:200000x \
-	./reporter/folded:FuzzRead:100000x ./reporter/otlp:FuzzDecode:100000x ./reporter/flame:FuzzSVGNames:20000x
+	./reporter/folded:FuzzRead:100000x ./reporter/otlp:FuzzDecode:100000x ./reporter/flame:FuzzSVGNames:20000x \
+	./interp/python:FuzzLines:200000x
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; rest=$${t#*:}; fn=$${rest%%:*}; budget=$(or $(FUZZTIME),$${rest#*:}); \

@@ -52,6 +52,8 @@ type Stats struct {
 	ChunkMisses      uint64
 	ChunkEvictions   uint64
 	ChunkCollisions  uint64
+	// ImagesRenewed counts images given a new space for a reused code object address.
+	ImagesRenewed uint64
 }
 
 // Aggregator counts samples per (process image, thread, stack) until Flush. It is safe for
@@ -159,7 +161,7 @@ func (a *Aggregator) aggregate(img *image, s RawSample) {
 	// addresses, whoever ran them.
 	var space uint64
 	if img != nil {
-		space = img.space
+		space = img.space.Load()
 	}
 	id := a.traceID(space, s.PID, s.TID, s.Comm, frames)
 	if sl := a.agg.find(id); sl != nil {
@@ -487,6 +489,21 @@ func (l *Location) key() locationKey {
 	return locationKey{addr: l.Address, mapping: l.Mapping, kind: l.Kind}
 }
 
+// RenewImage gives pid's image a new space for interning if space is still its own, so
+// that its stacks get locations of their own from now on: the interpreter it runs gave a
+// freed code object's address to another one, whose frames the old locations, named after
+// the old one, must not take. Safe from any goroutine.
+func (a *Aggregator) RenewImage(pid uint32, space uint64) {
+	a.procs.mu.Lock()
+	img := a.procs.images[pid]
+	a.procs.mu.Unlock()
+	if img != nil && img.space.CompareAndSwap(space, a.procs.spaces.Add(1)) {
+		a.mu.Lock()
+		a.stats.ImagesRenewed++
+		a.mu.Unlock()
+	}
+}
+
 // Stats returns the counters so far.
 func (a *Aggregator) Stats() Stats {
 	a.mu.Lock()
@@ -502,5 +519,5 @@ func (s Stats) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.Uint64("samples", s.Samples), slog.Int("chunks", s.Chunks), slog.Int("locations", s.Locations),
 		slog.Uint64("chunk_hits", s.ChunkHits), slog.Uint64("chunk_misses", s.ChunkMisses), slog.Uint64("chunk_evictions", s.ChunkEvictions),
-		slog.Uint64("unresolved_frames", s.UnresolvedFrames))
+		slog.Uint64("unresolved_frames", s.UnresolvedFrames), slog.Uint64("images_renewed", s.ImagesRenewed))
 }

@@ -151,7 +151,11 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 				log.Info("python interpreter whose frames sonde cannot walk; its stacks show the interpreter's", "file", path, "err", err)
 			},
 		})
-		p.pyNamer = python.NewNamer(python.NamerConfig{Images: p.python})
+		p.pyNamer = python.NewNamer(python.NamerConfig{
+			Images: p.python,
+			// The aggregator exists before the namer runs.
+			OnReuse: func(pid uint32, image uint64) { p.agg.RenewImage(pid, image) },
+		})
 		observer = trace.MappingObservers{p.tables, p.python}
 	}
 	if p.watcher, err = newWatcher(cfg, log); err != nil {

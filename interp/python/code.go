@@ -14,7 +14,12 @@ type Code struct {
 	File      string // co_filename
 	FirstLine int
 	lines     []lineRange
+	// print tells this code object from another at the same address: its first line and
+	// the addresses of its names and line table, which another function's would not share.
+	print fingerprint
 }
+
+type fingerprint [5]uint64
 
 // Line returns the source line of the instruction offset bytes into the bytecode, or
 // the function's first line when the table has none for it.
@@ -68,7 +73,7 @@ func (img *Image) ReadCode(m Memory, addr uint64) (*Code, error) {
 	if u64(obType) != img.codeType {
 		return nil, fmt.Errorf("object at %#x: %w", addr, errNotCode)
 	}
-	c := &Code{}
+	c := &Code{print: img.fingerprint(head[:])}
 	if l.CodeFirstLine >= 0 && l.CodeFirstLine+4 <= len(head) {
 		c.FirstLine = int(int32(binary.LittleEndian.Uint32(head[l.CodeFirstLine:])))
 	}
@@ -91,6 +96,34 @@ func (img *Image) ReadCode(m Memory, addr uint64) (*Code, error) {
 	return c, nil
 }
 
+// fingerprint reads a code object's fingerprint from its head.
+func (img *Image) fingerprint(head []byte) fingerprint {
+	l := &img.Layout
+	var f fingerprint
+	for i, off := range []int{l.CodeFirstLine, l.CodeName, l.CodeQualname, l.CodeFilename, l.CodeLineTable} {
+		if off >= 0 && off+8 <= len(head) {
+			f[i] = binary.LittleEndian.Uint64(head[off:])
+		}
+	}
+	if l.CodeFirstLine >= 0 && l.CodeFirstLine+4 <= len(head) {
+		f[0] = uint64(binary.LittleEndian.Uint32(head[l.CodeFirstLine:]))
+	}
+	return f
+}
+
+// readFingerprint reads the fingerprint of the code object at addr, a cheap check that it
+// is still the one read before.
+func (img *Image) readFingerprint(m Memory, addr uint64) (fingerprint, error) {
+	var head [codeHeadSize]byte
+	if err := m.ReadAt(head[:], addr); err != nil {
+		return fingerprint{}, err
+	}
+	if binary.LittleEndian.Uint64(head[obType:]) != img.codeType {
+		return fingerprint{}, errNotCode
+	}
+	return img.fingerprint(head[:]), nil
+}
+
 // readString reads a str object: a compact one (what the compiler makes of names and
 // file names), ASCII, Latin-1, UCS-2 or UCS-4.
 func (img *Image) readString(m Memory, addr uint64) (string, error) {
@@ -99,7 +132,8 @@ func (img *Image) readString(m Memory, addr uint64) (string, error) {
 	if l.CompactSize > len(head) || l.ASCIISize > len(head) {
 		return "", errors.New("string layout out of range")
 	}
-	if err := m.ReadAt(head[:l.CompactSize], addr); err != nil {
+	// The ASCII header holds all that is read: a str no longer than it ends there.
+	if err := m.ReadAt(head[:l.ASCIISize], addr); err != nil {
 		return "", err
 	}
 	if binary.LittleEndian.Uint64(head[obType:]) != img.strType {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/elastic/go-freelru"
 
@@ -20,12 +21,23 @@ type NamerConfig struct {
 	MaxCodes int
 	// MaxPending bounds the code objects waiting to be read; 0 means DefaultMaxPending.
 	MaxPending int
+	// Recheck is how long a code object is trusted before it is checked again, when next
+	// seen, for another object at its address; 0 means DefaultRecheck.
+	Recheck time.Duration
+	// OnReuse hears that an image's interpreter gave a code object's address to another
+	// code object: the aggregator's RenewImage, so that the old locations keep their name
+	// and new ones are made for what runs now.
+	OnReuse func(pid uint32, image uint64)
+	// now is time.Now; tests replace it.
+	now func() time.Time
 }
 
 // Defaults of NamerConfig.
 const (
 	DefaultMaxCodes   = 1 << 16
 	DefaultMaxPending = 4096
+	// DefaultRecheck: about once an interval, each code object still running is checked.
+	DefaultRecheck = 5 * time.Second
 )
 
 // NamerStats counts what a Namer did.
@@ -36,13 +48,16 @@ type NamerStats struct {
 	Named       uint64 // locations named
 	Unnamed     uint64 // locations left unnamed
 	UnnamedGone uint64 // of which the process had exited before its code object was read
+	Rechecks    uint64 // code objects checked again for a reused address
+	Reused      uint64 // addresses found holding another code object than the one named
 	CachedCodes int
 }
 
 func (s NamerStats) LogValue() slog.Value {
 	return slog.GroupValue(slog.Uint64("codes_read", s.CodesRead), slog.Uint64("read_errors", s.ReadErrors),
 		slog.Uint64("dropped", s.Dropped), slog.Uint64("named", s.Named), slog.Uint64("unnamed", s.Unnamed),
-		slog.Uint64("unnamed_process_gone", s.UnnamedGone), slog.Int("cached_codes", s.CachedCodes))
+		slog.Uint64("unnamed_process_gone", s.UnnamedGone), slog.Uint64("rechecks", s.Rechecks), slog.Uint64("reused", s.Reused),
+		slog.Int("cached_codes", s.CachedCodes))
 }
 
 // codeKey is a code object of an image: an address means something in one exec of one
@@ -52,8 +67,15 @@ type codeKey struct {
 }
 
 type pendingCode struct {
-	pid uint32
-	key codeKey
+	pid   uint32
+	key   codeKey
+	check *cachedCode // a recheck of this entry; nil: a first read
+}
+
+// cachedCode is a code object as read, or nil code when it could not be.
+type cachedCode struct {
+	code    *Code
+	checked time.Time
 }
 
 // Namer names CPython frames. Code objects are read as soon as a stack holding them is
@@ -63,7 +85,7 @@ type pendingCode struct {
 type Namer struct {
 	cfg    NamerConfig
 	mu     sync.Mutex
-	codes  *freelru.LRU[codeKey, *Code] // nil *Code: the read failed
+	codes  *freelru.LRU[codeKey, *cachedCode]
 	queue  []pendingCode
 	queued map[codeKey]bool
 	wake   chan struct{}
@@ -81,27 +103,41 @@ func NewNamer(cfg NamerConfig) *Namer {
 	if cfg.MaxPending <= 0 {
 		cfg.MaxPending = DefaultMaxPending
 	}
-	codes, _ := freelru.New[codeKey, *Code](uint32(cfg.MaxCodes), func(k codeKey) uint32 {
+	if cfg.Recheck <= 0 {
+		cfg.Recheck = DefaultRecheck
+	}
+	if cfg.now == nil {
+		cfg.now = time.Now
+	}
+	codes, _ := freelru.New[codeKey, *cachedCode](uint32(cfg.MaxCodes), func(k codeKey) uint32 {
 		h := k.code>>4 ^ k.image*0x9e3779b97f4a7c15
 		return uint32(h ^ h>>32)
 	})
 	return &Namer{cfg: cfg, codes: codes, queued: map[codeKey]bool{}, wake: make(chan struct{}, 1)}
 }
 
-// SeenCode queues a code object to be read, unless it is known or queued already.
+// SeenCode queues a code object to be read, unless it is known or queued already; one
+// read long enough ago is queued to be checked again.
 func (n *Namer) SeenCode(pid uint32, image, code uint64) {
 	k := codeKey{image: image, code: code}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.queued[k] || n.codes.Contains(k) {
+	if n.queued[k] {
 		return
+	}
+	var check *cachedCode
+	if c, ok := n.codes.Peek(k); ok {
+		if c.code == nil || n.cfg.now().Sub(c.checked) < n.cfg.Recheck {
+			return
+		}
+		check = c
 	}
 	if len(n.queue) >= n.cfg.MaxPending {
 		n.stats.Dropped++
 		return
 	}
 	n.queued[k] = true
-	n.queue = append(n.queue, pendingCode{pid: pid, key: k})
+	n.queue = append(n.queue, pendingCode{pid: pid, key: k, check: check})
 	select {
 	case n.wake <- struct{}{}:
 	default:
@@ -116,9 +152,13 @@ func (n *Namer) Run(ctx context.Context) error {
 		n.queue = nil
 		n.mu.Unlock()
 		for _, p := range batch {
+			if p.check != nil {
+				n.recheck(p)
+				continue
+			}
 			c := n.read(p.pid, p.key.code)
 			n.mu.Lock()
-			n.codes.Add(p.key, c)
+			n.codes.Add(p.key, &cachedCode{code: c, checked: n.cfg.now()})
 			delete(n.queued, p.key)
 			n.mu.Unlock()
 		}
@@ -130,6 +170,36 @@ func (n *Namer) Run(ctx context.Context) error {
 			return nil
 		case <-n.wake:
 		}
+	}
+}
+
+// recheck checks that a code object is still the one named: if another took its address,
+// the image is renewed and the new one named afresh.
+func (n *Namer) recheck(p pendingCode) {
+	defer func() {
+		n.mu.Lock()
+		delete(n.queued, p.key)
+		n.mu.Unlock()
+	}()
+	img := n.cfg.Images.Image(p.pid)
+	if img == nil {
+		return
+	}
+	print, err := img.readFingerprint(n.cfg.Memory(p.pid), p.key.code)
+	n.count(func(s *NamerStats) { s.Rechecks++ })
+	if err == nil && print == p.check.code.print {
+		n.mu.Lock()
+		p.check.checked = n.cfg.now()
+		n.mu.Unlock()
+		return
+	}
+	// Another object, or none any more: what runs there now is read when next named.
+	n.mu.Lock()
+	n.codes.Remove(p.key)
+	n.stats.Reused++
+	n.mu.Unlock()
+	if n.cfg.OnReuse != nil {
+		n.cfg.OnReuse(p.pid, p.key.image)
 	}
 }
 
@@ -162,14 +232,15 @@ func (n *Namer) Name(loc *trace.Location) ([]trace.Line, bool) {
 	}
 	k := codeKey{image: f.Image, code: f.Code}
 	n.mu.Lock()
-	c, ok := n.codes.Get(k)
+	cached, ok := n.codes.Get(k)
 	n.mu.Unlock()
 	if !ok {
-		c = n.read(f.PID, f.Code)
+		cached = &cachedCode{code: n.read(f.PID, f.Code), checked: n.cfg.now()}
 		n.mu.Lock()
-		n.codes.Add(k, c)
+		n.codes.Add(k, cached)
 		n.mu.Unlock()
 	}
+	c := cached.code
 	if c == nil {
 		n.count(func(s *NamerStats) {
 			s.Unnamed++
