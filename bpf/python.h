@@ -177,6 +177,13 @@ static __always_inline long py_step(struct py_walk *w)
 		st->end = PY_INVALID;
 		return 1;
 	}
+	if (code == p->skip_code) {
+		/* A shim the interpreter runs between two frames (3.13's __init__ cleanup):
+		 * nothing anyone wrote. */
+		if (last && !st->tail)
+			py_close(w);
+		return 0;
+	}
 	__u64 units = 0;
 	if (p->model == PY_MODEL_FRAME_OBJECT) {
 		__s32 lasti = 0;

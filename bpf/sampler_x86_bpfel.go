@@ -130,6 +130,7 @@ type samplerPyProc struct {
 	EvalEnd        uint64
 	ColdStart      uint64
 	ColdEnd        uint64
+	SkipCode       uint64
 	Model          uint32
 	InterpHead     uint16
 	ThreadsHead    uint16

@@ -154,6 +154,7 @@ struct py_proc {
 	__u64 runtime;                /* &_PyRuntime */
 	__u64 eval_start, eval_end;   /* _PyEval_EvalFrameDefault */
 	__u64 cold_start, cold_end;   /* its .cold part split out by the compiler, or 0, 0 */
+	__u64 skip_code;              /* a shim's code object, whose frames are not shown; 0: none known */
 	__u32 model;                  /* enum py_frame_model */
 	__u16 interp_head;            /* _PyRuntime: interpreters.head */
 	__u16 threads_head;           /* PyInterpreterState: the first thread state */

@@ -155,6 +155,7 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 			Images: p.python,
 			// The aggregator exists before the namer runs.
 			OnReuse: func(pid uint32, image uint64) { p.agg.RenewImage(pid, image) },
+			OnShim:  p.python.SkipCode,
 		})
 		observer = trace.MappingObservers{p.tables, p.python}
 	}

@@ -16,6 +16,7 @@ func (k kernelPython) SetPython(pid uint32, st *python.KernelState) error {
 		EvalEnd:        st.Eval[1],
 		ColdStart:      st.EvalCold[0],
 		ColdEnd:        st.EvalCold[1],
+		SkipCode:       st.SkipCode,
 		Model:          st.Model,
 		InterpHead:     st.InterpretersHead,
 		ThreadsHead:    st.ThreadsHead,

@@ -221,6 +221,26 @@ func TestPythonStacks(t *testing.T) {
 					t.Errorf("want one thread with a_inner <- a_outer and one with b_inner <- b_outer: %v", byThread)
 				}
 			})
+			t.Run("init", func(t *testing.T) {
+				// 3.13 runs a shim between the instantiation and __init__: left out. Code
+				// objects have qualified names since 3.11 only.
+				init := "K.__init__"
+				if strings.HasPrefix(py.Version, "3.9.") || strings.HasPrefix(py.Version, "3.10.") {
+					init = "__init__"
+				}
+				var n, direct int64
+				for _, s := range profilePython(t, py, "init") {
+					n += s.Count
+					if startsWith(pythonFrames(s), init, "make", "main") {
+						direct += s.Count
+					}
+				}
+				share := float64(direct) / float64(n)
+				t.Logf("%.3f of %d samples show %s <- make <- main", share, n, init)
+				if share < 0.9 {
+					t.Errorf("%.3f of %d samples show %s <- make <- main, want 0.9", share, n, init)
+				}
+			})
 			t.Run("gen", func(t *testing.T) {
 				var gen, coro int64
 				for _, s := range profilePython(t, py, "gen") {

@@ -49,6 +49,7 @@ type Image struct {
 	byteType uint64
 	bias     uint64 // where the tracker placed it, and for which exec
 	execID   uint64
+	state    KernelState // what the tracker told the kernel
 }
 
 // NewImage places an interpreter at a load bias (runtime address - ELF address).

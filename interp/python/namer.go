@@ -28,6 +28,9 @@ type NamerConfig struct {
 	// code object: the aggregator's RenewImage, so that the old locations keep their name
 	// and new ones are made for what runs now.
 	OnReuse func(pid uint32, image uint64)
+	// OnShim hears of a shim code object, which no one wrote (its first line is 0): the
+	// Tracker's SkipCode, so that the kernel leaves its frames out.
+	OnShim func(pid uint32, code uint64)
 	// now is time.Now; tests replace it.
 	now func() time.Time
 }
@@ -219,6 +222,9 @@ func (n *Namer) read(pid uint32, code uint64) *Code {
 	})
 	if err != nil {
 		return nil
+	}
+	if c.FirstLine == 0 && img.Version.AtLeast(12) && n.cfg.OnShim != nil {
+		n.cfg.OnShim(pid, code)
 	}
 	return c
 }

@@ -15,6 +15,7 @@ type KernelState struct {
 	ExecID                        uint64
 	Runtime                       uint64
 	Eval, EvalCold                [2]uint64
+	SkipCode                      uint64 // a shim's code object, whose frames are left out
 	Model                         uint32 // 1: frame objects (3.9, 3.10), 2: is_entry (3.11), 3: shim frames (3.12+)
 	InterpretersHead, ThreadsHead uint16
 	ThreadNext, ThreadID          uint16
@@ -171,12 +172,16 @@ func (t *Tracker) ProcessMappings(pid uint32, execID uint64, mappings []*trace.M
 			continue
 		}
 		t.mu.Lock()
-		if old := t.procs[pid]; old != nil && old.bias == bias && old.execID == execID {
+		old := t.procs[pid]
+		if old != nil && old.bias == bias && old.execID == execID {
 			t.mu.Unlock()
 			return // told already
 		}
+		if old != nil && old.execID == execID {
+			state.SkipCode = old.state.SkipCode // the same interpreter's shim
+		}
 		img := NewImage(in, bias)
-		img.bias, img.execID = bias, execID
+		img.bias, img.execID, img.state = bias, execID, *state
 		t.procs[pid] = img
 		t.stats.Processes = len(t.procs)
 		t.mu.Unlock()
@@ -186,6 +191,27 @@ func (t *Tracker) ProcessMappings(pid uint32, execID uint64, mappings []*trace.M
 		return
 	}
 	t.forget(pid)
+}
+
+// SkipCode tells the kernel to leave out the frames of a shim code object of a process's
+// interpreter: 3.13 runs one between a class's instantiation and its __init__, named
+// "__init__" at line 0, where CPython's own tracebacks show nothing.
+func (t *Tracker) SkipCode(pid uint32, code uint64) {
+	t.mu.Lock()
+	img := t.procs[pid]
+	if img == nil || img.state.SkipCode == code {
+		t.mu.Unlock()
+		return
+	}
+	// A new image, not the one the namer reads through: Images are not changed once shared.
+	next := *img
+	next.state.SkipCode = code
+	t.procs[pid] = &next
+	state := next.state
+	t.mu.Unlock()
+	if err := t.cfg.Kernel.SetPython(pid, &state); err != nil {
+		t.count(func(s *TrackerStats) { s.KernelErrors++ })
+	}
 }
 
 // ProcessGone forgets a process.

@@ -3,6 +3,7 @@
 #   zlib     main -> outer -> compress_it -> zlib.compress: native code under a Python frame
 #   threads  two threading threads, each with a chain of its own: a_outer -> a_inner and
 #            b_outer -> b_inner; the main thread waits
+#   init     main -> make -> K.__init__, a class instantiated from Python
 #   gen      main -> consume_until -> a generator gen_outer delegating to gen_inner, and an
 #            asyncio coroutine chain coro_main -> coro_outer -> coro_inner
 # Each runs until SECONDS pass.
@@ -94,6 +95,18 @@ async def coro_main(until):
         await asyncio.sleep(0)
 
 
+class K:
+    def __init__(self, n):
+        s = 0
+        for i in range(n):
+            s += i
+        self.s = s
+
+
+def make():
+    return K(20000)
+
+
 def main():
     mode = sys.argv[1]
     if mode == "pure":
@@ -108,6 +121,9 @@ def main():
             t.start()
         for t in ts:
             t.join()
+    elif mode == "init":
+        while time.time() < END:
+            make()
     elif mode == "gen":
         import asyncio
         # A third of a second each, so any few seconds of profile see both.
