@@ -7,9 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"net/url"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -154,9 +154,9 @@ type image struct {
 	// space identifies the image for chunk interning; renewed when the interpreter it
 	// runs reused a code object's address (Aggregator.RenewImage).
 	space atomic.Uint64
-	proc   atomic.Pointer[Process]
-	maps   atomic.Pointer[snapshot] // the latest reading; nil until read
-	comm   string                   // the thread name it was first seen with
+	proc  atomic.Pointer[Process]
+	maps  atomic.Pointer[snapshot] // the latest reading; nil until read
+	comm  string                   // the thread name it was first seen with
 
 	exited    atomic.Bool
 	forgotten atomic.Bool // no longer tracked: samples of pid start a new image
