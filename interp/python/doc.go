@@ -14,9 +14,10 @@
 // with process_vm_readv, as soon as they are first seen rather than when the interval is
 // flushed, so that short-lived processes are named too: qualified name, file, first line
 // and line table, decoded per version (3.9's lnotab, 3.10's line table, 3.11's location
-// table). Code objects are cached per image and address, and checked again when seen in a
-// later interval: an address a freed code object left to another one starts a new
-// generation of the image's Python frames instead of keeping the old name.
+// table). Code objects are cached per image (one exec of a process) and address, and
+// checked again when a stack shows them after a recheck period (about an interval): an
+// address a freed code object left to another renews the image's interning space in the
+// aggregator, so that its frames get new locations and the old ones keep the old name.
 //
 // Everything read from a process is hostile: lengths are bounded, objects must have the
 // interpreter's code and string types, and a failed or nonsensical read leaves the frame
