@@ -125,6 +125,11 @@ const enum fp_rule *unused_fp_rule __attribute__((unused));
 const enum go_func *unused_go_func __attribute__((unused));
 const struct go_runtime *unused_go_runtime __attribute__((unused));
 const struct process_event *unused_process_event __attribute__((unused));
+const struct py_proc *unused_py_proc __attribute__((unused));
+const enum py_end *unused_py_end __attribute__((unused));
+const enum py_frame_encoding *unused_py_frame_encoding __attribute__((unused));
+const enum py_frame_model *unused_py_frame_model __attribute__((unused));
+const enum py_limits *unused_py_limits __attribute__((unused));
 
 static __always_inline void count(__u32 which)
 {
@@ -198,6 +203,7 @@ static __always_inline struct unwind_row *walker_row(void *table, __u32 i)
 
 #include "unwinder.h"
 #endif
+#include "python.h"
 
 /* unwind_user walks the user stack from the registers the task entered the kernel with.
  * It returns whether the process's unwinder mappings were usable, so that the first sample
@@ -224,6 +230,9 @@ static __always_inline int unwind_user(struct sample_event *e, struct task_struc
 	__u64 tls = ARCH_THREAD_POINTER(task);
 	__u32 end = UNWIND_INVALID;
 	__u32 n = walk_user((struct user_frames *)e->frames, proc, ARCH_PC(&regs), ARCH_SP(&regs), ARCH_FP(&regs), pt_regs, tls, &end);
+	/* A walk that reached the outermost frame, by tables or by frame pointer, leaves no
+	 * Python frames over to put at the root. */
+	n = python_frames(e, n, end == UNWIND_COMPLETE || end == UNWIND_COMPLETE_FP);
 	e->user_len = n * sizeof(__u64);
 	e->unwind_end = end;
 	return proc != NULL;
@@ -333,6 +342,7 @@ static __always_inline int emit_process_event(__u32 kind)
 	/* The old image's mappings are wrong from here on, whatever user space has queued. */
 	bpf_map_delete_elem(&proc_maps, &tgid);
 	tracectx_forget(tgid);
+	bpf_map_delete_elem(&py_procs, &tgid);
 	if (kind == EVENT_EXEC)
 		bpf_map_update_elem(&exec_ids, &tgid, &exec_id, BPF_ANY);
 	else

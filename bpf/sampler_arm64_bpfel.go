@@ -41,7 +41,8 @@ const (
 	samplerCounterCOUNTER_PROCESS_EVENTS   samplerCounter = 4
 	samplerCounterCOUNTER_STALE_MAPPINGS   samplerCounter = 5
 	samplerCounterCOUNTER_UNWIND_BASE      samplerCounter = 6
-	samplerCounterCOUNTER_MAX              samplerCounter = 20
+	samplerCounterCOUNTER_PYTHON_BASE      samplerCounter = 20
+	samplerCounterCOUNTER_MAX              samplerCounter = 25
 )
 
 type samplerCtxSource uint32
@@ -134,6 +135,99 @@ type samplerProcessEvent struct {
 	Pid     uint32
 	KtimeNs uint64
 	ExecId  uint64
+}
+
+type samplerPyEnd uint32
+
+const (
+	samplerPyEndPY_COMPLETE  samplerPyEnd = 0
+	samplerPyEndPY_NO_THREAD samplerPyEnd = 1
+	samplerPyEndPY_BAD_READ  samplerPyEnd = 2
+	samplerPyEndPY_TRUNCATED samplerPyEnd = 3
+	samplerPyEndPY_INVALID   samplerPyEnd = 4
+	samplerPyEndPY_END_MAX   samplerPyEnd = 5
+)
+
+type samplerPyFrameEncoding uint32
+
+const (
+	samplerPyFrameEncodingPY_FRAME_TAG_SHIFT  samplerPyFrameEncoding = 62
+	samplerPyFrameEncodingPY_FRAME_TAG        samplerPyFrameEncoding = 1
+	samplerPyFrameEncodingPY_CODE_ALIGN_SHIFT samplerPyFrameEncoding = 4
+	samplerPyFrameEncodingPY_OFFSET_BITS      samplerPyFrameEncoding = 19
+	samplerPyFrameEncodingPY_OFFSET_MASK      samplerPyFrameEncoding = 524287
+)
+
+type samplerPyFrameModel uint32
+
+const (
+	samplerPyFrameModelPY_MODEL_NONE         samplerPyFrameModel = 0
+	samplerPyFrameModelPY_MODEL_FRAME_OBJECT samplerPyFrameModel = 1
+	samplerPyFrameModelPY_MODEL_ENTRY_FLAG   samplerPyFrameModel = 2
+	samplerPyFrameModelPY_MODEL_SHIM_FRAME   samplerPyFrameModel = 3
+	samplerPyFrameModelPY_MODEL_MAX          samplerPyFrameModel = 4
+)
+
+type samplerPyLimits uint32
+
+const (
+	samplerPyLimitsPY_NO_OFFSET      samplerPyLimits = 65535
+	samplerPyLimitsPY_MAX_FRAME_READ samplerPyLimits = 128
+	samplerPyLimitsPY_MAX_THREADS    samplerPyLimits = 512
+	samplerPyLimitsPY_MAX_FRAMES     samplerPyLimits = 192
+)
+
+type samplerPyProc struct {
+	_              structs.HostLayout
+	ExecId         uint64
+	Runtime        uint64
+	EvalStart      uint64
+	EvalEnd        uint64
+	ColdStart      uint64
+	ColdEnd        uint64
+	SkipCode       uint64
+	Model          uint32
+	InterpHead     uint16
+	ThreadsHead    uint16
+	TstateNext     uint16
+	TstateThreadId uint16
+	TstateFrame    uint16
+	CframeFrame    uint16
+	FramePrevious  uint16
+	FrameCode      uint16
+	FrameInstr     uint16
+	FrameOwner     uint16
+	FrameIsEntry   uint16
+	FrameSize      uint16
+	CodeAdaptive   uint16
+	LastiBytes     uint16
+}
+
+type samplerPyScratch struct {
+	_  structs.HostLayout
+	St struct {
+		_       structs.HostLayout
+		Frame   uint64
+		EvalPc  uint64
+		In      uint32
+		N_in    uint32
+		N_out   uint32
+		Walked  uint32
+		End     uint32
+		Open    uint8
+		Emitted uint8
+		Tail    uint8
+		Pad     uint8
+	}
+	Search struct {
+		_      structs.HostLayout
+		Tstate uint64
+		Want   uint64
+		Found  uint32
+		Bad    uint32
+	}
+	Native [256]uint64
+	Frame  [256]uint8
 }
 
 type samplerSampleEvent struct {
@@ -247,6 +341,9 @@ const (
 	samplerMapExecIds               = "exec_ids"
 	samplerMapGoRuntimes            = "go_runtimes"
 	samplerMapProcMaps              = "proc_maps"
+	samplerMapPyProcs               = "py_procs"
+	samplerMapPyScratchMap          = "py_scratch_map"
+	samplerMapPyThreads             = "py_threads"
 	samplerMapScratch               = "scratch"
 	samplerMapTargetCgroups         = "target_cgroups"
 	samplerMapTargetPids            = "target_pids"
@@ -275,6 +372,11 @@ const (
 	samplerVarUnusedGoRuntime       = "unused_go_runtime"
 	samplerVarUnusedProcInfo        = "unused_proc_info"
 	samplerVarUnusedProcessEvent    = "unused_process_event"
+	samplerVarUnusedPyEnd           = "unused_py_end"
+	samplerVarUnusedPyFrameEncoding = "unused_py_frame_encoding"
+	samplerVarUnusedPyFrameModel    = "unused_py_frame_model"
+	samplerVarUnusedPyLimits        = "unused_py_limits"
+	samplerVarUnusedPyProc          = "unused_py_proc"
 	samplerVarUnusedSampleEvent     = "unused_sample_event"
 	samplerVarUnusedTlsModel        = "unused_tls_model"
 	samplerVarUnusedTracectxCounter = "unused_tracectx_counter"
@@ -341,6 +443,9 @@ type samplerMapSpecs struct {
 	ExecIds          *ebpf.MapSpec `ebpf:"exec_ids"`
 	GoRuntimes       *ebpf.MapSpec `ebpf:"go_runtimes"`
 	ProcMaps         *ebpf.MapSpec `ebpf:"proc_maps"`
+	PyProcs          *ebpf.MapSpec `ebpf:"py_procs"`
+	PyScratchMap     *ebpf.MapSpec `ebpf:"py_scratch_map"`
+	PyThreads        *ebpf.MapSpec `ebpf:"py_threads"`
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
 	TargetCgroups    *ebpf.MapSpec `ebpf:"target_cgroups"`
 	TargetPids       *ebpf.MapSpec `ebpf:"target_pids"`
@@ -371,6 +476,11 @@ type samplerVariableSpecs struct {
 	UnusedGoRuntime       *ebpf.VariableSpec `ebpf:"unused_go_runtime"`
 	UnusedProcInfo        *ebpf.VariableSpec `ebpf:"unused_proc_info"`
 	UnusedProcessEvent    *ebpf.VariableSpec `ebpf:"unused_process_event"`
+	UnusedPyEnd           *ebpf.VariableSpec `ebpf:"unused_py_end"`
+	UnusedPyFrameEncoding *ebpf.VariableSpec `ebpf:"unused_py_frame_encoding"`
+	UnusedPyFrameModel    *ebpf.VariableSpec `ebpf:"unused_py_frame_model"`
+	UnusedPyLimits        *ebpf.VariableSpec `ebpf:"unused_py_limits"`
+	UnusedPyProc          *ebpf.VariableSpec `ebpf:"unused_py_proc"`
 	UnusedSampleEvent     *ebpf.VariableSpec `ebpf:"unused_sample_event"`
 	UnusedTlsModel        *ebpf.VariableSpec `ebpf:"unused_tls_model"`
 	UnusedTracectxCounter *ebpf.VariableSpec `ebpf:"unused_tracectx_counter"`
@@ -405,6 +515,9 @@ type samplerMaps struct {
 	ExecIds          *ebpf.Map `ebpf:"exec_ids"`
 	GoRuntimes       *ebpf.Map `ebpf:"go_runtimes"`
 	ProcMaps         *ebpf.Map `ebpf:"proc_maps"`
+	PyProcs          *ebpf.Map `ebpf:"py_procs"`
+	PyScratchMap     *ebpf.Map `ebpf:"py_scratch_map"`
+	PyThreads        *ebpf.Map `ebpf:"py_threads"`
 	Scratch          *ebpf.Map `ebpf:"scratch"`
 	TargetCgroups    *ebpf.Map `ebpf:"target_cgroups"`
 	TargetPids       *ebpf.Map `ebpf:"target_pids"`
@@ -421,6 +534,9 @@ func (m *samplerMaps) Close() error {
 		m.ExecIds,
 		m.GoRuntimes,
 		m.ProcMaps,
+		m.PyProcs,
+		m.PyScratchMap,
+		m.PyThreads,
 		m.Scratch,
 		m.TargetCgroups,
 		m.TargetPids,
@@ -452,6 +568,11 @@ type samplerVariables struct {
 	UnusedGoRuntime       *ebpf.Variable `ebpf:"unused_go_runtime"`
 	UnusedProcInfo        *ebpf.Variable `ebpf:"unused_proc_info"`
 	UnusedProcessEvent    *ebpf.Variable `ebpf:"unused_process_event"`
+	UnusedPyEnd           *ebpf.Variable `ebpf:"unused_py_end"`
+	UnusedPyFrameEncoding *ebpf.Variable `ebpf:"unused_py_frame_encoding"`
+	UnusedPyFrameModel    *ebpf.Variable `ebpf:"unused_py_frame_model"`
+	UnusedPyLimits        *ebpf.Variable `ebpf:"unused_py_limits"`
+	UnusedPyProc          *ebpf.Variable `ebpf:"unused_py_proc"`
 	UnusedSampleEvent     *ebpf.Variable `ebpf:"unused_sample_event"`
 	UnusedTlsModel        *ebpf.Variable `ebpf:"unused_tls_model"`
 	UnusedTracectxCounter *ebpf.Variable `ebpf:"unused_tracectx_counter"`

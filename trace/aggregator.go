@@ -38,6 +38,8 @@ type Config struct {
 	Kernel *Mapping
 	// KeepTimestamps records each sample's time, not only counts.
 	KeepTimestamps bool
+	// Interp, when set, hears of interpreted frames in each stack new to an interval.
+	Interp InterpObserver
 	// ChunkSize and ChunkCapacity tune the interning of stack chunks: frames per chunk and
 	// chunks kept in the hash-LRU; zero means DefaultChunkSize and DefaultChunkCapacity.
 	ChunkSize, ChunkCapacity int
@@ -58,6 +60,8 @@ type Stats struct {
 	// contexts that were invalid, oversized or torn, which count without one.
 	Linked        uint64
 	ContextErrors uint64
+	// ImagesRenewed counts images given a new space for a reused code object address.
+	ImagesRenewed uint64
 }
 
 // Aggregator counts samples per (process image, thread, stack) until Flush. It is safe for
@@ -167,7 +171,7 @@ func (a *Aggregator) aggregate(img *image, s RawSample) {
 	// addresses, whoever ran them.
 	var space uint64
 	if img != nil {
-		space = img.space
+		space = img.space.Load()
 	}
 	id := a.traceID(space, s.PID, s.TID, s.Comm, frames)
 	if len(s.Context) > 0 {
@@ -190,6 +194,13 @@ func (a *Aggregator) aggregate(img *image, s RawSample) {
 	// address no mapping covers asks for a new reading, which the flush resolves against.
 	if img != nil && a.hasUnknownAddress(img, s.User) {
 		a.procs.reread(img)
+	}
+	if a.cfg.Interp != nil && img != nil {
+		for _, v := range s.User {
+			if code, _, ok := PythonFrame(v); ok {
+				a.cfg.Interp.SeenCode(s.PID, space, code)
+			}
+		}
 	}
 	a.bounds = chunkBounds(len(frames), a.chunks.size, a.bounds)
 	e := &entry{img: img, pid: s.PID, tid: s.TID, comm: strings.ToValidUTF8(s.Comm, "\uFFFD"), chunks: make([]*chunk, len(a.bounds))}
@@ -294,7 +305,7 @@ func (a *Aggregator) hasUnknownAddress(img *image, addrs []uint64) bool {
 		return false // its first reading is on its way
 	}
 	for _, addr := range addrs {
-		if snap.find(addr) == nil {
+		if _, _, py := PythonFrame(addr); !py && snap.find(addr) == nil {
 			return true
 		}
 	}
@@ -351,7 +362,21 @@ func (a *Aggregator) resolve(p *Profile, ch *chunk, img *image) []*Location {
 		}
 		ch.unresolved, ch.resolvedWith = 0, snap
 		for i, addr := range ch.frames {
-			if l := ch.locs[i]; l != nil && (l.Kind == FrameKernel || l.Mapping != nil) {
+			if l := ch.locs[i]; l != nil && (l.Kind == FrameKernel || l.Kind == FramePython || l.Mapping != nil) {
+				continue
+			}
+			if code, off, ok := PythonFrame(addr); ok {
+				// A code object's address means something in its image only.
+				var pid uint32
+				if img != nil {
+					pid = img.pid
+				}
+				k := locationKey{addr: addr, kind: FramePython, space: ch.space}
+				ch.locs[i] = a.location(k, ch.cached)
+				if ch.locs[i].Interp == nil {
+					ch.locs[i].Address = code
+					ch.locs[i].Interp = &InterpFrame{PID: pid, Image: ch.space, Code: code, Offset: off, raw: addr}
+				}
 				continue
 			}
 			kind, m := FrameKernel, a.cfg.Kernel
@@ -409,7 +434,7 @@ func (a *Aggregator) location(k locationKey, cached bool) *Location {
 // drop releases one cached chunk's reference to a location.
 func (a *Aggregator) drop(l *Location) {
 	if l.refs--; l.refs == 0 {
-		a.unheld = append(a.unheld, locationKey{addr: l.Address, mapping: l.Mapping, kind: l.Kind})
+		a.unheld = append(a.unheld, l.key())
 	}
 }
 
@@ -477,6 +502,30 @@ type locationKey struct {
 	addr    uint64
 	mapping *Mapping
 	kind    FrameKind
+	space   uint64 // interpreted frames: the image their code belongs to
+}
+
+// key is the key the location was made for.
+func (l *Location) key() locationKey {
+	if l.Interp != nil {
+		return locationKey{addr: l.Interp.raw, kind: l.Kind, space: l.Interp.Image}
+	}
+	return locationKey{addr: l.Address, mapping: l.Mapping, kind: l.Kind}
+}
+
+// RenewImage gives pid's image a new space for interning if space is still its own, so
+// that its stacks get locations of their own from now on: the interpreter it runs gave a
+// freed code object's address to another one, whose frames the old locations, named after
+// the old one, must not take. Safe from any goroutine.
+func (a *Aggregator) RenewImage(pid uint32, space uint64) {
+	a.procs.mu.Lock()
+	img := a.procs.images[pid]
+	a.procs.mu.Unlock()
+	if img != nil && img.space.CompareAndSwap(space, a.procs.spaces.Add(1)) {
+		a.mu.Lock()
+		a.stats.ImagesRenewed++
+		a.mu.Unlock()
+	}
 }
 
 // Stats returns the counters so far.
@@ -494,5 +543,6 @@ func (s Stats) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.Uint64("samples", s.Samples), slog.Int("chunks", s.Chunks), slog.Int("locations", s.Locations),
 		slog.Uint64("chunk_hits", s.ChunkHits), slog.Uint64("chunk_misses", s.ChunkMisses), slog.Uint64("chunk_evictions", s.ChunkEvictions),
-		slog.Uint64("unresolved_frames", s.UnresolvedFrames), slog.Uint64("linked", s.Linked), slog.Uint64("context_errors", s.ContextErrors))
+		slog.Uint64("unresolved_frames", s.UnresolvedFrames), slog.Uint64("linked", s.Linked), slog.Uint64("context_errors", s.ContextErrors),
+		slog.Uint64("images_renewed", s.ImagesRenewed))
 }

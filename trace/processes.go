@@ -173,10 +173,12 @@ type Processes struct {
 type image struct {
 	pid    uint32
 	execID atomic.Uint64 // 0 until known
-	space  uint64        // identifies the image for chunk interning
-	proc   atomic.Pointer[Process]
-	maps   atomic.Pointer[snapshot] // the latest reading; nil until read
-	comm   string                   // the thread name it was first seen with
+	// space identifies the image for chunk interning; renewed when the interpreter it
+	// runs reused a code object's address (Aggregator.RenewImage).
+	space atomic.Uint64
+	proc  atomic.Pointer[Process]
+	maps  atomic.Pointer[snapshot] // the latest reading; nil until read
+	comm  string                   // the thread name it was first seen with
 
 	exited    atomic.Bool
 	forgotten atomic.Bool // no longer tracked: samples of pid start a new image
@@ -373,7 +375,8 @@ func (p *Processes) start(pid uint32, execID uint64, comm string, read bool) *im
 		return nil
 	}
 	now := time.Now()
-	img := &image{pid: pid, space: p.spaces.Add(1), comm: comm, createdAt: now, rereads: rereadBurst, rereadAt: now}
+	img := &image{pid: pid, comm: comm, createdAt: now, rereads: rereadBurst, rereadAt: now}
+	img.space.Store(p.spaces.Add(1))
 	img.execID.Store(execID)
 	p.images[pid] = img
 	if read {

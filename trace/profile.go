@@ -14,6 +14,8 @@ const (
 	FrameNative FrameKind = iota + 1
 	FrameKernel
 	FrameGo
+	// FramePython is a CPython frame: a code object and an instruction in it.
+	FramePython
 )
 
 func (k FrameKind) String() string {
@@ -24,6 +26,8 @@ func (k FrameKind) String() string {
 		return "kernel"
 	case FrameGo:
 		return "go"
+	case FramePython:
+		return "cpython"
 	default:
 		return "unknown"
 	}
@@ -70,6 +74,9 @@ type Location struct {
 	Address uint64   // runtime address in its address space
 	Mapping *Mapping // nil when no mapping covers Address
 	Lines   []Line   // filled by symbolization
+	// Interp identifies the code of an interpreted frame (FramePython), whose Address is
+	// its code object's; nil for native and kernel frames.
+	Interp *InterpFrame
 	// NameSource says where symbolization found the name: "symtab", "dynsym",
 	// "dwarf", "gopclntab", "kallsyms", "plt" (a PLT entry, name@plt), "fde" (code of a
 	// stripped object, object+0xSTART after its FDE), or "none" when nothing named the
@@ -81,6 +88,17 @@ type Location struct {
 	// those chunks; listed is the last flush whose Profile lists the location.
 	refs   int32
 	listed uint64
+}
+
+// InterpFrame is the code an interpreted frame runs: a code object of an image (one exec
+// of a process) and an instruction in it.
+type InterpFrame struct {
+	PID   uint32
+	Image uint64 // numbers the image within this run; a new exec of PID is another
+	Code  uint64 // the code object's address in the process
+	// Offset is the instruction's offset in the bytecode, in bytes.
+	Offset uint32
+	raw    uint64 // the frame as the kernel wrote it
 }
 
 // FileOffset is the location's offset in its mapped file, the address symbolization needs.

@@ -711,7 +711,7 @@ func (d *dictBuilder) location(l *trace.Location) int32 {
 	}
 	k := locationKey{mapping: d.mapping(l.Mapping), address: l.Address}
 	switch l.Kind {
-	case trace.FrameNative, trace.FrameKernel, trace.FrameGo:
+	case trace.FrameNative, trace.FrameKernel, trace.FrameGo, trace.FramePython:
 		k.kind = d.attrString(keyFrameType, l.Kind.String())
 	}
 	if l.NameSource != "" {
