@@ -24,6 +24,7 @@ check-generated: generate
 test: build image
 	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v '/cmd/agent$$')
 	$(GO) test -count=1 -timeout 20m ./cmd/agent
+	cd otelprofiling && $(GO) test -count=1 ./...
 	cd test/e2e && $(GO) test -count=1 -timeout 30m ./...
 	cd test/deploy && $(GO) test -count=1 -timeout 30m ./...
 
@@ -43,7 +44,9 @@ FUZZ_TARGETS := ./unwind:FuzzRead:150000x ./symbolize:FuzzELFTable:150000x ./sym
 	./symbolize/dwarf:FuzzTable:500000x ./symbolize/dwarf:FuzzLoad:250000x \
 	./symbolize/gopclntab:FuzzTable:2000x ./trace:FuzzParseMaps:100000x \
 	./internal/objfile:FuzzParseNotes:200000x ./internal/cgroup:FuzzParse:200000x \
-	./reporter/folded:FuzzRead:100000x ./reporter/otlp:FuzzDecode:100000x ./reporter/flame:FuzzSVGNames:20000x
+	./reporter/folded:FuzzRead:100000x ./reporter/otlp:FuzzDecode:100000x ./reporter/flame:FuzzSVGNames:20000x \
+	./tracectx:FuzzParseRecord:200000x ./tracectx:FuzzParseGoLabels:200000x ./tracectx:FuzzParsePayload:100000x \
+	./tracectx:FuzzReadProcessContext:100000x ./interp/python:FuzzLines:200000x
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; rest=$${t#*:}; fn=$${rest%%:*}; budget=$(or $(FUZZTIME),$${rest#*:}); \
@@ -66,6 +69,7 @@ lint:
 	GOARCH=arm64 $(GO) build ./... && GOARCH=arm64 $(GO) vet ./...
 	cd test/e2e && $(GO) vet ./...
 	cd test/fidelity && $(GO) vet ./...
+	cd otelprofiling && $(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 clean:

@@ -21,4 +21,21 @@ struct arch_regs {
 
 #define ARCH_TABLE_UNWIND 0
 
+/* The thread pointer user space addresses TLS by: TPIDR_EL0, which the kernel saves in the
+ * task's thread_struct at each context switch. A thread that set it with msr since its
+ * last switch (the dynamic loader does, once, for the main thread) is read stale until the
+ * next one. A CO-RE flavour of the kernel's types, as arch_x86.h's. */
+struct thread_struct___arm64 {
+	struct {
+		unsigned long tp_value;
+	} uw;
+} __attribute__((preserve_access_index));
+
+struct task_struct___arm64 {
+	struct thread_struct___arm64 thread;
+} __attribute__((preserve_access_index));
+
+/* The thread pointer of task, a struct task_struct * from bpf_get_current_task_btf. */
+#define ARCH_THREAD_POINTER(task) (((struct task_struct___arm64 *)(task))->thread.uw.tp_value)
+
 #endif

@@ -40,9 +40,12 @@ struct arch_regs {
 static const __u8 ptregs_offset[DWARF_GPRS] = {80, 96, 88, 40, 104, 112, 32, 152, 72, 64, 56, 48, 24, 16, 8, 0};
 static const __u8 ucontext_offset[DWARF_GPRS] = {144, 136, 152, 128, 112, 104, 120, 160, 40, 48, 56, 64, 72, 80, 88, 96};
 
-/* The thread pointer, where TLS (and a Go thread's g) is found: the task's FS base, saved by
- * arch_prctl(ARCH_SET_FS), which glibc and the Go runtime both use. A CO-RE flavour of the
- * kernel's types, so that an object built for arm64 never names them. */
+/* The thread pointer, where TLS (a thread's trace context, a Go thread's g) is found, and
+ * what glibc's pthread_self returns, which CPython keeps in each PyThreadState as thread_id
+ * (python.h): the task's FS base, which arch_prctl(ARCH_SET_FS), as glibc, musl and the Go
+ * runtime set it, writes to the task's thread_struct; only a program writing FS with
+ * WRFSBASE itself would leave it stale until its next context switch. A CO-RE flavour of
+ * the kernel's types, so that an object built for arm64 never names them. */
 struct thread_struct___x86 {
 	unsigned long fsbase;
 } __attribute__((preserve_access_index));
@@ -50,5 +53,9 @@ struct thread_struct___x86 {
 struct task_struct___x86 {
 	struct thread_struct___x86 thread;
 } __attribute__((preserve_access_index));
+
+/* The thread pointer of task, a struct task_struct * from bpf_get_current_task_btf. A macro,
+ * as ARCH_PC is, for testdata/walker.c compiles this header natively too. */
+#define ARCH_THREAD_POINTER(task) (((struct task_struct___x86 *)(task))->thread.fsbase)
 
 #endif

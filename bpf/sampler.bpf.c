@@ -111,6 +111,8 @@ struct {
 	__type(value, struct sample_event);
 } scratch SEC(".maps");
 
+#include "tracectx.h"
+
 /* Force the enums and structs into BTF so bpf2go can export them. */
 const enum event_kind *unused_event_kind __attribute__((unused));
 const enum counter *unused_counter __attribute__((unused));
@@ -123,6 +125,11 @@ const enum fp_rule *unused_fp_rule __attribute__((unused));
 const enum go_func *unused_go_func __attribute__((unused));
 const struct go_runtime *unused_go_runtime __attribute__((unused));
 const struct process_event *unused_process_event __attribute__((unused));
+const struct py_proc *unused_py_proc __attribute__((unused));
+const enum py_end *unused_py_end __attribute__((unused));
+const enum py_frame_encoding *unused_py_frame_encoding __attribute__((unused));
+const enum py_frame_model *unused_py_frame_model __attribute__((unused));
+const enum py_limits *unused_py_limits __attribute__((unused));
 
 static __always_inline void count(__u32 which)
 {
@@ -196,6 +203,7 @@ static __always_inline struct unwind_row *walker_row(void *table, __u32 i)
 
 #include "unwinder.h"
 #endif
+#include "python.h"
 
 /* unwind_user walks the user stack from the registers the task entered the kernel with.
  * It returns whether the process's unwinder mappings were usable, so that the first sample
@@ -219,9 +227,12 @@ static __always_inline int unwind_user(struct sample_event *e, struct task_struc
 		__u32 none = 0;
 		proc = bpf_map_lookup_elem(&proc_maps, &none);
 	}
-	__u64 tls = BPF_CORE_READ((struct task_struct___x86 *)task, thread.fsbase);
+	__u64 tls = ARCH_THREAD_POINTER(task);
 	__u32 end = UNWIND_INVALID;
 	__u32 n = walk_user((struct user_frames *)e->frames, proc, ARCH_PC(&regs), ARCH_SP(&regs), ARCH_FP(&regs), pt_regs, tls, &end);
+	/* A walk that reached the outermost frame, by tables or by frame pointer, leaves no
+	 * Python frames over to put at the root. */
+	n = python_frames(e, n, end == UNWIND_COMPLETE || end == UNWIND_COMPLETE_FP);
 	e->user_len = n * sizeof(__u64);
 	e->unwind_end = end;
 	return proc != NULL;
@@ -282,6 +293,7 @@ int sample(struct bpf_perf_event_data *ctx)
 	__u64 size = __builtin_offsetof(struct sample_event, frames) + (user_frames + kernel_frames) * sizeof(__u64);
 	if (size > sizeof(*e))
 		size = sizeof(*e);
+	tracectx_emit(tgid, e->exec_id, e->cpu, e->ktime_ns); /* its record goes first */
 	/* Waking the reader for every sample costs more than the sample; it polls instead, and
 	 * is woken when the ring starts to fill, or when a process it does not know yet runs:
 	 * read at once, the mappings of a short-lived process are still there. */
@@ -329,6 +341,8 @@ static __always_inline int emit_process_event(__u32 kind)
 	__u64 exec_id = task->self_exec_id;
 	/* The old image's mappings are wrong from here on, whatever user space has queued. */
 	bpf_map_delete_elem(&proc_maps, &tgid);
+	tracectx_forget(tgid);
+	bpf_map_delete_elem(&py_procs, &tgid);
 	if (kind == EVENT_EXEC)
 		bpf_map_update_elem(&exec_ids, &tgid, &exec_id, BPF_ANY);
 	else

@@ -78,6 +78,10 @@ type Sample struct {
 	UserErr, KernelErr error
 	// UnwindEnd says how the user stack walk ended.
 	UnwindEnd UnwindEnd
+	// ContextSource says who published the trace context the thread was in, and Context
+	// is it as the kernel copied it (see ContextSource's values); ContextNone: none.
+	ContextSource ContextSource
+	Context       []byte
 }
 
 // ProcessEventKind says what happened to a process.
@@ -112,6 +116,10 @@ type Counters struct {
 	StaleMappings uint64
 	// UnwindEnds counts user-stack walks by how they ended, indexed by UnwindEnd.
 	UnwindEnds [UnwindEndCount]uint64
+	// Context counts the trace contexts read.
+	Context ContextCounters
+	// PythonEnds counts the walks of Python frames by how they ended, indexed by PythonEnd.
+	PythonEnds [PythonEndCount]uint64
 }
 
 // ProgramStats is the kernel's accounting of the sampling program (needs CollectStats).
@@ -139,6 +147,8 @@ type Sampler struct {
 
 	tablesMu sync.Mutex
 	slots    tableSlots
+
+	pending []pendingContext // by CPU; only Run's goroutine touches it
 }
 
 // ringBufferSize returns a power-of-two size holding about a second of samples.
@@ -193,6 +203,11 @@ func Load(cfg Config) (*Sampler, error) {
 	maxProcs := uint32(cmp.Or(cfg.MaxProcesses, DefaultMaxProcesses))
 	spec.Maps["proc_maps"].MaxEntries = maxProcs
 	spec.Maps["exec_ids"].MaxEntries = maxProcs
+	spec.Maps["tracectx_procs"].MaxEntries = maxProcs
+	if m := spec.Maps["py_procs"]; m != nil { // the architecture's object walks Python
+		m.MaxEntries = maxProcs
+		spec.Maps["py_threads"].MaxEntries = pythonThreads
+	}
 	ringSize := cfg.RingBufferBytes
 	if ringSize == 0 {
 		ringSize = ringBufferSize(cfg.Frequency, len(cpus))
@@ -202,6 +217,9 @@ func Load(cfg Config) (*Sampler, error) {
 		return nil, fmt.Errorf("set ring_wakeup_bytes: %w", err)
 	}
 
+	if err := spec.Variables["tracectx_stats"].Set(boolByte(cfg.CollectStats)); err != nil {
+		return nil, fmt.Errorf("set tracectx_stats: %w", err)
+	}
 	s := &Sampler{slots: tableSlots{max: uint32(maxTables)}}
 	if cfg.CollectStats {
 		if s.stats, err = ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME)); err != nil {
@@ -366,7 +384,10 @@ func (s *Sampler) dispatch(raw []byte, sample *Sample, h Handler) {
 		sample.User, sample.UserErr = stackSlice(frames, e.UserLen, MaxUserDepth)
 		sample.Kernel, sample.KernelErr = stackSlice(frames[len(sample.User):], e.KernelLen, MaxKernelDepth)
 		sample.UnwindEnd = UnwindEnd(e.UnwindEnd)
+		sample.ContextSource, sample.Context = s.takeContext(e.Cpu, e.KtimeNs)
 		h.HandleSample(sample)
+	case samplerEventKindEVENT_CONTEXT:
+		s.holdContext(raw)
 	case samplerEventKindEVENT_EXEC, samplerEventKindEVENT_EXIT:
 		if len(raw) < int(unsafe.Sizeof(samplerProcessEvent{})) {
 			return
@@ -449,7 +470,10 @@ func (s *Sampler) Counters() (Counters, error) {
 	for i := range out.UnwindEnds {
 		fields[samplerCounterCOUNTER_UNWIND_BASE+samplerCounter(i)] = &out.UnwindEnds[i]
 	}
-	// The keys span the whole map: COUNTER_MAX is UNWIND_BASE plus the unwind ends.
+	for i := range out.PythonEnds {
+		fields[samplerCounterCOUNTER_PYTHON_BASE+samplerCounter(i)] = &out.PythonEnds[i]
+	}
+	// The keys span the whole map: COUNTER_MAX is PYTHON_BASE plus the Python ends.
 	for i, field := range fields {
 		var perCPU []uint64
 		if err := s.objs.Counters.Lookup(uint32(i), &perCPU); err != nil {
@@ -459,7 +483,9 @@ func (s *Sampler) Counters() (Counters, error) {
 			*field += v
 		}
 	}
-	return out, nil
+	var err error
+	out.Context, err = s.contextCounters()
+	return out, err
 }
 
 // Defaults for the unwinder's maps: a slot for each of 16384 files' tables (the slots

@@ -41,7 +41,17 @@ const (
 	samplerCounterCOUNTER_PROCESS_EVENTS   samplerCounter = 4
 	samplerCounterCOUNTER_STALE_MAPPINGS   samplerCounter = 5
 	samplerCounterCOUNTER_UNWIND_BASE      samplerCounter = 6
-	samplerCounterCOUNTER_MAX              samplerCounter = 20
+	samplerCounterCOUNTER_PYTHON_BASE      samplerCounter = 20
+	samplerCounterCOUNTER_MAX              samplerCounter = 25
+)
+
+type samplerCtxSource uint32
+
+const (
+	samplerCtxSourceCTX_NONE       samplerCtxSource = 0
+	samplerCtxSourceCTX_OTEL       samplerCtxSource = 1
+	samplerCtxSourceCTX_GO_LABELS  samplerCtxSource = 2
+	samplerCtxSourceCTX_SOURCE_MAX samplerCtxSource = 3
 )
 
 type samplerEventKind uint32
@@ -50,7 +60,8 @@ const (
 	samplerEventKindEVENT_SAMPLE   samplerEventKind = 1
 	samplerEventKindEVENT_EXEC     samplerEventKind = 2
 	samplerEventKindEVENT_EXIT     samplerEventKind = 3
-	samplerEventKindEVENT_KIND_MAX samplerEventKind = 4
+	samplerEventKindEVENT_CONTEXT  samplerEventKind = 4
+	samplerEventKindEVENT_KIND_MAX samplerEventKind = 5
 )
 
 type samplerExecMapping struct {
@@ -85,6 +96,15 @@ const (
 	samplerGoFuncGO_FUNC_MAX         samplerGoFunc = 6
 )
 
+type samplerGoLabelsLayout uint32
+
+const (
+	samplerGoLabelsLayoutGO_LABELS_NONE       samplerGoLabelsLayout = 0
+	samplerGoLabelsLayoutGO_LABELS_SLICE      samplerGoLabelsLayout = 1
+	samplerGoLabelsLayoutGO_LABELS_MAP        samplerGoLabelsLayout = 2
+	samplerGoLabelsLayoutGO_LABELS_LAYOUT_MAX samplerGoLabelsLayout = 3
+)
+
 type samplerGoRuntime struct {
 	_         structs.HostLayout
 	TlsG      int32
@@ -117,6 +137,99 @@ type samplerProcessEvent struct {
 	ExecId  uint64
 }
 
+type samplerPyEnd uint32
+
+const (
+	samplerPyEndPY_COMPLETE  samplerPyEnd = 0
+	samplerPyEndPY_NO_THREAD samplerPyEnd = 1
+	samplerPyEndPY_BAD_READ  samplerPyEnd = 2
+	samplerPyEndPY_TRUNCATED samplerPyEnd = 3
+	samplerPyEndPY_INVALID   samplerPyEnd = 4
+	samplerPyEndPY_END_MAX   samplerPyEnd = 5
+)
+
+type samplerPyFrameEncoding uint32
+
+const (
+	samplerPyFrameEncodingPY_FRAME_TAG_SHIFT  samplerPyFrameEncoding = 62
+	samplerPyFrameEncodingPY_FRAME_TAG        samplerPyFrameEncoding = 1
+	samplerPyFrameEncodingPY_CODE_ALIGN_SHIFT samplerPyFrameEncoding = 4
+	samplerPyFrameEncodingPY_OFFSET_BITS      samplerPyFrameEncoding = 19
+	samplerPyFrameEncodingPY_OFFSET_MASK      samplerPyFrameEncoding = 524287
+)
+
+type samplerPyFrameModel uint32
+
+const (
+	samplerPyFrameModelPY_MODEL_NONE         samplerPyFrameModel = 0
+	samplerPyFrameModelPY_MODEL_FRAME_OBJECT samplerPyFrameModel = 1
+	samplerPyFrameModelPY_MODEL_ENTRY_FLAG   samplerPyFrameModel = 2
+	samplerPyFrameModelPY_MODEL_SHIM_FRAME   samplerPyFrameModel = 3
+	samplerPyFrameModelPY_MODEL_MAX          samplerPyFrameModel = 4
+)
+
+type samplerPyLimits uint32
+
+const (
+	samplerPyLimitsPY_NO_OFFSET      samplerPyLimits = 65535
+	samplerPyLimitsPY_MAX_FRAME_READ samplerPyLimits = 128
+	samplerPyLimitsPY_MAX_THREADS    samplerPyLimits = 512
+	samplerPyLimitsPY_MAX_FRAMES     samplerPyLimits = 192
+)
+
+type samplerPyProc struct {
+	_              structs.HostLayout
+	ExecId         uint64
+	Runtime        uint64
+	EvalStart      uint64
+	EvalEnd        uint64
+	ColdStart      uint64
+	ColdEnd        uint64
+	SkipCode       uint64
+	Model          uint32
+	InterpHead     uint16
+	ThreadsHead    uint16
+	TstateNext     uint16
+	TstateThreadId uint16
+	TstateFrame    uint16
+	CframeFrame    uint16
+	FramePrevious  uint16
+	FrameCode      uint16
+	FrameInstr     uint16
+	FrameOwner     uint16
+	FrameIsEntry   uint16
+	FrameSize      uint16
+	CodeAdaptive   uint16
+	LastiBytes     uint16
+}
+
+type samplerPyScratch struct {
+	_  structs.HostLayout
+	St struct {
+		_       structs.HostLayout
+		Frame   uint64
+		EvalPc  uint64
+		In      uint32
+		N_in    uint32
+		N_out   uint32
+		Walked  uint32
+		End     uint32
+		Open    uint8
+		Emitted uint8
+		Tail    uint8
+		Pad     uint8
+	}
+	Search struct {
+		_      structs.HostLayout
+		Tstate uint64
+		Want   uint64
+		Found  uint32
+		Bad    uint32
+	}
+	Native [256]uint64
+	Frame  [256]uint8
+}
+
 type samplerSampleEvent struct {
 	_         structs.HostLayout
 	Kind      uint32
@@ -131,6 +244,60 @@ type samplerSampleEvent struct {
 	UnwindEnd uint32
 	Pad       uint32
 	Frames    [383]uint64
+}
+
+type samplerTlsModel uint32
+
+const (
+	samplerTlsModelTLS_NONE      samplerTlsModel = 0
+	samplerTlsModelTLS_STATIC    samplerTlsModel = 1
+	samplerTlsModelTLS_DTV       samplerTlsModel = 2
+	samplerTlsModelTLS_MODEL_MAX samplerTlsModel = 3
+)
+
+type samplerTracectxCounter uint32
+
+const (
+	samplerTracectxCounterTRACECTX_OTEL         samplerTracectxCounter = 0
+	samplerTracectxCounterTRACECTX_GO_LABELS    samplerTracectxCounter = 1
+	samplerTracectxCounterTRACECTX_INVALID      samplerTracectxCounter = 2
+	samplerTracectxCounterTRACECTX_OVERSIZED    samplerTracectxCounter = 3
+	samplerTracectxCounterTRACECTX_TORN         samplerTracectxCounter = 4
+	samplerTracectxCounterTRACECTX_READ_ERROR   samplerTracectxCounter = 5
+	samplerTracectxCounterTRACECTX_GO_TRUNCATED samplerTracectxCounter = 6
+	samplerTracectxCounterTRACECTX_STALE        samplerTracectxCounter = 7
+	samplerTracectxCounterTRACECTX_RINGBUF_FULL samplerTracectxCounter = 8
+	samplerTracectxCounterTRACECTX_CALLS        samplerTracectxCounter = 9
+	samplerTracectxCounterTRACECTX_NS           samplerTracectxCounter = 10
+	samplerTracectxCounterTRACECTX_COUNTER_MAX  samplerTracectxCounter = 11
+)
+
+type samplerTracectxEvent struct {
+	_       structs.HostLayout
+	Kind    uint32
+	Cpu     uint32
+	KtimeNs uint64
+	Source  uint32
+	Len     uint32
+	Data    [1024]uint8
+}
+
+type samplerTracectxProc struct {
+	_          structs.HostLayout
+	ExecId     uint64
+	TlsOffset  int64
+	TlsModule  uint64
+	DtvOffset  int32
+	DtvLen     int32
+	TlsModel   uint8
+	DtvShift   uint8
+	GoLayout   uint8
+	Pad        uint8
+	GoG_offset int32
+	GoG_m      uint32
+	GoM_curg   uint32
+	GoG_labels uint32
+	Pad2       uint32
 }
 
 type samplerUnwindEnd uint32
@@ -169,36 +336,54 @@ type samplerUnwindRow struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	samplerMapCounters           = "counters"
-	samplerMapEvents             = "events"
-	samplerMapExecIds            = "exec_ids"
-	samplerMapGoRuntimes         = "go_runtimes"
-	samplerMapProcMaps           = "proc_maps"
-	samplerMapScratch            = "scratch"
-	samplerMapTargetCgroups      = "target_cgroups"
-	samplerMapTargetPids         = "target_pids"
-	samplerMapUnwindTables       = "unwind_tables"
-	samplerProgOnExec            = "on_exec"
-	samplerProgOnExit            = "on_exit"
-	samplerProgOnFork            = "on_fork"
-	samplerProgSample            = "sample"
-	samplerVarCollectKernel      = "collect_kernel"
-	samplerVarFilterCgroups      = "filter_cgroups"
-	samplerVarFilterPids         = "filter_pids"
-	samplerVarFollowForks        = "follow_forks"
-	samplerVarRingWakeupBytes    = "ring_wakeup_bytes"
-	samplerVarTableUnwinding     = "table_unwinding"
-	samplerVarUnusedCfaRule      = "unused_cfa_rule"
-	samplerVarUnusedCounter      = "unused_counter"
-	samplerVarUnusedEventKind    = "unused_event_kind"
-	samplerVarUnusedFpRule       = "unused_fp_rule"
-	samplerVarUnusedGoFunc       = "unused_go_func"
-	samplerVarUnusedGoRuntime    = "unused_go_runtime"
-	samplerVarUnusedProcInfo     = "unused_proc_info"
-	samplerVarUnusedProcessEvent = "unused_process_event"
-	samplerVarUnusedSampleEvent  = "unused_sample_event"
-	samplerVarUnusedUnwindEnd    = "unused_unwind_end"
-	samplerVarUnusedUnwindRow    = "unused_unwind_row"
+	samplerMapCounters              = "counters"
+	samplerMapEvents                = "events"
+	samplerMapExecIds               = "exec_ids"
+	samplerMapGoRuntimes            = "go_runtimes"
+	samplerMapProcMaps              = "proc_maps"
+	samplerMapPyProcs               = "py_procs"
+	samplerMapPyScratchMap          = "py_scratch_map"
+	samplerMapPyThreads             = "py_threads"
+	samplerMapScratch               = "scratch"
+	samplerMapTargetCgroups         = "target_cgroups"
+	samplerMapTargetPids            = "target_pids"
+	samplerMapTracectxCounters      = "tracectx_counters"
+	samplerMapTracectxProcs         = "tracectx_procs"
+	samplerMapTracectxScratch       = "tracectx_scratch"
+	samplerMapUnwindTables          = "unwind_tables"
+	samplerProgOnExec               = "on_exec"
+	samplerProgOnExit               = "on_exit"
+	samplerProgOnFork               = "on_fork"
+	samplerProgSample               = "sample"
+	samplerVarCollectKernel         = "collect_kernel"
+	samplerVarFilterCgroups         = "filter_cgroups"
+	samplerVarFilterPids            = "filter_pids"
+	samplerVarFollowForks           = "follow_forks"
+	samplerVarRingWakeupBytes       = "ring_wakeup_bytes"
+	samplerVarTableUnwinding        = "table_unwinding"
+	samplerVarTracectxStats         = "tracectx_stats"
+	samplerVarUnusedCfaRule         = "unused_cfa_rule"
+	samplerVarUnusedCounter         = "unused_counter"
+	samplerVarUnusedCtxSource       = "unused_ctx_source"
+	samplerVarUnusedEventKind       = "unused_event_kind"
+	samplerVarUnusedFpRule          = "unused_fp_rule"
+	samplerVarUnusedGoFunc          = "unused_go_func"
+	samplerVarUnusedGoLabelsLayout  = "unused_go_labels_layout"
+	samplerVarUnusedGoRuntime       = "unused_go_runtime"
+	samplerVarUnusedProcInfo        = "unused_proc_info"
+	samplerVarUnusedProcessEvent    = "unused_process_event"
+	samplerVarUnusedPyEnd           = "unused_py_end"
+	samplerVarUnusedPyFrameEncoding = "unused_py_frame_encoding"
+	samplerVarUnusedPyFrameModel    = "unused_py_frame_model"
+	samplerVarUnusedPyLimits        = "unused_py_limits"
+	samplerVarUnusedPyProc          = "unused_py_proc"
+	samplerVarUnusedSampleEvent     = "unused_sample_event"
+	samplerVarUnusedTlsModel        = "unused_tls_model"
+	samplerVarUnusedTracectxCounter = "unused_tracectx_counter"
+	samplerVarUnusedTracectxEvent   = "unused_tracectx_event"
+	samplerVarUnusedTracectxProc    = "unused_tracectx_proc"
+	samplerVarUnusedUnwindEnd       = "unused_unwind_end"
+	samplerVarUnusedUnwindRow       = "unused_unwind_row"
 )
 
 // loadSampler returns the embedded CollectionSpec for sampler.
@@ -253,38 +438,56 @@ type samplerProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type samplerMapSpecs struct {
-	Counters      *ebpf.MapSpec `ebpf:"counters"`
-	Events        *ebpf.MapSpec `ebpf:"events"`
-	ExecIds       *ebpf.MapSpec `ebpf:"exec_ids"`
-	GoRuntimes    *ebpf.MapSpec `ebpf:"go_runtimes"`
-	ProcMaps      *ebpf.MapSpec `ebpf:"proc_maps"`
-	Scratch       *ebpf.MapSpec `ebpf:"scratch"`
-	TargetCgroups *ebpf.MapSpec `ebpf:"target_cgroups"`
-	TargetPids    *ebpf.MapSpec `ebpf:"target_pids"`
-	UnwindTables  *ebpf.MapSpec `ebpf:"unwind_tables"`
+	Counters         *ebpf.MapSpec `ebpf:"counters"`
+	Events           *ebpf.MapSpec `ebpf:"events"`
+	ExecIds          *ebpf.MapSpec `ebpf:"exec_ids"`
+	GoRuntimes       *ebpf.MapSpec `ebpf:"go_runtimes"`
+	ProcMaps         *ebpf.MapSpec `ebpf:"proc_maps"`
+	PyProcs          *ebpf.MapSpec `ebpf:"py_procs"`
+	PyScratchMap     *ebpf.MapSpec `ebpf:"py_scratch_map"`
+	PyThreads        *ebpf.MapSpec `ebpf:"py_threads"`
+	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
+	TargetCgroups    *ebpf.MapSpec `ebpf:"target_cgroups"`
+	TargetPids       *ebpf.MapSpec `ebpf:"target_pids"`
+	TracectxCounters *ebpf.MapSpec `ebpf:"tracectx_counters"`
+	TracectxProcs    *ebpf.MapSpec `ebpf:"tracectx_procs"`
+	TracectxScratch  *ebpf.MapSpec `ebpf:"tracectx_scratch"`
+	UnwindTables     *ebpf.MapSpec `ebpf:"unwind_tables"`
 }
 
 // samplerVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type samplerVariableSpecs struct {
-	CollectKernel      *ebpf.VariableSpec `ebpf:"collect_kernel"`
-	FilterCgroups      *ebpf.VariableSpec `ebpf:"filter_cgroups"`
-	FilterPids         *ebpf.VariableSpec `ebpf:"filter_pids"`
-	FollowForks        *ebpf.VariableSpec `ebpf:"follow_forks"`
-	RingWakeupBytes    *ebpf.VariableSpec `ebpf:"ring_wakeup_bytes"`
-	TableUnwinding     *ebpf.VariableSpec `ebpf:"table_unwinding"`
-	UnusedCfaRule      *ebpf.VariableSpec `ebpf:"unused_cfa_rule"`
-	UnusedCounter      *ebpf.VariableSpec `ebpf:"unused_counter"`
-	UnusedEventKind    *ebpf.VariableSpec `ebpf:"unused_event_kind"`
-	UnusedFpRule       *ebpf.VariableSpec `ebpf:"unused_fp_rule"`
-	UnusedGoFunc       *ebpf.VariableSpec `ebpf:"unused_go_func"`
-	UnusedGoRuntime    *ebpf.VariableSpec `ebpf:"unused_go_runtime"`
-	UnusedProcInfo     *ebpf.VariableSpec `ebpf:"unused_proc_info"`
-	UnusedProcessEvent *ebpf.VariableSpec `ebpf:"unused_process_event"`
-	UnusedSampleEvent  *ebpf.VariableSpec `ebpf:"unused_sample_event"`
-	UnusedUnwindEnd    *ebpf.VariableSpec `ebpf:"unused_unwind_end"`
-	UnusedUnwindRow    *ebpf.VariableSpec `ebpf:"unused_unwind_row"`
+	CollectKernel         *ebpf.VariableSpec `ebpf:"collect_kernel"`
+	FilterCgroups         *ebpf.VariableSpec `ebpf:"filter_cgroups"`
+	FilterPids            *ebpf.VariableSpec `ebpf:"filter_pids"`
+	FollowForks           *ebpf.VariableSpec `ebpf:"follow_forks"`
+	RingWakeupBytes       *ebpf.VariableSpec `ebpf:"ring_wakeup_bytes"`
+	TableUnwinding        *ebpf.VariableSpec `ebpf:"table_unwinding"`
+	TracectxStats         *ebpf.VariableSpec `ebpf:"tracectx_stats"`
+	UnusedCfaRule         *ebpf.VariableSpec `ebpf:"unused_cfa_rule"`
+	UnusedCounter         *ebpf.VariableSpec `ebpf:"unused_counter"`
+	UnusedCtxSource       *ebpf.VariableSpec `ebpf:"unused_ctx_source"`
+	UnusedEventKind       *ebpf.VariableSpec `ebpf:"unused_event_kind"`
+	UnusedFpRule          *ebpf.VariableSpec `ebpf:"unused_fp_rule"`
+	UnusedGoFunc          *ebpf.VariableSpec `ebpf:"unused_go_func"`
+	UnusedGoLabelsLayout  *ebpf.VariableSpec `ebpf:"unused_go_labels_layout"`
+	UnusedGoRuntime       *ebpf.VariableSpec `ebpf:"unused_go_runtime"`
+	UnusedProcInfo        *ebpf.VariableSpec `ebpf:"unused_proc_info"`
+	UnusedProcessEvent    *ebpf.VariableSpec `ebpf:"unused_process_event"`
+	UnusedPyEnd           *ebpf.VariableSpec `ebpf:"unused_py_end"`
+	UnusedPyFrameEncoding *ebpf.VariableSpec `ebpf:"unused_py_frame_encoding"`
+	UnusedPyFrameModel    *ebpf.VariableSpec `ebpf:"unused_py_frame_model"`
+	UnusedPyLimits        *ebpf.VariableSpec `ebpf:"unused_py_limits"`
+	UnusedPyProc          *ebpf.VariableSpec `ebpf:"unused_py_proc"`
+	UnusedSampleEvent     *ebpf.VariableSpec `ebpf:"unused_sample_event"`
+	UnusedTlsModel        *ebpf.VariableSpec `ebpf:"unused_tls_model"`
+	UnusedTracectxCounter *ebpf.VariableSpec `ebpf:"unused_tracectx_counter"`
+	UnusedTracectxEvent   *ebpf.VariableSpec `ebpf:"unused_tracectx_event"`
+	UnusedTracectxProc    *ebpf.VariableSpec `ebpf:"unused_tracectx_proc"`
+	UnusedUnwindEnd       *ebpf.VariableSpec `ebpf:"unused_unwind_end"`
+	UnusedUnwindRow       *ebpf.VariableSpec `ebpf:"unused_unwind_row"`
 }
 
 // samplerObjects contains all objects after they have been loaded into the kernel.
@@ -307,15 +510,21 @@ func (o *samplerObjects) Close() error {
 //
 // It can be passed to loadSamplerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type samplerMaps struct {
-	Counters      *ebpf.Map `ebpf:"counters"`
-	Events        *ebpf.Map `ebpf:"events"`
-	ExecIds       *ebpf.Map `ebpf:"exec_ids"`
-	GoRuntimes    *ebpf.Map `ebpf:"go_runtimes"`
-	ProcMaps      *ebpf.Map `ebpf:"proc_maps"`
-	Scratch       *ebpf.Map `ebpf:"scratch"`
-	TargetCgroups *ebpf.Map `ebpf:"target_cgroups"`
-	TargetPids    *ebpf.Map `ebpf:"target_pids"`
-	UnwindTables  *ebpf.Map `ebpf:"unwind_tables"`
+	Counters         *ebpf.Map `ebpf:"counters"`
+	Events           *ebpf.Map `ebpf:"events"`
+	ExecIds          *ebpf.Map `ebpf:"exec_ids"`
+	GoRuntimes       *ebpf.Map `ebpf:"go_runtimes"`
+	ProcMaps         *ebpf.Map `ebpf:"proc_maps"`
+	PyProcs          *ebpf.Map `ebpf:"py_procs"`
+	PyScratchMap     *ebpf.Map `ebpf:"py_scratch_map"`
+	PyThreads        *ebpf.Map `ebpf:"py_threads"`
+	Scratch          *ebpf.Map `ebpf:"scratch"`
+	TargetCgroups    *ebpf.Map `ebpf:"target_cgroups"`
+	TargetPids       *ebpf.Map `ebpf:"target_pids"`
+	TracectxCounters *ebpf.Map `ebpf:"tracectx_counters"`
+	TracectxProcs    *ebpf.Map `ebpf:"tracectx_procs"`
+	TracectxScratch  *ebpf.Map `ebpf:"tracectx_scratch"`
+	UnwindTables     *ebpf.Map `ebpf:"unwind_tables"`
 }
 
 func (m *samplerMaps) Close() error {
@@ -325,9 +534,15 @@ func (m *samplerMaps) Close() error {
 		m.ExecIds,
 		m.GoRuntimes,
 		m.ProcMaps,
+		m.PyProcs,
+		m.PyScratchMap,
+		m.PyThreads,
 		m.Scratch,
 		m.TargetCgroups,
 		m.TargetPids,
+		m.TracectxCounters,
+		m.TracectxProcs,
+		m.TracectxScratch,
 		m.UnwindTables,
 	)
 }
@@ -336,23 +551,35 @@ func (m *samplerMaps) Close() error {
 //
 // It can be passed to loadSamplerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type samplerVariables struct {
-	CollectKernel      *ebpf.Variable `ebpf:"collect_kernel"`
-	FilterCgroups      *ebpf.Variable `ebpf:"filter_cgroups"`
-	FilterPids         *ebpf.Variable `ebpf:"filter_pids"`
-	FollowForks        *ebpf.Variable `ebpf:"follow_forks"`
-	RingWakeupBytes    *ebpf.Variable `ebpf:"ring_wakeup_bytes"`
-	TableUnwinding     *ebpf.Variable `ebpf:"table_unwinding"`
-	UnusedCfaRule      *ebpf.Variable `ebpf:"unused_cfa_rule"`
-	UnusedCounter      *ebpf.Variable `ebpf:"unused_counter"`
-	UnusedEventKind    *ebpf.Variable `ebpf:"unused_event_kind"`
-	UnusedFpRule       *ebpf.Variable `ebpf:"unused_fp_rule"`
-	UnusedGoFunc       *ebpf.Variable `ebpf:"unused_go_func"`
-	UnusedGoRuntime    *ebpf.Variable `ebpf:"unused_go_runtime"`
-	UnusedProcInfo     *ebpf.Variable `ebpf:"unused_proc_info"`
-	UnusedProcessEvent *ebpf.Variable `ebpf:"unused_process_event"`
-	UnusedSampleEvent  *ebpf.Variable `ebpf:"unused_sample_event"`
-	UnusedUnwindEnd    *ebpf.Variable `ebpf:"unused_unwind_end"`
-	UnusedUnwindRow    *ebpf.Variable `ebpf:"unused_unwind_row"`
+	CollectKernel         *ebpf.Variable `ebpf:"collect_kernel"`
+	FilterCgroups         *ebpf.Variable `ebpf:"filter_cgroups"`
+	FilterPids            *ebpf.Variable `ebpf:"filter_pids"`
+	FollowForks           *ebpf.Variable `ebpf:"follow_forks"`
+	RingWakeupBytes       *ebpf.Variable `ebpf:"ring_wakeup_bytes"`
+	TableUnwinding        *ebpf.Variable `ebpf:"table_unwinding"`
+	TracectxStats         *ebpf.Variable `ebpf:"tracectx_stats"`
+	UnusedCfaRule         *ebpf.Variable `ebpf:"unused_cfa_rule"`
+	UnusedCounter         *ebpf.Variable `ebpf:"unused_counter"`
+	UnusedCtxSource       *ebpf.Variable `ebpf:"unused_ctx_source"`
+	UnusedEventKind       *ebpf.Variable `ebpf:"unused_event_kind"`
+	UnusedFpRule          *ebpf.Variable `ebpf:"unused_fp_rule"`
+	UnusedGoFunc          *ebpf.Variable `ebpf:"unused_go_func"`
+	UnusedGoLabelsLayout  *ebpf.Variable `ebpf:"unused_go_labels_layout"`
+	UnusedGoRuntime       *ebpf.Variable `ebpf:"unused_go_runtime"`
+	UnusedProcInfo        *ebpf.Variable `ebpf:"unused_proc_info"`
+	UnusedProcessEvent    *ebpf.Variable `ebpf:"unused_process_event"`
+	UnusedPyEnd           *ebpf.Variable `ebpf:"unused_py_end"`
+	UnusedPyFrameEncoding *ebpf.Variable `ebpf:"unused_py_frame_encoding"`
+	UnusedPyFrameModel    *ebpf.Variable `ebpf:"unused_py_frame_model"`
+	UnusedPyLimits        *ebpf.Variable `ebpf:"unused_py_limits"`
+	UnusedPyProc          *ebpf.Variable `ebpf:"unused_py_proc"`
+	UnusedSampleEvent     *ebpf.Variable `ebpf:"unused_sample_event"`
+	UnusedTlsModel        *ebpf.Variable `ebpf:"unused_tls_model"`
+	UnusedTracectxCounter *ebpf.Variable `ebpf:"unused_tracectx_counter"`
+	UnusedTracectxEvent   *ebpf.Variable `ebpf:"unused_tracectx_event"`
+	UnusedTracectxProc    *ebpf.Variable `ebpf:"unused_tracectx_proc"`
+	UnusedUnwindEnd       *ebpf.Variable `ebpf:"unused_unwind_end"`
+	UnusedUnwindRow       *ebpf.Variable `ebpf:"unused_unwind_row"`
 }
 
 // samplerPrograms contains all programs after they have been loaded into the kernel.

@@ -17,6 +17,7 @@ enum event_kind {
 	EVENT_SAMPLE = 1,
 	EVENT_EXEC = 2,
 	EVENT_EXIT = 3,
+	EVENT_CONTEXT = 4, /* struct tracectx_event: the trace context of the sample that follows */
 	EVENT_KIND_MAX,
 };
 
@@ -40,6 +41,16 @@ enum unwind_end {
 	UNWIND_END_MAX,
 };
 
+/* How the walk of a CPython thread's frames ended (python.h). */
+enum py_end {
+	PY_COMPLETE = 0,  /* every eval-loop activation got its frames */
+	PY_NO_THREAD = 1, /* no thread state of the interpreter belongs to the sampled thread */
+	PY_BAD_READ = 2,  /* reading the interpreter's memory failed */
+	PY_TRUNCATED = 3, /* MAX_USER_DEPTH frames and Python frames left */
+	PY_INVALID = 4,   /* a frame the walk cannot follow: a misaligned code object, a loop */
+	PY_END_MAX,
+};
+
 /* Indices of the per-CPU counters map: the fixed counters, then one per enum unwind_end. */
 enum counter {
 	COUNTER_SAMPLES = 0,
@@ -50,7 +61,9 @@ enum counter {
 	/* Samples of a process whose unwinder mappings belong to an earlier exec: walked by frame pointer. */
 	COUNTER_STALE_MAPPINGS = 5,
 	COUNTER_UNWIND_BASE = 6,
-	COUNTER_MAX = COUNTER_UNWIND_BASE + UNWIND_END_MAX,
+	/* Then one per enum py_end: how the Python walks of samples in eval loops ended. */
+	COUNTER_PYTHON_BASE = COUNTER_UNWIND_BASE + UNWIND_END_MAX,
+	COUNTER_MAX = COUNTER_PYTHON_BASE + PY_END_MAX,
 };
 
 /* How the canonical frame address of a row is found; package unwind documents each rule. */
@@ -155,12 +168,152 @@ struct sample_event {
 	__u64 frames[MAX_USER_DEPTH + MAX_STACK_DEPTH];
 };
 
+/* A CPython frame in the user frames of a sample: bits 63-62 hold 01, which no user or
+ * kernel address has; then the code object's address >> PY_CODE_ALIGN_SHIFT (objects are
+ * 16-byte aligned and user addresses below 2^47: 43 bits); then the instruction's offset in
+ * the code object's bytecode, in 2-byte code units, saturated at PY_OFFSET_MASK. */
+enum py_frame_encoding {
+	PY_FRAME_TAG_SHIFT = 62,
+	PY_FRAME_TAG = 1,
+	PY_CODE_ALIGN_SHIFT = 4,
+	PY_OFFSET_BITS = 19,
+	PY_OFFSET_MASK = (1 << 19) - 1,
+};
+
+enum py_limits {
+	PY_NO_OFFSET = 0xffff,     /* a py_proc offset the version does not have */
+	PY_MAX_FRAME_READ = 128,   /* py_proc.frame_size at most */
+	PY_MAX_THREADS = 512,      /* thread states searched for the sampled thread's */
+	PY_MAX_FRAMES = 192,       /* Python frames walked per sample, shim frames included */
+};
+
+/* How an interpreter version lays out its frames and ties them to eval-loop activations. */
+enum py_frame_model {
+	PY_MODEL_NONE = 0,
+	PY_MODEL_FRAME_OBJECT = 1, /* 3.9, 3.10: PyFrameObject, one per activation; f_lasti an int */
+	PY_MODEL_ENTRY_FLAG = 2,   /* 3.11: _PyInterpreterFrame; an activation ends at is_entry */
+	PY_MODEL_SHIM_FRAME = 3,   /* 3.12+: an activation ends at a frame owned by the C stack */
+	PY_MODEL_MAX,
+};
+
+/* Where a CPython process keeps what its threads run, and how to read it: offsets from
+ * the interpreter's own _Py_DebugOffsets, its debug info or sonde's table. Addresses are
+ * the process's. */
+struct py_proc {
+	__u64 exec_id;                /* the exec the addresses belong to; 0: unknown */
+	__u64 runtime;                /* &_PyRuntime */
+	__u64 eval_start, eval_end;   /* _PyEval_EvalFrameDefault */
+	__u64 cold_start, cold_end;   /* its .cold part split out by the compiler, or 0, 0 */
+	__u64 skip_code;              /* a shim's code object, whose frames are not shown; 0: none known */
+	__u32 model;                  /* enum py_frame_model */
+	__u16 interp_head;            /* _PyRuntime: interpreters.head */
+	__u16 threads_head;           /* PyInterpreterState: the first thread state */
+	__u16 tstate_next;            /* PyThreadState: next */
+	__u16 tstate_thread_id;       /* PyThreadState: thread_id, the thread's pthread_t */
+	__u16 tstate_frame;           /* PyThreadState: frame, cframe or current_frame */
+	__u16 cframe_frame;           /* _PyCFrame: current_frame; PY_NO_OFFSET without a cframe */
+	__u16 frame_previous;         /* f_back or previous */
+	__u16 frame_code;             /* f_code or f_executable */
+	__u16 frame_instr;            /* f_lasti, prev_instr or instr_ptr */
+	__u16 frame_owner;            /* owner; PY_NO_OFFSET before 3.11 */
+	__u16 frame_is_entry;         /* is_entry (3.11); PY_NO_OFFSET otherwise */
+	__u16 frame_size;             /* bytes read of a frame: past every offset above */
+	__u16 code_adaptive;          /* PyCodeObject: co_code_adaptive (3.11+) */
+	__u16 lasti_bytes;            /* 1: f_lasti counts bytes (3.9), 0: code units (3.10) */
+};
+
 /* exec and exit of a thread group, so user space can drop stale mappings at once. */
 struct process_event {
 	__u32 kind; /* EVENT_EXEC or EVENT_EXIT */
 	__u32 pid;
 	__u64 ktime_ns;
 	__u64 exec_id; /* after an exec, the task's new self_exec_id */
+};
+
+/* What a sampled thread published about the work it is doing (tracectx.h): OpenTelemetry's
+ * thread context record (OTEP 4947) or a Go goroutine's pprof labels. */
+
+/* Bytes of context one sample carries: OTEP 4947 recommends whole records of at most 640
+ * bytes, its 28-byte header included; a larger record is counted and ignored. Go labels
+ * are packed into as much. The buffer behind it has room for one more label past that, so
+ * that the verifier sees every copy in bounds before the running total is checked. */
+#define TRACECTX_DATA_MAX 640
+#define TRACECTX_DATA_BUF 1024
+#define OTEL_RECORD_HEADER 28
+/* Go labels: at most this many per sample, keys and values cut at these lengths. */
+#define GO_LABELS_MAX 16
+#define GO_LABEL_KEY_MAX 64
+#define GO_LABEL_VALUE_MAX 128
+
+enum ctx_source {
+	CTX_NONE = 0,
+	CTX_OTEL = 1,      /* data: the thread context record, header and attrs-data, as published */
+	CTX_GO_LABELS = 2, /* data: per label, key length (u8), value length (u8), key, value */
+	CTX_SOURCE_MAX,
+};
+
+/* Where a thread's otel_thread_ctx_v1 is. */
+enum tls_model {
+	TLS_NONE = 0,   /* no OpenTelemetry thread context to read */
+	TLS_STATIC = 1, /* at thread pointer + tls_offset: the executable's, or a library's in static TLS */
+	TLS_DTV = 2,    /* at dtv[tls_module] + tls_offset: a library's in dynamic TLS */
+	TLS_MODEL_MAX,
+};
+
+/* How a Go runtime keeps a goroutine's pprof labels behind g.labels. */
+enum go_labels_layout {
+	GO_LABELS_NONE = 0,  /* not a Go program, or one whose runtime sonde cannot read */
+	GO_LABELS_SLICE = 1, /* Go 1.24 on: a pointer to a sorted []struct{key, value string} */
+	GO_LABELS_MAP = 2,   /* before: a pointer to a map[string]string */
+	GO_LABELS_LAYOUT_MAX,
+};
+
+/* What the kernel needs to read a process's trace context, written by user space per tgid
+ * as it reads the process. A process that publishes nothing has no entry. */
+struct tracectx_proc {
+	__u64 exec_id;    /* the exec this was read for; 0: any */
+	__s64 tls_offset; /* TLS_STATIC: from the thread pointer; TLS_DTV: into the module's block */
+	__u64 tls_module; /* TLS_DTV: the module id */
+	__s32 dtv_offset; /* TLS_DTV: the DTV pointer is at thread pointer + dtv_offset */
+	__s32 dtv_len;    /* TLS_DTV: the DTV's length is its entry dtv_len (glibc: -1); 0: unchecked */
+	__u8 tls_model;   /* enum tls_model */
+	__u8 dtv_shift;   /* TLS_DTV: entries are 1 << dtv_shift bytes (glibc 16, musl 8) */
+	__u8 go_layout;   /* enum go_labels_layout */
+	__u8 pad;
+	/* Go: the running g at thread pointer + go_g_offset; its m, the m's curg and the
+	 * curg's labels at these offsets. */
+	__s32 go_g_offset;
+	__u32 go_g_m;
+	__u32 go_m_curg;
+	__u32 go_g_labels;
+	__u32 pad2;
+};
+
+/* The trace context of one sample, sent just before the sample it belongs to. */
+struct tracectx_event {
+	__u32 kind; /* EVENT_CONTEXT */
+	__u32 cpu;
+	__u64 ktime_ns; /* the sample's: with cpu, it names the sample */
+	__u32 source;   /* enum ctx_source */
+	__u32 len;      /* bytes of data */
+	__u8 data[TRACECTX_DATA_BUF];
+};
+
+/* Indices of the per-CPU tracectx_counters map. */
+enum tracectx_counter {
+	TRACECTX_OTEL = 0,         /* thread context records read */
+	TRACECTX_GO_LABELS = 1,    /* Go label sets read */
+	TRACECTX_INVALID = 2,      /* records whose valid byte is not 1, or misaligned */
+	TRACECTX_OVERSIZED = 3,    /* records over TRACECTX_DATA_MAX bytes: ignored */
+	TRACECTX_TORN = 4,         /* records or label maps that changed while read: ignored */
+	TRACECTX_READ_ERROR = 5,   /* reads of the process's memory that failed */
+	TRACECTX_GO_TRUNCATED = 6, /* label sets cut to GO_LABELS_MAX, to the key or value bounds, or to the buffer */
+	TRACECTX_STALE = 7,        /* samples of a process that exec'd since user space described it */
+	TRACECTX_RINGBUF_FULL = 8, /* contexts lost for want of room in the ring */
+	/* With tracectx_stats: samples that asked for a context, and the ns tracectx_emit took. */
+	TRACECTX_CALLS = 9,
+	TRACECTX_NS = 10,
+	TRACECTX_COUNTER_MAX,
 };
 
 #endif

@@ -15,6 +15,8 @@
 //     FDE's start), so that the samples of one function add up under one name.
 //   - Kernel frames: /proc/kallsyms, modules included, reread when an address
 //     misses and the last read is old enough.
+//   - Interpreted frames (CPython): the InterpNamer of Options, which reads code
+//     objects from the process (package interp/python), in every mode.
 //
 // Mode "symtab" leaves DWARF out, "none" all of it. Locations that stay unnamed
 // keep their address, mapping and build ID, from which a backend with better

@@ -22,6 +22,7 @@ const (
 	SourceDWARF     = "dwarf"     // DWARF line tables and inlined subroutines
 	SourceGopclntab = "gopclntab" // Go's runtime tables
 	SourceKallsyms  = "kallsyms"  // /proc/kallsyms
+	SourceCPython   = "cpython"   // a CPython code object read from its process
 	SourceNone      = "none"      // nothing named it: the frame keeps its address and build ID
 )
 

@@ -117,9 +117,17 @@ type Options struct {
 	// DebugDirs are searched for separate debug files, by build ID and by
 	// .gnu_debuglink; nil means DefaultDebugDirs, an empty slice none.
 	DebugDirs []string
+	// Interp names interpreted frames (trace.FramePython); without it they stay unnamed.
+	Interp InterpNamer
 	// MaxDebugInfoSize bounds the DWARF read for one file, in uncompressed bytes;
 	// 0 means DefaultMaxDebugInfoSize, less than 0 no bound.
 	MaxDebugInfoSize int64
+}
+
+// InterpNamer names the frames of an interpreter, whose code lives in the process's
+// memory rather than in a file (package interp/python for CPython).
+type InterpNamer interface {
+	Name(loc *trace.Location) ([]trace.Line, bool)
 }
 
 // Stats count a Symbolizer's work over its lifetime.
@@ -174,6 +182,7 @@ type Symbolizer struct {
 	shedding bool // evictions are Shed's, not the bounds'
 	reported map[fileID]struct{}
 	kernel   kernelState
+	interp   InterpNamer // names interpreted frames; nil: they stay unnamed
 	stats    Stats
 }
 
@@ -225,6 +234,7 @@ func New(opts Options) *Symbolizer {
 		now:          time.Now,
 		seed:         maphash.MakeSeed(),
 		reported:     map[fileID]struct{}{},
+		interp:       opts.Interp,
 	}
 	switch s.mode {
 	case ModeFull, ModeSymtab, ModeNone:
@@ -352,6 +362,15 @@ func (s *Symbolizer) Symbolize(p *trace.Profile) []error {
 	if s.mode == ModeNone {
 		for _, loc := range p.Locations {
 			if loc != nil && loc.NameSource == "" && len(loc.Lines) == 0 {
+				// A code object's address means nothing once its process is gone: no
+				// backend could name it later, so interpreted frames are named anyway.
+				if loc.Kind == trace.FramePython && s.interp != nil {
+					if lines, ok := s.interp.Name(loc); ok {
+						loc.Lines, loc.NameSource = lines, SourceCPython
+						s.stats.LocationsNamed++
+						continue
+					}
+				}
 				loc.NameSource = SourceNone
 				s.stats.LocationsUnnamed++
 			}
@@ -383,7 +402,14 @@ func (s *Symbolizer) Symbolize(p *trace.Profile) []error {
 			source = SourceNone
 			err    error
 		)
-		if loc.Kind == trace.FrameKernel {
+		if loc.Kind == trace.FramePython {
+			// Interpreted code has no address to look a byte back from: the frame names
+			// its instruction.
+			if s.interp != nil {
+				lines, _ = s.interp.Name(loc)
+				source = SourceCPython
+			}
+		} else if loc.Kind == trace.FrameKernel {
 			if loc.Address >= back {
 				lines, err = s.kernelLines(loc.Address - back)
 				source = SourceKallsyms

@@ -24,6 +24,10 @@ type RawSample struct {
 	Time   time.Time
 	User   []uint64 // leaf first
 	Kernel []uint64 // leaf first
+	// ContextKind says who published Context, the trace context of the thread as the
+	// kernel copied it.
+	ContextKind ContextKind
+	Context     []byte
 }
 
 // Config tunes an Aggregator.
@@ -34,6 +38,8 @@ type Config struct {
 	Kernel *Mapping
 	// KeepTimestamps records each sample's time, not only counts.
 	KeepTimestamps bool
+	// Interp, when set, hears of interpreted frames in each stack new to an interval.
+	Interp InterpObserver
 	// ChunkSize and ChunkCapacity tune the interning of stack chunks: frames per chunk and
 	// chunks kept in the hash-LRU; zero means DefaultChunkSize and DefaultChunkCapacity.
 	ChunkSize, ChunkCapacity int
@@ -50,6 +56,12 @@ type Stats struct {
 	ChunkMisses      uint64
 	ChunkEvictions   uint64
 	ChunkCollisions  uint64
+	// Linked counts samples with a trace context that named a span; ContextErrors
+	// contexts that were invalid, oversized or torn, which count without one.
+	Linked        uint64
+	ContextErrors uint64
+	// ImagesRenewed counts images given a new space for a reused code object address.
+	ImagesRenewed uint64
 }
 
 // Aggregator counts samples per (process image, thread, stack) until Flush. It is safe for
@@ -88,6 +100,8 @@ type entry struct {
 	comm   string
 	chunks []*chunk
 	times  []time.Time
+	link   Link
+	attrs  []Attribute
 }
 
 // NewAggregator starts an empty aggregation whose first interval begins at start; procs
@@ -157,11 +171,20 @@ func (a *Aggregator) aggregate(img *image, s RawSample) {
 	// addresses, whoever ran them.
 	var space uint64
 	if img != nil {
-		space = img.space
+		space = img.space.Load()
 	}
 	id := a.traceID(space, s.PID, s.TID, s.Comm, frames)
+	if len(s.Context) > 0 {
+		// The bytes stand for what they parse to: a repeat is not parsed again.
+		h := xxh3.Hash128(s.Context)
+		id.Hi ^= h.Hi
+		id.Lo ^= h.Lo ^ mix(uint64(s.ContextKind))
+	}
 	if sl := a.agg.find(id); sl != nil {
 		sl.count++
+		if !sl.e.link.IsZero() {
+			a.stats.Linked++
+		}
 		if a.cfg.KeepTimestamps {
 			sl.e.times = append(sl.e.times, s.Time)
 		}
@@ -172,8 +195,18 @@ func (a *Aggregator) aggregate(img *image, s RawSample) {
 	if img != nil && a.hasUnknownAddress(img, s.User) {
 		a.procs.reread(img)
 	}
+	if a.cfg.Interp != nil && img != nil {
+		for _, v := range s.User {
+			if code, _, ok := PythonFrame(v); ok {
+				a.cfg.Interp.SeenCode(s.PID, space, code)
+			}
+		}
+	}
 	a.bounds = chunkBounds(len(frames), a.chunks.size, a.bounds)
 	e := &entry{img: img, pid: s.PID, tid: s.TID, comm: strings.ToValidUTF8(s.Comm, "\uFFFD"), chunks: make([]*chunk, len(a.bounds))}
+	if a.parseContext(e, img, s); !e.link.IsZero() {
+		a.stats.Linked++
+	}
 	for i, b := range a.bounds {
 		run := frames[b[0]:b[1]]
 		e.chunks[i] = a.chunks.intern(space, a.chunks.hashFrames(space, run), run)
@@ -272,7 +305,7 @@ func (a *Aggregator) hasUnknownAddress(img *image, addrs []uint64) bool {
 		return false // its first reading is on its way
 	}
 	for _, addr := range addrs {
-		if snap.find(addr) == nil {
+		if _, _, py := PythonFrame(addr); !py && snap.find(addr) == nil {
 			return true
 		}
 	}
@@ -329,7 +362,21 @@ func (a *Aggregator) resolve(p *Profile, ch *chunk, img *image) []*Location {
 		}
 		ch.unresolved, ch.resolvedWith = 0, snap
 		for i, addr := range ch.frames {
-			if l := ch.locs[i]; l != nil && (l.Kind == FrameKernel || l.Mapping != nil) {
+			if l := ch.locs[i]; l != nil && (l.Kind == FrameKernel || l.Kind == FramePython || l.Mapping != nil) {
+				continue
+			}
+			if code, off, ok := PythonFrame(addr); ok {
+				// A code object's address means something in its image only.
+				var pid uint32
+				if img != nil {
+					pid = img.pid
+				}
+				k := locationKey{addr: addr, kind: FramePython, space: ch.space}
+				ch.locs[i] = a.location(k, ch.cached)
+				if ch.locs[i].Interp == nil {
+					ch.locs[i].Address = code
+					ch.locs[i].Interp = &InterpFrame{PID: pid, Image: ch.space, Code: code, Offset: off, raw: addr}
+				}
 				continue
 			}
 			kind, m := FrameKernel, a.cfg.Kernel
@@ -387,7 +434,7 @@ func (a *Aggregator) location(k locationKey, cached bool) *Location {
 // drop releases one cached chunk's reference to a location.
 func (a *Aggregator) drop(l *Location) {
 	if l.refs--; l.refs == 0 {
-		a.unheld = append(a.unheld, locationKey{addr: l.Address, mapping: l.Mapping, kind: l.Kind})
+		a.unheld = append(a.unheld, l.key())
 	}
 }
 
@@ -420,6 +467,8 @@ func (a *Aggregator) sample(p *Profile, e *entry, count int64) *Sample {
 		ThreadName: e.comm,
 		Count:      count,
 		Timestamps: e.times,
+		Link:       e.link,
+		Attributes: e.attrs,
 		Locations:  make([]*Location, 0, n),
 		Chunks:     make([][]*Location, 0, len(e.chunks)),
 	}
@@ -453,6 +502,30 @@ type locationKey struct {
 	addr    uint64
 	mapping *Mapping
 	kind    FrameKind
+	space   uint64 // interpreted frames: the image their code belongs to
+}
+
+// key is the key the location was made for.
+func (l *Location) key() locationKey {
+	if l.Interp != nil {
+		return locationKey{addr: l.Interp.raw, kind: l.Kind, space: l.Interp.Image}
+	}
+	return locationKey{addr: l.Address, mapping: l.Mapping, kind: l.Kind}
+}
+
+// RenewImage gives pid's image a new space for interning if space is still its own, so
+// that its stacks get locations of their own from now on: the interpreter it runs gave a
+// freed code object's address to another one, whose frames the old locations, named after
+// the old one, must not take. Safe from any goroutine.
+func (a *Aggregator) RenewImage(pid uint32, space uint64) {
+	a.procs.mu.Lock()
+	img := a.procs.images[pid]
+	a.procs.mu.Unlock()
+	if img != nil && img.space.CompareAndSwap(space, a.procs.spaces.Add(1)) {
+		a.mu.Lock()
+		a.stats.ImagesRenewed++
+		a.mu.Unlock()
+	}
 }
 
 // Stats returns the counters so far.
@@ -470,5 +543,6 @@ func (s Stats) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.Uint64("samples", s.Samples), slog.Int("chunks", s.Chunks), slog.Int("locations", s.Locations),
 		slog.Uint64("chunk_hits", s.ChunkHits), slog.Uint64("chunk_misses", s.ChunkMisses), slog.Uint64("chunk_evictions", s.ChunkEvictions),
-		slog.Uint64("unresolved_frames", s.UnresolvedFrames))
+		slog.Uint64("unresolved_frames", s.UnresolvedFrames), slog.Uint64("linked", s.Linked), slog.Uint64("context_errors", s.ContextErrors),
+		slog.Uint64("images_renewed", s.ImagesRenewed))
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/sonde-profiler/sonde/internal/cgroup"
 	"github.com/sonde-profiler/sonde/internal/objfile"
+	"github.com/sonde-profiler/sonde/tracectx"
 )
 
 // ProcessConfig tunes Processes.
@@ -48,6 +49,20 @@ type ProcessConfig struct {
 	ExecReadsPerSecond int
 	// Describer, when set, adds resource attributes to each process read.
 	Describer Describer
+	// Contexts, when set, has each process's trace context read (package tracectx): its
+	// OpenTelemetry process context becomes Process.Published, and Contexts hears where
+	// the kernel finds its threads' context.
+	Contexts ContextObserver
+}
+
+// ContextObserver follows where processes publish their threads' trace context. Its
+// methods are called from the goroutine that reads /proc.
+type ContextObserver interface {
+	// TraceContext says where pid's threads publish their context since the exec execID;
+	// the zero tracectx.Kernel: nowhere.
+	TraceContext(pid uint32, execID uint64, k tracectx.Kernel)
+	// TraceContextGone says pid is no longer tracked.
+	TraceContextGone(pid uint32)
 }
 
 // Describer adds what sonde knows of a process from elsewhere (Kubernetes, the service it
@@ -98,9 +113,11 @@ type ProcessStats struct {
 	// socket or directory where the mapped file was), another file than the one mapped,
 	// too large, on FUSE, or whose open stalled.
 	FilesNotRegular, FilesReplaced, FilesTooLarge, FilesFUSE, FilesStalled uint64
-	Processes                                                              int // processes tracked now
-	Files                                                                  int // files tracked now
-	Pending                                                                int // reads waiting now
+	// Contexts counts what the trace context reader found.
+	Contexts  tracectx.ReaderStats
+	Processes int // processes tracked now
+	Files     int // files tracked now
+	Pending   int // reads waiting now
 }
 
 // Re-reading a process's maps because addresses miss every mapping is rate-limited per
@@ -142,6 +159,11 @@ type Processes struct {
 	queued  uint64 // requests enqueued so far
 	done    uint64 // requests handled so far
 	settled *sync.Cond
+	// checks are pids whose trace context is to be looked at again, without a new
+	// reading of their mappings; contexts reads them, on Run's goroutine only.
+	checks   []uint32
+	checking map[uint32]bool
+	contexts *tracectx.Reader
 
 	wake chan struct{}
 }
@@ -151,16 +173,22 @@ type Processes struct {
 type image struct {
 	pid    uint32
 	execID atomic.Uint64 // 0 until known
-	space  uint64        // identifies the image for chunk interning
-	proc   atomic.Pointer[Process]
-	maps   atomic.Pointer[snapshot] // the latest reading; nil until read
-	comm   string                   // the thread name it was first seen with
+	// space identifies the image for chunk interning; renewed when the interpreter it
+	// runs reused a code object's address (Aggregator.RenewImage).
+	space atomic.Uint64
+	proc  atomic.Pointer[Process]
+	maps  atomic.Pointer[snapshot] // the latest reading; nil until read
+	comm  string                   // the thread name it was first seen with
 
 	exited    atomic.Bool
 	forgotten atomic.Bool // no longer tracked: samples of pid start a new image
 	described atomic.Bool // the Describer said all it could
 	requested atomic.Bool // a read is queued or running
 	createdAt time.Time
+	// ctx is what was read of the image's trace context; nil until the first look.
+	// ctxCheckAt is when it was last looked at (Run's goroutine only).
+	ctx        atomic.Pointer[tracectx.State]
+	ctxCheckAt time.Time
 	// rereads is the re-reads the rate limit allows now, as of rereadAt; followUps the
 	// reads after its exec still to come. Guarded by Processes.mu.
 	rereads   float64
@@ -209,9 +237,14 @@ func NewProcesses(cfg ProcessConfig) *Processes {
 		files:   map[objfile.Key]*objfile.File{},
 		failed:  map[objfile.Key]bool{},
 		wake:    make(chan struct{}, 1),
-		refill:  time.Now(),
+
+		checking: map[uint32]bool{},
+		refill:   time.Now(),
 	}
 	p.settled = sync.NewCond(&p.mu)
+	if cfg.Contexts != nil {
+		p.contexts = tracectx.NewReader()
+	}
 	if p.cfg.MaxProcesses <= 0 {
 		p.cfg.MaxProcesses = DefaultMaxProcesses
 	}
@@ -242,6 +275,17 @@ func (p *Processes) Run(ctx context.Context) error {
 	defer stop()
 	for {
 		p.mu.Lock()
+		if len(p.queue) == 0 && len(p.checks) > 0 {
+			pid := p.checks[0]
+			p.checks = p.checks[1:]
+			delete(p.checking, pid)
+			img := p.images[pid]
+			p.mu.Unlock()
+			if img != nil {
+				p.checkContext(img)
+			}
+			continue
+		}
 		if len(p.queue) == 0 {
 			p.mu.Unlock()
 			select {
@@ -331,7 +375,8 @@ func (p *Processes) start(pid uint32, execID uint64, comm string, read bool) *im
 		return nil
 	}
 	now := time.Now()
-	img := &image{pid: pid, space: p.spaces.Add(1), comm: comm, createdAt: now, rereads: rereadBurst, rereadAt: now}
+	img := &image{pid: pid, comm: comm, createdAt: now, rereads: rereadBurst, rereadAt: now}
+	img.space.Store(p.spaces.Add(1))
 	img.execID.Store(execID)
 	p.images[pid] = img
 	if read {
@@ -461,7 +506,7 @@ func (p *Processes) read(img *image) {
 	if img.proc.Load() == nil {
 		img.proc.Store(p.readProcess(dir, img))
 	}
-	lines, err := readMapsFile(filepath.Join(dir, "maps"))
+	lines, ctxAddr, err := readMapsFile(filepath.Join(dir, "maps"))
 	p.mu.Lock()
 	p.stats.MapsReads++
 	if err != nil {
@@ -494,6 +539,7 @@ func (p *Processes) read(img *image) {
 	if p.cfg.Observer != nil {
 		p.cfg.Observer.ProcessMappings(img.pid, img.execID.Load(), snap.mappings)
 	}
+	p.readContext(img, snap, ctxAddr)
 	p.mu.Lock()
 	p.followUp(img, snap)
 	p.mu.Unlock()
@@ -663,6 +709,12 @@ func (p *Processes) sweep(seen map[*image]bool, intervalStart time.Time) {
 			p.cfg.Observer.ProcessGone(pid)
 		}
 	}
+	if p.cfg.Contexts != nil {
+		for _, pid := range gone {
+			p.cfg.Contexts.TraceContextGone(pid)
+		}
+		p.scheduleContextChecks()
+	}
 	// What a Describer could not say at first (a pod the watch had not delivered yet)
 	// it may say now; samples pick the new description up through the image.
 	for _, img := range redescribe {
@@ -720,7 +772,9 @@ func (s ProcessStats) LogValue() slog.Value {
 		slog.Uint64("maps_errors", s.MapsErrors), slog.Uint64("maps_stale", s.MapsStale), slog.Uint64("files_unidentified", s.FileErrors),
 		slog.Uint64("files_not_regular", s.FilesNotRegular), slog.Uint64("files_replaced", s.FilesReplaced), slog.Uint64("files_too_large", s.FilesTooLarge),
 		slog.Uint64("files_fuse", s.FilesFUSE), slog.Uint64("files_stalled", s.FilesStalled),
-		slog.Uint64("reads_dropped", s.ReadsDropped), slog.Uint64("exec_reads_skipped", s.ExecReadsSkipped), slog.Uint64("untracked_samples", s.Untracked))
+		slog.Uint64("reads_dropped", s.ReadsDropped), slog.Uint64("exec_reads_skipped", s.ExecReadsSkipped), slog.Uint64("untracked_samples", s.Untracked),
+		slog.Uint64("tls_modules", s.Contexts.TLSModules), slog.Uint64("go_programs", s.Contexts.GoPrograms),
+		slog.Uint64("process_contexts", s.Contexts.Contexts), slog.Uint64("process_context_errors", s.Contexts.ContextErrors))
 }
 
 // Process returns what was read of pid's current image, or nil.

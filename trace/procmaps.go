@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/sonde-profiler/sonde/internal/objfile"
+	"github.com/sonde-profiler/sonde/tracectx"
 	"golang.org/x/sys/unix"
 )
 
@@ -25,20 +26,29 @@ type mapsLine struct {
 // may escape to four bytes per byte.
 const maxMapsLine = 20 << 10
 
-// readMapsFile reads a process's executable mappings from its maps file.
-func readMapsFile(path string) ([]mapsLine, error) {
+// readMapsFile reads a process's executable mappings from its maps file, and where its
+// OpenTelemetry process context is (0: nowhere).
+func readMapsFile(path string) ([]mapsLine, uint64, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer f.Close()
-	return parseMaps(f)
+	return parseMapsContext(f)
 }
 
 // parseMaps reads /proc/PID/maps, keeping only executable mappings: only they hold code a
 // stack can return to.
 func parseMaps(r io.Reader) ([]mapsLine, error) {
+	out, _, err := parseMapsContext(r)
+	return out, err
+}
+
+// parseMapsContext is parseMaps that also notes the first mapping named as an
+// OpenTelemetry process context (OTEP 4719) holds, which is not executable.
+func parseMapsContext(r io.Reader) ([]mapsLine, uint64, error) {
 	var out []mapsLine
+	var ctxAddr uint64
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 4096), maxMapsLine)
 	for n := 1; sc.Scan(); n++ {
@@ -48,16 +58,19 @@ func parseMaps(r io.Reader) ([]mapsLine, error) {
 		}
 		m, err := parseMapsLine(line)
 		if err != nil {
-			return nil, fmt.Errorf("maps line %d: %w", n, err)
+			return nil, 0, fmt.Errorf("maps line %d: %w", n, err)
 		}
 		if strings.Contains(m.Perms, "x") && len(out) < maxExecMappings {
 			out = append(out, m)
 		}
+		if ctxAddr == 0 && strings.HasPrefix(m.Perms, "r") && tracectx.IsContextMapping(m.Path) {
+			ctxAddr = m.Start
+		}
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read maps: %w", err)
+		return nil, 0, fmt.Errorf("read maps: %w", err)
 	}
-	return out, nil
+	return out, ctxAddr, nil
 }
 
 // parseMapsLine parses "start-end perms offset major:minor inode   path".

@@ -14,6 +14,8 @@ const (
 	FrameNative FrameKind = iota + 1
 	FrameKernel
 	FrameGo
+	// FramePython is a CPython frame: a code object and an instruction in it.
+	FramePython
 )
 
 func (k FrameKind) String() string {
@@ -24,6 +26,8 @@ func (k FrameKind) String() string {
 		return "kernel"
 	case FrameGo:
 		return "go"
+	case FramePython:
+		return "cpython"
 	default:
 		return "unknown"
 	}
@@ -48,6 +52,9 @@ type Process struct {
 	// EnvServiceName is the service name the process's environment gives the
 	// OpenTelemetry SDK: OTEL_SERVICE_NAME, else service.name in OTEL_RESOURCE_ATTRIBUTES.
 	EnvServiceName string
+	// Published are the resource attributes the process published itself, in its
+	// OpenTelemetry process context (OTEP 4719): service.name, service.version…
+	Published map[string]string
 	// Attributes are resource attributes a Describer added (service.name, k8s.*). A
 	// Process is not changed once published; a new description is a new Process.
 	Attributes map[string]string
@@ -67,6 +74,9 @@ type Location struct {
 	Address uint64   // runtime address in its address space
 	Mapping *Mapping // nil when no mapping covers Address
 	Lines   []Line   // filled by symbolization
+	// Interp identifies the code of an interpreted frame (FramePython), whose Address is
+	// its code object's; nil for native and kernel frames.
+	Interp *InterpFrame
 	// NameSource says where symbolization found the name: "symtab", "dynsym",
 	// "dwarf", "gopclntab", "kallsyms", "plt" (a PLT entry, name@plt), "fde" (code of a
 	// stripped object, object+0xSTART after its FDE), or "none" when nothing named the
@@ -78,6 +88,17 @@ type Location struct {
 	// those chunks; listed is the last flush whose Profile lists the location.
 	refs   int32
 	listed uint64
+}
+
+// InterpFrame is the code an interpreted frame runs: a code object of an image (one exec
+// of a process) and an instruction in it.
+type InterpFrame struct {
+	PID   uint32
+	Image uint64 // numbers the image within this run; a new exec of PID is another
+	Code  uint64 // the code object's address in the process
+	// Offset is the instruction's offset in the bytecode, in bytes.
+	Offset uint32
+	raw    uint64 // the frame as the kernel wrote it
 }
 
 // FileOffset is the location's offset in its mapped file, the address symbolization needs.
@@ -101,6 +122,12 @@ type Sample struct {
 	Count  int64
 	// Timestamps of each sample, when the collector keeps them.
 	Timestamps []time.Time
+	// Link is the span the samples were taken in, from their thread's trace context;
+	// zero when none. Samples that differ only in their link are counted apart.
+	Link Link
+	// Attributes are the trace context's other attributes: a thread context record's,
+	// named by its process's key map, or a goroutine's labels; sorted by key.
+	Attributes []Attribute
 }
 
 // Profile is what was sampled in [Start, End).

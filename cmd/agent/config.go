@@ -37,6 +37,7 @@ type config struct {
 	unwindRows   int
 	interval     time.Duration
 	timestamps   bool
+	traceContext bool
 	memoryLimit  int64
 	metricsAddr  string
 	metricsOTLP  bool
@@ -143,6 +144,7 @@ func agentFlags(getenv func(string) string) (*flag.FlagSet, func(set *flag.FlagS
 	fs.IntVar(&c.unwindRows, "unwind-rows", 0, "rows (16 bytes of kernel memory each) all files' unwind tables may hold together; tables of files no process maps are freed to make room (0: sized from --memory-limit)")
 	fs.DurationVar(&c.interval, "interval", 10*time.Second, "how often collected samples are symbolized and sent (±10% jitter)")
 	fs.BoolVar(&c.timestamps, "timestamps", false, "send each sample's time, not only counts per stack")
+	fs.BoolVar(&c.traceContext, "trace-context", true, "link samples to the span their thread was in: read OpenTelemetry thread and process contexts (OTEPs 4947, 4719) and Go pprof labels")
 	fs.StringVar(&memoryLimit, "memory-limit", "256MiB", "memory sonde may use (`SIZE`, e.g. 128MiB, 1GiB), its own and its BPF maps': caches, queues and maps are sized from it, and under pressure caches and queued intervals are dropped first")
 	var endpoint string
 	fs.StringVar(&endpoint, "otlp-endpoint", "", "send OTLP profiles over gRPC to this collector (`host:port`, or https://, http://); default from OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT")

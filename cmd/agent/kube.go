@@ -149,8 +149,9 @@ func (f *podFilter) update() {
 }
 
 // describer adds what Kubernetes and the environment say of a process to its resource,
-// and names its service in the documented order: OTEL_SERVICE_NAME (or service.name in
-// OTEL_RESOURCE_ATTRIBUTES) from the process's environment, the pod's
+// and names its service in the documented order: the service.name the process published
+// in its OpenTelemetry process context (what its SDK uses), OTEL_SERVICE_NAME (or
+// service.name in OTEL_RESOURCE_ATTRIBUTES) from the process's environment, the pod's
 // app.kubernetes.io/name label, its app label, the container's name, the executable's.
 type describer struct {
 	watcher *kube.Watcher // nil without API access
@@ -175,7 +176,7 @@ func (d describer) Describe(p *trace.Process) bool {
 	if p.ExePath != "" {
 		exe = filepath.Base(p.ExePath)
 	}
-	for _, name := range []string{p.EnvServiceName, pod.AppName, pod.App, ctr.Name, exe} {
+	for _, name := range []string{p.Published["service.name"], p.EnvServiceName, pod.AppName, pod.App, ctr.Name, exe} {
 		if name != "" {
 			p.Attributes["service.name"] = name
 			break

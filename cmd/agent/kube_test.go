@@ -66,8 +66,9 @@ func runWatcher(t *testing.T, pods ...*corev1.Pod) (*kube.Watcher, *fake.Clients
 	return w, cs
 }
 
-// service.name comes, in order, from the process's own environment, the pod's
-// app.kubernetes.io/name label, its app label, the container's name, the executable's.
+// service.name comes, in order, from the process context the process published, its
+// own environment, the pod's app.kubernetes.io/name label, its app label, the
+// container's name, the executable's.
 func TestDescriberServiceName(t *testing.T) {
 	labelled := testPod(testUID, "checkout-7d9f8c6b5-x2x9z", "shop", map[string]string{"app.kubernetes.io/name": "checkout", "app": "legacy", "pod-template-hash": "7d9f8c6b5"}, testCID)
 	w, _ := runWatcher(t, labelled)
@@ -78,6 +79,8 @@ func TestDescriberServiceName(t *testing.T) {
 		want string
 		done bool
 	}{
+		{"published", trace.Process{Name: "java", PodUID: testUID, ContainerID: testCID, EnvServiceName: "cart",
+			Published: map[string]string{"service.name": "cart-v2"}}, "cart-v2", true},
 		{"environment", trace.Process{Name: "java", PodUID: testUID, ContainerID: testCID, EnvServiceName: "cart"}, "cart", true},
 		{"pod label", trace.Process{Name: "java", PodUID: testUID, ContainerID: testCID}, "checkout", true},
 		{"no pod", trace.Process{Name: "bash", ExePath: "/usr/bin/bash"}, "bash", true},

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sonde-profiler/sonde/bpf"
 	"github.com/sonde-profiler/sonde/internal/kube"
+	"github.com/sonde-profiler/sonde/interp/python"
 	"github.com/sonde-profiler/sonde/reporter/merge"
 	"github.com/sonde-profiler/sonde/reporter/otlp"
 	"github.com/sonde-profiler/sonde/reporter/top"
@@ -39,6 +40,8 @@ type pipeline struct {
 	procs      *trace.Processes
 	agg        *trace.Aggregator
 	tables     *unwind.Maintainer // nil when walking by frame pointer
+	python     *python.Tracker    // nil when walking by frame pointer
+	pyNamer    *python.Namer
 	symbolizer *symbolize.Symbolizer
 	exporter   *otlp.Exporter
 	sinks      []sink
@@ -147,11 +150,29 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 				log.Info("no unwind table; frames there are walked by frame pointer", "file", what, "err", err)
 			},
 		})
-		observer = p.tables
+		// CPython's frames are walked in the kernel beside the native ones, which the
+		// table walker finds the interpreter's eval loop among.
+		p.python = python.NewTracker(python.TrackerConfig{
+			Kernel: kernelPython{p.sampler},
+			OnError: func(path string, err error) {
+				log.Info("python interpreter whose frames sonde cannot walk; its stacks show the interpreter's", "file", path, "err", err)
+			},
+		})
+		p.pyNamer = python.NewNamer(python.NamerConfig{
+			Images: p.python,
+			// The aggregator exists before the namer runs.
+			OnReuse: func(pid uint32, image uint64) { p.agg.RenewImage(pid, image) },
+			OnShim:  p.python.SkipCode,
+		})
+		observer = trace.MappingObservers{p.tables, p.python}
 	}
 	if p.watcher, err = newWatcher(cfg, log); err != nil {
 		p.sampler.Close()
 		return nil, err
+	}
+	var contexts trace.ContextObserver
+	if cfg.traceContext {
+		contexts = kernelContexts{p.sampler}
 	}
 	p.procs = trace.NewProcesses(trace.ProcessConfig{
 		Describer: describer{watcher: p.watcher},
@@ -159,6 +180,7 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 			log.Info("cannot identify mapped file; its frames keep addresses only", "file", path, "err", err)
 		},
 		Observer:     observer,
+		Contexts:     contexts,
 		ExecIDs:      p.sampler,
 		Pinned:       cfg.pids,
 		MaxProcesses: p.budget.maxProcesses,
@@ -174,6 +196,7 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 		KeepTimestamps: cfg.timestamps,
 		ChunkSize:      cfg.chunkSize,
 		ChunkCapacity:  p.budget.chunkCache,
+		Interp:         interpObserver(p.pyNamer),
 	}, p.procs, p.runStart); err != nil {
 		p.sampler.Close()
 		return nil, usageError{err}
@@ -182,6 +205,9 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 	symOpts.FileCacheBytes = p.budget.fileCacheBytes
 	symOpts.DWARFCacheBytes = p.budget.dwarfCacheBytes
 	symOpts.AddressCacheBytes = p.budget.addressCacheBytes
+	if p.pyNamer != nil {
+		symOpts.Interp = p.pyNamer
+	}
 	p.symbolizer = symbolize.New(symOpts)
 	p.sinks = p.makeSinks()
 	p.pressure = &pressure{limit: p.budget.rss, log: log, sheds: p.shedders()}
@@ -246,6 +272,9 @@ func (p *pipeline) run(ctx context.Context) error {
 	stages.Go(func() { p.procs.Run(stageCtx) })
 	if p.tables != nil {
 		stages.Go(func() { p.tables.Run(stageCtx) })
+	}
+	if p.pyNamer != nil {
+		stages.Go(func() { p.pyNamer.Run(stageCtx) })
 	}
 	stages.Go(func() { p.pressure.run(stageCtx, time.Second) })
 	if p.telemetry != nil {
@@ -354,7 +383,8 @@ func (p *pipeline) closeSinks() error {
 // HandleSample feeds a kernel sample to the aggregator; it implements bpf.Handler, on the
 // goroutine that drains the ring buffer.
 func (p *pipeline) HandleSample(b *bpf.Sample) {
-	p.agg.Add(trace.RawSample{PID: b.PID, TID: b.TID, ExecID: b.ExecID, Comm: b.Comm, Time: b.Time, User: b.User, Kernel: b.Kernel})
+	p.agg.Add(trace.RawSample{PID: b.PID, TID: b.TID, ExecID: b.ExecID, Comm: b.Comm, Time: b.Time, User: b.User, Kernel: b.Kernel,
+		ContextKind: contextKind(b.ContextSource), Context: b.Context})
 }
 
 // HandleProcessEvent tells the process tracker of execs and exits.
@@ -445,6 +475,9 @@ func (p *pipeline) logSummary() {
 	if p.tables != nil {
 		attrs = append(attrs, "unwind", p.tables.Stats())
 	}
+	if p.python != nil {
+		attrs = append(attrs, "python", p.python.Stats(), "python_names", p.pyNamer.Stats())
+	}
 	attrs = append(attrs, "symbols", p.symbolizer.Stats())
 	if p.exporter != nil {
 		attrs = append(attrs, "otlp", p.exporter.Stats())
@@ -479,4 +512,23 @@ func (k kernelSummary) LogValue() slog.Value {
 		}
 	}
 	return slog.GroupValue(attrs...)
+}
+
+func contextKind(s bpf.ContextSource) trace.ContextKind {
+	switch s {
+	case bpf.ContextOTel:
+		return trace.ContextOTel
+	case bpf.ContextGoLabels:
+		return trace.ContextGoLabels
+	}
+	return trace.ContextNone
+}
+
+// interpObserver is the namer as the aggregator's observer, or none: a nil *Namer in the
+// interface would be called.
+func interpObserver(n *python.Namer) trace.InterpObserver {
+	if n == nil {
+		return nil
+	}
+	return n
 }

@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/sonde-profiler/sonde/bpf"
+	"github.com/sonde-profiler/sonde/tracectx"
 	"github.com/sonde-profiler/sonde/unwind"
 )
 
@@ -40,3 +41,32 @@ func (k kernelTables) SetProcess(pid uint32, execID uint64, mappings []unwind.Ke
 }
 
 func (k kernelTables) DeleteProcess(pid uint32) error { return k.s.DeleteProcess(pid) }
+
+// kernelContexts tells the sampler where processes publish their threads' trace context.
+type kernelContexts struct{ s *bpf.Sampler }
+
+func (k kernelContexts) TraceContext(pid uint32, execID uint64, c tracectx.Kernel) {
+	if !c.HasTLS && c.Go == nil {
+		k.s.DeleteTraceContext(pid)
+		return
+	}
+	p := bpf.TraceContextProc{ExecID: execID}
+	if c.HasTLS {
+		p.TLS, p.TLSOffset = bpf.TLSStatic, c.TLS.Offset
+		if c.TLS.Dynamic {
+			p.TLS, p.TLSModule = bpf.TLSDTV, c.TLS.Module
+			p.DTVOffset, p.DTVLen, p.DTVShift = c.TLS.DTVOffset, c.TLS.DTVLen, c.TLS.DTVShift
+		}
+	}
+	if g := c.Go; g != nil {
+		p.GoLayout = bpf.GoLabelsMap
+		if g.SliceLabels {
+			p.GoLayout = bpf.GoLabelsSlice
+		}
+		p.GoGOffset, p.GoGM, p.GoMCurg, p.GoGLabels = g.GOffset, g.GM, g.MCurg, g.GLabels
+	}
+	// A full map leaves the process without links; its samples are counted all the same.
+	k.s.SetTraceContext(pid, p)
+}
+
+func (k kernelContexts) TraceContextGone(pid uint32) { k.s.DeleteTraceContext(pid) }

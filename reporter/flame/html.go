@@ -95,7 +95,7 @@ type processJSON struct {
 	Samples int64  `json:"samples"`
 }
 
-var kinds = []string{"", "native", "kernel", "go", "process"}
+var kinds = []string{"", "native", "kernel", "go", "process", "cpython"}
 
 func newPageData(t *Tree, f Facts) *pageData {
 	d := &pageData{Kinds: kinds, Facts: newFactsJSON(f)}

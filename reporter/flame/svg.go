@@ -205,6 +205,8 @@ func svgColour(n *Node, depth int) string {
 		return fmt.Sprintf("hsl(%.1f,80%%,%.1f%%)", 22+14*v, 60+8*v)
 	case n.Kind == "go":
 		return fmt.Sprintf("hsl(%.1f,55%%,%.1f%%)", 180+25*v, 62+10*v)
+	case n.Kind == "cpython":
+		return fmt.Sprintf("hsl(%.1f,50%%,%.1f%%)", 95+30*v, 60+10*v)
 	default:
 		return fmt.Sprintf("hsl(%.1f,82%%,%.1f%%)", 2+52*v, 62+8*v)
 	}

@@ -15,7 +15,7 @@ type Node struct {
 	// node may be at different lines of it: Line is the one with the most samples.
 	File string
 	Line int64
-	// Kind is "native", "kernel", "go", "process" (the root frame of a process's
+	// Kind is "native", "kernel", "go", "cpython", "process" (the root frame of a process's
 	// stacks), or "" when the frame's kind is unknown.
 	Kind string
 	// Self counts the samples that stop at this frame; Total those that pass it.

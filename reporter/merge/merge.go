@@ -110,6 +110,13 @@ func (m *merger) add(s *trace.Sample, max int) bool {
 	key = append(key, boolByte(pk.known))
 	key = binary.LittleEndian.AppendUint32(key, s.TID)
 	key = appendString(key, s.ThreadName)
+	// Samples of different spans stay apart, as they do in an interval.
+	key = append(key, s.Link.TraceID[:]...)
+	key = append(key, s.Link.SpanID[:]...)
+	key = binary.AppendUvarint(key, uint64(len(s.Attributes)))
+	for _, a := range s.Attributes {
+		key = appendString(appendString(key, a.Key), a.Value)
+	}
 	for _, l := range s.Locations {
 		key = binary.LittleEndian.AppendUint32(key, m.location(l))
 	}
@@ -132,6 +139,8 @@ func (m *merger) add(s *trace.Sample, max int) bool {
 		ThreadName: s.ThreadName,
 		Count:      s.Count,
 		Timestamps: slices.Clone(s.Timestamps),
+		Link:       s.Link,
+		Attributes: s.Attributes,
 		Locations:  make([]*trace.Location, len(s.Locations)),
 	}
 	for i, l := range s.Locations {

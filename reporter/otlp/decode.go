@@ -329,6 +329,8 @@ func (t *dict) location(i int32) (*trace.Location, error) {
 				l.Kind = trace.FrameKernel
 			case "go":
 				l.Kind = trace.FrameGo
+			case "cpython":
+				l.Kind = trace.FramePython
 			}
 		case keySymbolSource:
 			l.NameSource = v.GetStringValue()

@@ -136,6 +136,10 @@ type encoder struct {
 	chunkStacks map[string]int32
 	sampleType  *profilespb.ValueType
 	periodType  *profilespb.ValueType
+	// Scratch for contextAttributes.
+	ctxIdx   []int32
+	attrsBuf []byte
+	attrsKey string
 }
 
 type threadKey struct {
@@ -151,6 +155,10 @@ type sampleKey struct {
 	thread  threadKey
 	// timestamped samples cannot merge with counted ones: their shapes differ.
 	timestamped bool
+	// link and attrs (the context's attribute indices, 4 bytes each) keep samples of
+	// different spans apart.
+	link  int32
+	attrs string
 }
 
 func newEncoder(host Resource, opts EncodeOptions) *encoder {
@@ -225,13 +233,16 @@ func keyOf(p *trace.Process) processKey {
 		return processKey{}
 	}
 	k := processKey{pid: p.PID, name: p.Name, exe: p.ExePath, container: p.ContainerID, pod: p.PodUID, cgroup: p.Cgroup, known: true}
-	if len(p.Attributes) > 0 {
+	if len(p.Attributes) > 0 || len(p.Published) > 0 {
 		var b strings.Builder
-		for _, key := range sortedKeys(p.Attributes) {
-			b.WriteString(key)
-			b.WriteByte(0)
-			b.WriteString(p.Attributes[key])
-			b.WriteByte(0)
+		for _, m := range [...]map[string]string{p.Published, p.Attributes} {
+			for _, key := range sortedKeys(m) {
+				b.WriteString(key)
+				b.WriteByte(0)
+				b.WriteString(m[key])
+				b.WriteByte(0)
+			}
+			b.WriteByte(1)
 		}
 		k.attrs = b.String()
 	}
@@ -282,8 +293,8 @@ func (e *encoder) newProfile(proc *trace.Process, p *trace.Profile) *profilespb.
 }
 
 // processAttributes is the resource of a process: the host's attributes, then the
-// process's own, which win, then what a Describer added (service.name, k8s.*), which wins
-// over both. Every resource carries service.name: the process's, else the executable's
+// process's own, which win, then what it published in its process context, then what a
+// Describer added (service.name, k8s.*), which wins over all. Every resource carries service.name: the process's, else the executable's
 // name, which the host's OTEL_SERVICE_NAME, naming sonde, must not replace.
 func (e *encoder) processAttributes(proc *trace.Process) []*commonpb.KeyValue {
 	kvs := make([]*commonpb.KeyValue, 0, len(e.hostAttrs)+4)
@@ -310,11 +321,16 @@ func (e *encoder) processAttributes(proc *trace.Process) []*commonpb.KeyValue {
 	if proc.PodUID != "" {
 		kvs = setString(kvs, keyPodUID, proc.PodUID)
 	}
+	// What the process published of itself (OTEP 4719) describes it better than what
+	// sonde could see from outside; a Describer's attributes still win.
+	for _, k := range sortedKeys(proc.Published) {
+		kvs = setString(kvs, k, proc.Published[k])
+	}
 	for _, k := range sortedKeys(proc.Attributes) {
 		kvs = setString(kvs, k, proc.Attributes[k])
 	}
 	if _, ok := proc.Attributes[keyServiceName]; !ok {
-		service := cmpOr(proc.EnvServiceName, name)
+		service := cmpOr(cmpOr(proc.Published[keyServiceName], proc.EnvServiceName), name)
 		if service == "" {
 			service = "unknown_service"
 		}
@@ -334,12 +350,21 @@ func (e *encoder) addSample(prof *profilespb.Profile, s *trace.Sample, slot *pro
 	stack := e.stackOf(s)
 	thread := threadKey{tid: s.TID, name: s.ThreadName}
 	timestamped := e.opts.Timestamps && s.Count > 0 && len(s.Timestamps) == int(s.Count)
-	key := sampleKey{profile: prof, stack: stack, thread: thread, timestamped: timestamped}
+	key := sampleKey{profile: prof, stack: stack, thread: thread, timestamped: timestamped, link: e.d.link(s.Link)}
+	var ctxAttrs []int32
+	if len(s.Attributes) > 0 {
+		ctxAttrs = e.contextAttributes(s.Attributes)
+		key.attrs = e.attrsKey
+	}
 	ps := e.samples[key]
 	if ps == nil {
 		ps = slot
 		ps.StackIndex = stack
+		ps.LinkIndex = key.link
 		ps.AttributeIndices = e.threadAttributes(thread)
+		if len(ctxAttrs) > 0 {
+			ps.AttributeIndices = append(slices.Clip(ps.AttributeIndices), ctxAttrs...)
+		}
 		if !timestamped {
 			ps.Values = value
 		}
@@ -353,6 +378,21 @@ func (e *encoder) addSample(prof *profilespb.Profile, s *trace.Sample, slot *pro
 	} else {
 		ps.Values[0] += s.Count
 	}
+}
+
+// contextAttributes returns the attribute indices of a sample's trace context attributes,
+// and leaves their key in e.attrsKey.
+func (e *encoder) contextAttributes(attrs []trace.Attribute) []int32 {
+	idx := e.ctxIdx[:0]
+	key := e.attrsBuf[:0]
+	for _, a := range attrs {
+		i := e.d.attrString(a.Key, a.Value)
+		idx = append(idx, i)
+		key = binary.LittleEndian.AppendUint32(key, uint32(i))
+	}
+	e.ctxIdx, e.attrsBuf = idx, key
+	e.attrsKey = string(key)
+	return idx
 }
 
 func (e *encoder) threadAttributes(t threadKey) []int32 {
@@ -478,6 +518,9 @@ type dictBuilder struct {
 	mappingPtrs  map[*trace.Mapping]int32
 	locationPtrs map[*trace.Location]int32
 
+	// links indexes link_table: a link per span samples were taken in.
+	links map[trace.Link]int32
+
 	lineBuf []byte
 	// kinds holds one attribute_indices slice per frame type and name source, shared by locations.
 	kinds map[[2]int32][]int32
@@ -526,7 +569,19 @@ func newDictBuilder() *dictBuilder {
 		mappingPtrs:  make(map[*trace.Mapping]int32),
 		locationPtrs: make(map[*trace.Location]int32),
 		kinds:        make(map[[2]int32][]int32),
+		links:        map[trace.Link]int32{{}: 0},
 	}
+}
+
+// link returns the link_table index of a span; the zero link is entry 0.
+func (d *dictBuilder) link(l trace.Link) int32 {
+	if i, ok := d.links[l]; ok {
+		return i
+	}
+	i := int32(len(d.dict.LinkTable))
+	d.dict.LinkTable = append(d.dict.LinkTable, &profilespb.Link{TraceId: slices.Clone(l.TraceID[:]), SpanId: slices.Clone(l.SpanID[:])})
+	d.links[l] = i
+	return i
 }
 
 // zeroLink is link_table[0]. The proto recommends full-length zero IDs over empty
@@ -656,7 +711,7 @@ func (d *dictBuilder) location(l *trace.Location) int32 {
 	}
 	k := locationKey{mapping: d.mapping(l.Mapping), address: l.Address}
 	switch l.Kind {
-	case trace.FrameNative, trace.FrameKernel, trace.FrameGo:
+	case trace.FrameNative, trace.FrameKernel, trace.FrameGo, trace.FramePython:
 		k.kind = d.attrString(keyFrameType, l.Kind.String())
 	}
 	if l.NameSource != "" {

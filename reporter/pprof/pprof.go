@@ -3,6 +3,7 @@
 package pprof
 
 import (
+	"encoding/hex"
 	"fmt"
 	"io"
 
@@ -47,6 +48,7 @@ func Build(profiles ...*trace.Profile) (*profile.Profile, error) {
 				ps.Label["process_name"] = []string{s.Process.Name}
 				ps.NumLabel["pid"] = []int64{int64(s.Process.PID)}
 			}
+			addContextLabels(ps, s)
 			for i, l := range s.Locations {
 				pl, ok := locs[l]
 				if !ok {
@@ -151,4 +153,19 @@ func (b *builder) function(line trace.Line) *profile.Function {
 	b.functions[key] = f
 	b.out.Function = append(b.out.Function, f)
 	return f
+}
+
+// addContextLabels labels a sample with the span it was taken in (trace_id and span_id,
+// in hex, as Go's own profiling labels name them) and its trace context's attributes,
+// except where those would replace a label sonde sets.
+func addContextLabels(ps *profile.Sample, s *trace.Sample) {
+	if !s.Link.IsZero() {
+		ps.Label["trace_id"] = []string{hex.EncodeToString(s.Link.TraceID[:])}
+		ps.Label["span_id"] = []string{hex.EncodeToString(s.Link.SpanID[:])}
+	}
+	for _, a := range s.Attributes {
+		if _, taken := ps.Label[a.Key]; !taken {
+			ps.Label[a.Key] = []string{a.Value}
+		}
+	}
 }

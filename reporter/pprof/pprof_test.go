@@ -129,3 +129,25 @@ func TestWriteUntimedWithoutProcess(t *testing.T) {
 		t.Errorf("sample read back: %+v", s)
 	}
 }
+
+// A sample's span becomes the labels trace_id and span_id, its context attributes labels
+// too, except one that would replace a label sonde sets.
+func TestBuildLinkLabels(t *testing.T) {
+	p := testProfile(time.Unix(1700000000, 0))
+	s := p.Samples[0]
+	s.Link.TraceID[0], s.Link.SpanID[7] = 0x4b, 0xb7
+	s.Attributes = []trace.Attribute{{Key: "http.route", Value: "/cart"}, {Key: "thread_name", Value: "forged"}}
+	out, err := Build(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out.Sample[0].Label
+	for k, want := range map[string]string{"trace_id": "4b000000000000000000000000000000", "span_id": "00000000000000b7", "http.route": "/cart", "thread_name": "app"} {
+		if len(got[k]) != 1 || got[k][0] != want {
+			t.Errorf("label %s = %v, want %s", k, got[k], want)
+		}
+	}
+	if _, ok := out.Sample[1].Label["trace_id"]; ok {
+		t.Errorf("a sample without a span has trace_id %v", out.Sample[1].Label["trace_id"])
+	}
+}

@@ -34,6 +34,7 @@ import (
 
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	profilespb "go.opentelemetry.io/proto/otlp/profiles/v1development"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sonde-profiler/sonde/internal/testenv"
@@ -132,6 +133,8 @@ type Collector struct {
 	// Output is the file exporter's file: 4-byte big-endian lengths, each followed
 	// by a ProfilesData message of that length.
 	Output string
+	// TracesOutput is the traces pipeline's file, in the same framing, of TracesData.
+	TracesOutput string
 	// Log holds the collector's stdout and stderr, debug exporter output included.
 	Log string
 	// Config is the collector's configuration file.
@@ -144,7 +147,8 @@ type Collector struct {
 	stopErr error
 }
 
-// configTemplate has a %s for the receiver's endpoint and one for the output path.
+// configTemplate has a %s for the receiver's endpoint, one for the profiles' output
+// path and one for the traces'.
 const configTemplate = `receivers:
   otlp:
     protocols:
@@ -157,6 +161,10 @@ exporters:
     path: %s
     format: proto
     flush_interval: 100ms
+  file/traces:
+    path: %s
+    format: proto
+    flush_interval: 100ms
 service:
   telemetry:
     metrics:
@@ -165,6 +173,9 @@ service:
     profiles:
       receivers: [otlp]
       exporters: [file, debug]
+    traces:
+      receivers: [otlp]
+      exporters: [file/traces]
 `
 
 // StartCollector starts a collector for t, with its files in t.TempDir(), and
@@ -192,9 +203,10 @@ func startCollector(t testing.TB, port int) *Collector {
 	bin := CollectorBinary(t)
 	dir := t.TempDir()
 	c := &Collector{
-		Output: filepath.Join(dir, "profiles.pb"),
-		Log:    filepath.Join(dir, "collector.log"),
-		Config: filepath.Join(dir, "config.yaml"),
+		Output:       filepath.Join(dir, "profiles.pb"),
+		TracesOutput: filepath.Join(dir, "traces.pb"),
+		Log:          filepath.Join(dir, "collector.log"),
+		Config:       filepath.Join(dir, "config.yaml"),
 	}
 	// A free port may be taken between this probe and the collector's bind; then the
 	// collector exits and the next try picks another. A given port gets one try.
@@ -229,7 +241,7 @@ func startCollector(t testing.TB, port int) *Collector {
 }
 
 func (c *Collector) start(bin string) error {
-	cfg := fmt.Sprintf(configTemplate, c.Endpoint, c.Output)
+	cfg := fmt.Sprintf(configTemplate, c.Endpoint, c.Output, c.TracesOutput)
 	if err := os.WriteFile(c.Config, []byte(cfg), 0o644); err != nil {
 		return err
 	}
@@ -353,6 +365,31 @@ func (c *Collector) WaitFor(t testing.TB, timeout time.Duration, done func([]*pr
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// ReceivedTraces returns the traces the file exporter has written so far.
+func (c *Collector) ReceivedTraces() ([]*tracepb.TracesData, error) {
+	b, err := os.ReadFile(c.TracesOutput)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []*tracepb.TracesData
+	for len(b) >= 4 {
+		n := binary.BigEndian.Uint32(b)
+		if uint64(len(b)-4) < uint64(n) {
+			break
+		}
+		td := &tracepb.TracesData{}
+		if err := proto.Unmarshal(b[4:4+n], td); err != nil {
+			return out, fmt.Errorf("traces message %d: %w", len(out), err)
+		}
+		out = append(out, td)
+		b = b[4+n:]
+	}
+	return out, nil
 }
 
 // ReadProfilesFile decodes a file exporter's proto output. A missing file holds

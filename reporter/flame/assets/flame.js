@@ -64,6 +64,7 @@
       case "process": c = "hsl(220,14%," + (74 + 8 * v).toFixed(1) + "%)"; break;
       case "kernel": c = "hsl(" + (22 + 14 * v).toFixed(1) + ",80%," + (60 + 8 * v).toFixed(1) + "%)"; break;
       case "go": c = "hsl(" + (180 + 25 * v).toFixed(1) + ",55%," + (62 + 10 * v).toFixed(1) + "%)"; break;
+      case "cpython": c = "hsl(" + (95 + 30 * v).toFixed(1) + ",50%," + (60 + 10 * v).toFixed(1) + "%)"; break;
       default: c = "hsl(" + (2 + 52 * v).toFixed(1) + ",82%," + (62 + 8 * v).toFixed(1) + "%)";
     }
     colours[nameOf[i] * 8 + kindOf[i]] = c;

@@ -21,6 +21,7 @@ const (
 	KindKernel
 	KindGo
 	KindProcess
+	KindPython
 )
 
 func (k Kind) String() string {
@@ -33,6 +34,8 @@ func (k Kind) String() string {
 		return "go"
 	case KindProcess:
 		return "process"
+	case KindPython:
+		return "cpython"
 	default:
 		return "unknown"
 	}
@@ -46,6 +49,8 @@ func kindOf(k trace.FrameKind) Kind {
 		return KindKernel
 	case trace.FrameGo:
 		return KindGo
+	case trace.FramePython:
+		return KindPython
 	default:
 		return KindUnknown
 	}

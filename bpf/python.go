@@ -1,0 +1,89 @@
+package bpf
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+)
+
+// PythonProc tells the kernel where a CPython process keeps its threads' frames and how
+// to read them (types.h: struct py_proc).
+type PythonProc = samplerPyProc
+
+// Python frame models (enum py_frame_model), the way a CPython version ties its frames to
+// the activations of its eval loop.
+const (
+	PythonModelFrameObject = uint32(samplerPyFrameModelPY_MODEL_FRAME_OBJECT) // 3.9, 3.10
+	PythonModelEntryFlag   = uint32(samplerPyFrameModelPY_MODEL_ENTRY_FLAG)   // 3.11
+	PythonModelShimFrame   = uint32(samplerPyFrameModelPY_MODEL_SHIM_FRAME)   // 3.12, 3.13
+	// PythonNoOffset marks an offset a version does not have.
+	PythonNoOffset = uint16(samplerPyLimitsPY_NO_OFFSET)
+	// PythonMaxFrameRead bounds PythonProc.FrameSize.
+	PythonMaxFrameRead = uint16(samplerPyLimitsPY_MAX_FRAME_READ)
+)
+
+// How the kernel writes a Python frame among a sample's user frames (enum
+// py_frame_encoding); package trace decodes it.
+const (
+	PythonFrameTagShift  = uint(samplerPyFrameEncodingPY_FRAME_TAG_SHIFT)
+	PythonFrameTag       = uint64(samplerPyFrameEncodingPY_FRAME_TAG)
+	PythonCodeAlignShift = uint(samplerPyFrameEncodingPY_CODE_ALIGN_SHIFT)
+	PythonOffsetBits     = uint(samplerPyFrameEncodingPY_OFFSET_BITS)
+)
+
+// PythonEnd says how the walk of a thread's Python frames ended (enum py_end).
+type PythonEnd uint32
+
+const (
+	PythonComplete  = PythonEnd(samplerPyEndPY_COMPLETE)
+	PythonNoThread  = PythonEnd(samplerPyEndPY_NO_THREAD)
+	PythonBadRead   = PythonEnd(samplerPyEndPY_BAD_READ)
+	PythonTruncated = PythonEnd(samplerPyEndPY_TRUNCATED)
+	PythonInvalid   = PythonEnd(samplerPyEndPY_INVALID)
+	PythonEndCount  = int(samplerPyEndPY_END_MAX)
+)
+
+func (e PythonEnd) String() string {
+	switch e {
+	case PythonComplete:
+		return "complete"
+	case PythonNoThread:
+		return "no_thread"
+	case PythonBadRead:
+		return "bad_read"
+	case PythonTruncated:
+		return "truncated"
+	case PythonInvalid:
+		return "invalid"
+	default:
+		return "unknown"
+	}
+}
+
+// pythonThreads sizes the kernel's cache of thread states by thread id: an LRU, so a host
+// with more Python threads than this searches a thread list now and then.
+const pythonThreads = 16384
+
+// SetPython tells the kernel a process runs CPython, as of its exec p.ExecId: its samples
+// in the eval loop get the Python frames of the sampled thread.
+func (s *Sampler) SetPython(pid uint32, p *PythonProc) error {
+	if s.objs.PyProcs == nil {
+		return errors.New("set python process: this architecture's kernel program does not walk Python")
+	}
+	if err := s.objs.PyProcs.Put(pid, p); err != nil {
+		return fmt.Errorf("set python state of pid %d: %w", pid, err)
+	}
+	return nil
+}
+
+// DeletePython forgets a process's interpreter.
+func (s *Sampler) DeletePython(pid uint32) error {
+	if s.objs.PyProcs == nil {
+		return nil
+	}
+	if err := s.objs.PyProcs.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("delete python state of pid %d: %w", pid, err)
+	}
+	return nil
+}

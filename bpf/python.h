@@ -1,0 +1,345 @@
+/* CPython frames, interleaved with the native frames the walker found.
+ *
+ * The native walk records each activation of the interpreter's eval loop
+ * (_PyEval_EvalFrameDefault) as one return address. Each activation runs a span of the
+ * thread's Python frames, innermost first: one frame object (3.9, 3.10); frames up to and
+ * including the first marked is_entry (3.11); frames up to the shim frame the activation
+ * pushed on entry, owned by the C stack (3.12, 3.13). python_frames replaces each
+ * activation's native frame by its span, so a stack reads Python, C extension, libc in the
+ * order they called each other, and keeps it where a span is empty.
+ *
+ * Everything it reads is the process's, which can lie: reads are checked, loops bounded by
+ * PY_MAX_THREADS and PY_MAX_FRAMES, and offsets masked into the scratch buffer. It runs as
+ * a global function, which the verifier checks once on its own, whatever the native walk
+ * around it costs. sampler.bpf.c includes it after unwinder.h with the same helpers. */
+#ifndef SONDE_PYTHON_H
+#define SONDE_PYTHON_H
+
+/* Per-process interpreter state, written by user space (package interp/python) when it
+ * finds a CPython interpreter mapped, deleted at exec and exit like proc_maps. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, struct py_proc);
+} py_procs SEC(".maps");
+
+/* The thread state last found for a thread id: a search of the interpreter's thread list
+ * per sample costs two reads per thread. An entry is checked against the thread before use,
+ * so one a reused thread id left behind costs a search, not a wrong stack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} py_threads SEC(".maps");
+
+/* The walk's state. It lives in the per-CPU scratch map, not on the BPF stack: the verifier
+ * tracks the value of every stack slot and explores the walk once per combination it sees,
+ * where map values are numbers it knows nothing of, so their states prune at once. */
+struct py_state {
+	__u64 frame;    /* the next Python frame to look at; 0 at the end of the chain */
+	__u64 eval_pc;  /* the native frame of the open activation */
+	__u32 in, n_in; /* the next native frame and how many there are */
+	__u32 n_out;
+	__u32 walked;   /* Python frames read, bounded by PY_MAX_FRAMES */
+	__u32 end;      /* enum py_end */
+	__u8 open;      /* an activation's span is being emitted */
+	__u8 emitted;   /* frames the open activation emitted */
+	__u8 tail;      /* the native walk is over: what is left of the chain goes at the root */
+	__u8 pad;
+};
+
+/* The search of the thread list for the sampled thread's state, likewise. */
+struct py_search {
+	__u64 tstate;
+	__u64 want; /* the sampled thread's pthread_t */
+	__u32 found;
+	__u32 bad;
+};
+
+struct py_scratch {
+	struct py_state st;
+	struct py_search search;
+	__u64 native[MAX_USER_DEPTH];
+	__u8 frame[2 * PY_MAX_FRAME_READ]; /* a frame's bytes; offsets are masked below PY_MAX_FRAME_READ */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct py_scratch);
+} py_scratch_map SEC(".maps");
+
+#if ARCH_TABLE_UNWIND
+
+/* What the walk's callbacks need that only the stack can hold: pointers. */
+struct py_walk {
+	struct py_proc *proc;
+	struct py_scratch *s;
+	__u64 *out; /* the sample's user frames */
+};
+
+static long py_thread_step(__u32 i, void *ctx)
+{
+	struct py_walk *w = ctx;
+	struct py_search *s = &w->s->search;
+	__u64 id = 0;
+	if (!s->tstate)
+		return 1;
+	if (bpf_probe_read_user(&id, sizeof(id), (void *)(s->tstate + w->proc->tstate_thread_id))) {
+		s->bad = 1;
+		return 1;
+	}
+	if (id == s->want) {
+		s->found = 1;
+		return 1;
+	}
+	if (bpf_probe_read_user(&s->tstate, sizeof(s->tstate), (void *)(s->tstate + w->proc->tstate_next))) {
+		s->bad = 1;
+		return 1;
+	}
+	return 0;
+}
+
+static __always_inline int py_in_eval(struct py_proc *p, __u64 pc)
+{
+	/* Return addresses point after the call: one byte back is inside the function. */
+	return (pc > p->eval_start && pc <= p->eval_end) || (pc > p->cold_start && pc <= p->cold_end);
+}
+
+static __always_inline __u64 py_field(struct py_scratch *s, __u16 off)
+{
+	if (off >= PY_MAX_FRAME_READ)
+		return 0;
+	return *(__u64 *)&s->frame[off & (PY_MAX_FRAME_READ - 1)];
+}
+
+static __always_inline void py_emit(struct py_walk *w, __u64 v)
+{
+	struct py_state *st = &w->s->st;
+	if (st->n_out < MAX_USER_DEPTH)
+		w->out[st->n_out & (MAX_USER_DEPTH - 1)] = v;
+	st->n_out++;
+}
+
+/* py_close ends the open activation: its native frame stays if it emitted nothing. */
+static __always_inline void py_close(struct py_walk *w)
+{
+	struct py_state *st = &w->s->st;
+	if (!st->emitted && !st->tail)
+		py_emit(w, st->eval_pc);
+	st->open = 0;
+}
+
+/* py_step reads one Python frame of the open activation and emits it. */
+static __always_inline long py_step(struct py_walk *w)
+{
+	struct py_proc *p = w->proc;
+	struct py_scratch *s = w->s;
+	struct py_state *st = &s->st;
+	if (!st->frame) {
+		py_close(w);
+		st->tail = 0;
+		return 0;
+	}
+	if (++st->walked > PY_MAX_FRAMES) {
+		st->end = PY_TRUNCATED;
+		return 1;
+	}
+	__u32 size = p->frame_size;
+	if (size > PY_MAX_FRAME_READ)
+		size = PY_MAX_FRAME_READ;
+	if (bpf_probe_read_user(s->frame, size, (void *)st->frame)) {
+		st->end = PY_BAD_READ;
+		return 1;
+	}
+	__u64 code = py_field(s, p->frame_code);
+	__u64 next = py_field(s, p->frame_previous);
+	if (next == st->frame) {
+		st->end = PY_INVALID;
+		return 1;
+	}
+	st->frame = next;
+	__u8 last = p->model == PY_MODEL_FRAME_OBJECT; /* one frame object per activation */
+	if (p->model == PY_MODEL_SHIM_FRAME && p->frame_owner < PY_MAX_FRAME_READ &&
+	    s->frame[p->frame_owner & (PY_MAX_FRAME_READ - 1)] == 3 /* FRAME_OWNED_BY_CSTACK */) {
+		/* The shim the activation pushed on entry: not code anyone wrote. */
+		py_close(w);
+		return 0;
+	}
+	if (p->model == PY_MODEL_ENTRY_FLAG && p->frame_is_entry < PY_MAX_FRAME_READ &&
+	    s->frame[p->frame_is_entry & (PY_MAX_FRAME_READ - 1)])
+		last = 1;
+	if (code & ((1 << PY_CODE_ALIGN_SHIFT) - 1) || code == 0 || code >> 47) {
+		st->end = PY_INVALID;
+		return 1;
+	}
+	if (code == p->skip_code) {
+		/* A shim the interpreter runs between two frames (3.13's __init__ cleanup):
+		 * nothing anyone wrote. */
+		if (last && !st->tail)
+			py_close(w);
+		return 0;
+	}
+	__u64 units = 0;
+	if (p->model == PY_MODEL_FRAME_OBJECT) {
+		__s32 lasti = 0;
+		if (p->frame_instr < PY_MAX_FRAME_READ - 4)
+			lasti = *(__s32 *)&s->frame[p->frame_instr & (PY_MAX_FRAME_READ - 1)];
+		if (lasti > 0)
+			units = p->lasti_bytes ? (__u64)lasti / 2 : (__u64)lasti;
+	} else {
+		__u64 instr = py_field(s, p->frame_instr);
+		__u64 base = code + p->code_adaptive;
+		if (instr > base)
+			units = (instr - base) / 2;
+	}
+	if (units > PY_OFFSET_MASK)
+		units = PY_OFFSET_MASK;
+	py_emit(w, (__u64)PY_FRAME_TAG << PY_FRAME_TAG_SHIFT | (code >> PY_CODE_ALIGN_SHIFT) << PY_OFFSET_BITS | units);
+	st->emitted = 1;
+	if (last && !st->tail)
+		py_close(w);
+	return 0;
+}
+
+static long py_merge_step(__u32 i, void *ctx)
+{
+	struct py_walk *w = ctx;
+	struct py_state *st = &w->s->st;
+	if (st->n_out >= MAX_USER_DEPTH) {
+		if (st->frame || st->in < st->n_in)
+			st->end = PY_TRUNCATED;
+		return 1;
+	}
+	if (st->open)
+		return py_step(w);
+	if (st->in >= st->n_in) {
+		if (!st->tail || !st->frame)
+			return 1;
+		st->open = 1;
+		return 0;
+	}
+	__u64 pc = w->s->native[st->in & (MAX_USER_DEPTH - 1)];
+	st->in++;
+	if (st->frame && py_in_eval(w->proc, pc)) {
+		st->open = 1;
+		st->emitted = 0;
+		st->eval_pc = pc;
+		return 0;
+	}
+	py_emit(w, pc);
+	return 0;
+}
+
+/* py_find_eval opens the walk if a native frame is in the eval loop. */
+static long py_find_eval(__u32 i, void *ctx)
+{
+	struct py_walk *w = ctx;
+	if (py_in_eval(w->proc, w->s->native[i & (MAX_USER_DEPTH - 1)])) {
+		w->s->st.open = 1;
+		return 1;
+	}
+	return 0;
+}
+
+/* py_current_frame returns the innermost frame of the thread state whose thread is the
+ * sampled one, or 0. */
+static __always_inline __u64 py_current_frame(struct py_walk *w, __u32 tid, __u32 *end)
+{
+	struct py_proc *p = w->proc;
+	struct py_search *s = &w->s->search;
+	s->want = ARCH_THREAD_POINTER(bpf_get_current_task_btf());
+	s->found = 0;
+	s->bad = 0;
+	__u64 *cached = bpf_map_lookup_elem(&py_threads, &tid);
+	if (cached) {
+		__u64 id = 0;
+		if (!bpf_probe_read_user(&id, sizeof(id), (void *)(*cached + p->tstate_thread_id)) && id == s->want) {
+			s->tstate = *cached;
+			s->found = 1;
+		}
+	}
+	if (!s->found) {
+		__u64 interp = 0;
+		if (bpf_probe_read_user(&interp, sizeof(interp), (void *)(p->runtime + p->interp_head)) || !interp ||
+		    bpf_probe_read_user(&s->tstate, sizeof(s->tstate), (void *)(interp + p->threads_head))) {
+			*end = PY_BAD_READ;
+			return 0;
+		}
+		bpf_loop(PY_MAX_THREADS, py_thread_step, w, 0);
+		if (s->bad) {
+			*end = PY_BAD_READ;
+			return 0;
+		}
+		if (!s->found) {
+			*end = PY_NO_THREAD;
+			return 0;
+		}
+		__u64 tstate = s->tstate;
+		bpf_map_update_elem(&py_threads, &tid, &tstate, BPF_ANY);
+	}
+	__u64 frame = 0;
+	if (bpf_probe_read_user(&frame, sizeof(frame), (void *)(s->tstate + p->tstate_frame))) {
+		*end = PY_BAD_READ;
+		return 0;
+	}
+	if (frame && p->cframe_frame != PY_NO_OFFSET &&
+	    bpf_probe_read_user(&frame, sizeof(frame), (void *)(frame + p->cframe_frame))) {
+		*end = PY_BAD_READ;
+		return 0;
+	}
+	return frame;
+}
+
+/* python_frames rewrites the sample's n user frames with the Python frames of each eval
+ * loop activation among them and returns how many there are now. complete says the native
+ * walk reached the outermost frame; if not, Python frames its activations left over go at
+ * the root end. A process user space has not described costs one lookup. */
+__noinline int python_frames(struct sample_event *e, __u32 n, __u32 complete)
+{
+	if (!e)
+		return 0;
+	if (n > MAX_USER_DEPTH)
+		n = MAX_USER_DEPTH;
+	__u32 pid = e->pid;
+	struct py_proc *p = bpf_map_lookup_elem(&py_procs, &pid);
+	/* exec_id 0: user space read the process before it knew its exec. */
+	if (!p || (p->exec_id && p->exec_id != e->exec_id) || p->model == PY_MODEL_NONE || p->model >= PY_MODEL_MAX)
+		return n;
+	__u32 zero = 0;
+	struct py_scratch *s = bpf_map_lookup_elem(&py_scratch_map, &zero);
+	if (!s)
+		return n;
+	/* A thread outside the eval loop runs no Python: no need to find its frames. */
+	if (bpf_probe_read_kernel(s->native, n * sizeof(__u64), e->frames))
+		return n;
+	struct py_state *st = &s->st;
+	__builtin_memset(st, 0, sizeof(*st));
+	st->n_in = n;
+	st->tail = !complete;
+	struct py_walk w = {.proc = p, .s = s, .out = e->frames};
+	bpf_loop(n, py_find_eval, &w, 0);
+	if (!st->open && complete)
+		return n;
+	st->open = 0;
+	__u32 end = PY_COMPLETE;
+	st->frame = py_current_frame(&w, e->tid, &end);
+	if (!st->frame) {
+		count(COUNTER_PYTHON_BASE + end);
+		return n;
+	}
+	bpf_loop(MAX_USER_DEPTH + PY_MAX_FRAMES + 1, py_merge_step, &w, 0);
+	__u32 out = st->n_out;
+	if (out > MAX_USER_DEPTH)
+		out = MAX_USER_DEPTH;
+	end = st->end;
+	count(COUNTER_PYTHON_BASE + (end < PY_END_MAX ? end : PY_INVALID));
+	return out;
+}
+
+#endif /* ARCH_TABLE_UNWIND */
+#endif

@@ -1,0 +1,173 @@
+package python
+
+import (
+	"bytes"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+
+	"github.com/sonde-profiler/sonde/internal/objfile"
+)
+
+// Interpreter is what an interpreter file tells: its version, its layout, and where its
+// runtime state and eval loop are, as ELF virtual addresses.
+type Interpreter struct {
+	Version Version
+	Layout  Layout
+	// Runtime is _PyRuntime's address.
+	Runtime uint64
+	// Eval is _PyEval_EvalFrameDefault's [start, end); EvalCold its part the compiler
+	// moved out of line (gcc's .cold), or zero.
+	Eval, EvalCold [2]uint64
+	// CodeType and UnicodeType are PyCode_Type's and PyUnicode_Type's addresses, which
+	// the ob_type of a code object and of a string must hold.
+	CodeType, UnicodeType, BytesType uint64
+	// loads are the file's loadable segments, which place its mappings.
+	loads []elf.ProgHeader
+}
+
+// Bias returns the load bias (runtime address - ELF address) of the interpreter mapped at
+// start from file offset offset.
+func (in *Interpreter) Bias(start, offset uint64) (uint64, bool) {
+	for _, p := range in.loads {
+		if p.Off <= offset && offset < p.Off+p.Filesz {
+			return start - (p.Vaddr + offset - p.Off), true
+		}
+	}
+	return 0, false
+}
+
+// ErrNotPython: the file is not a CPython interpreter.
+var ErrNotPython = errors.New("not a CPython interpreter")
+
+// maxRuntimeRead bounds what is read of _PyRuntime's initial value in the file.
+const maxRuntimeRead = debugOffsetsSize
+
+// Inspect tells whether an ELF file is a CPython interpreter and, if it is, how to walk
+// and name its frames. Most files are not: they are told apart by their dynamic symbols,
+// which an interpreter exports for its extension modules, before anything else is read.
+func Inspect(f *elf.File) (in *Interpreter, err error) {
+	// debug/elf and debug/dwarf panic on some corrupt inputs.
+	defer func() {
+		if p := recover(); p != nil {
+			in, err = nil, fmt.Errorf("inspect interpreter: corrupt file: %v", p)
+		}
+	}()
+	syms, err := f.DynamicSymbols()
+	if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
+		return nil, fmt.Errorf("read dynamic symbols: %w", err)
+	}
+	want := map[string]*elf.Symbol{"_PyRuntime": nil, "_PyEval_EvalFrameDefault": nil, "PyCode_Type": nil,
+		"PyUnicode_Type": nil, "PyBytes_Type": nil, "Py_Version": nil}
+	for i := range syms {
+		s := &syms[i]
+		if _, ok := want[s.Name]; ok && s.Section != elf.SHN_UNDEF && s.Value != 0 {
+			want[s.Name] = s
+		}
+	}
+	runtime, eval := want["_PyRuntime"], want["_PyEval_EvalFrameDefault"]
+	if runtime == nil || eval == nil || eval.Size == 0 {
+		return nil, ErrNotPython
+	}
+	for _, name := range []string{"PyCode_Type", "PyUnicode_Type", "PyBytes_Type"} {
+		if want[name] == nil {
+			return nil, fmt.Errorf("interpreter without %s", name)
+		}
+	}
+	in = &Interpreter{
+		Runtime:     runtime.Value,
+		Eval:        [2]uint64{eval.Value, eval.Value + eval.Size},
+		CodeType:    want["PyCode_Type"].Value,
+		UnicodeType: want["PyUnicode_Type"].Value,
+		BytesType:   want["PyBytes_Type"].Value,
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD {
+			in.loads = append(in.loads, p.ProgHeader)
+		}
+	}
+	if syms, err := f.Symbols(); err == nil {
+		for _, s := range syms {
+			if s.Name == "_PyEval_EvalFrameDefault.cold" && s.Value != 0 && s.Size > 0 {
+				in.EvalCold = [2]uint64{s.Value, s.Value + s.Size}
+				break
+			}
+		}
+	}
+	head, _ := readVaddr(f, runtime.Value, maxRuntimeRead)
+	if bytes.HasPrefix(head, debugOffsetsCookie) {
+		in.Version, in.Layout, err = parseDebugOffsets(head)
+		return in, err
+	}
+	if in.Version, err = fileVersion(f, want["Py_Version"]); err != nil {
+		return nil, err
+	}
+	if in.Version.Minor < MinMinor || in.Version.Minor > MaxMinor || in.Version.Major != 3 {
+		return nil, fmt.Errorf("python %s: %w", in.Version, ErrUnsupported)
+	}
+	if d, derr := f.DWARF(); derr == nil {
+		if l, lerr := dwarfLayout(d, in.Version); lerr == nil {
+			in.Layout = l
+			return in, nil
+		}
+	}
+	in.Layout, err = tableLayout(in.Version)
+	return in, err
+}
+
+// fileVersion reads the interpreter's exact version: Py_Version (PY_VERSION_HEX) since
+// 3.11, else the version string the file keeps for sys.version.
+func fileVersion(f *elf.File, pyVersion *elf.Symbol) (Version, error) {
+	if pyVersion != nil {
+		if b, err := readVaddr(f, pyVersion.Value, 4); err == nil && len(b) == 4 {
+			hex := uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+			return Version{Major: int(hex >> 24), Minor: int(hex >> 16 & 0xff), Micro: int(hex >> 8 & 0xff)}, nil
+		}
+	}
+	sec := f.Section(".rodata")
+	if sec == nil {
+		return Version{}, errors.New("interpreter without .rodata: no version")
+	}
+	data, err := objfile.SectionData(sec, 64<<20)
+	if err != nil {
+		return Version{}, fmt.Errorf("read .rodata: %w", err)
+	}
+	return versionIn(data)
+}
+
+// versionPattern matches PY_VERSION where the compiler kept it, possibly as the tail of
+// a longer string ("…/Python-3.9.18"): the most frequent match wins.
+var versionPattern = regexp.MustCompile(`3\.(\d{1,2})\.(\d{1,2})(?:[abc]\d+|rc\d+|\+)?\x00`)
+
+func versionIn(data []byte) (Version, error) {
+	counts := map[Version]int{}
+	var best Version
+	for _, m := range versionPattern.FindAllSubmatch(data, 1000) {
+		minor, _ := strconv.Atoi(string(m[1]))
+		micro, _ := strconv.Atoi(string(m[2]))
+		v := Version{Major: 3, Minor: minor, Micro: micro}
+		counts[v]++
+		if counts[v] > counts[best] {
+			best = v
+		}
+	}
+	if counts[best] == 0 {
+		return Version{}, errors.New("no version string in .rodata")
+	}
+	return best, nil
+}
+
+// readVaddr reads n bytes of the file's image at a virtual address, from the loadable
+// segment holding them; bytes past the segment's file contents (.bss) are not there.
+func readVaddr(f *elf.File, vaddr uint64, n uint64) ([]byte, error) {
+	for _, p := range f.Progs {
+		if p.Type != elf.PT_LOAD || vaddr < p.Vaddr || vaddr-p.Vaddr >= p.Filesz {
+			continue
+		}
+		off := vaddr - p.Vaddr
+		return objfile.ProgData(p, off, min(n, p.Filesz-off))
+	}
+	return nil, fmt.Errorf("address %#x: not in the file", vaddr)
+}

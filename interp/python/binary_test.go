@@ -1,0 +1,72 @@
+package python
+
+import (
+	"debug/elf"
+	"testing"
+
+	"github.com/sonde-profiler/sonde/internal/testenv"
+)
+
+// TestInspect inspects every interpreter of the machine: each is found, with the version
+// it reports itself, and a layout from the source its build allows; where its DWARF gives
+// one, the table agrees with it.
+func TestInspect(t *testing.T) {
+	for _, py := range testenv.Pythons(t) {
+		t.Run(py.Name, func(t *testing.T) {
+			f, err := elf.Open(py.Lib)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			in, err := Inspect(f)
+			if err != nil {
+				t.Fatalf("inspect %s: %v", py.Lib, err)
+			}
+			if in.Version.String() != py.Version {
+				t.Errorf("version %s, the interpreter says %s", in.Version, py.Version)
+			}
+			if in.Eval[0] == 0 || in.Eval[1] <= in.Eval[0] || in.Runtime == 0 || in.CodeType == 0 {
+				t.Errorf("symbols missing: %+v", in)
+			}
+			t.Logf("%s: layout from %s, eval %#x-%#x, cold %#x", py.Lib, in.Layout.Source, in.Eval[0], in.Eval[1], in.EvalCold[0])
+			table, err := tableLayout(in.Version)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := in.Layout
+			got.Source = table.Source
+			if got != table {
+				t.Errorf("layout from %s:\n %+v\ntable:\n %+v", in.Layout.Source, got, table)
+			}
+		})
+	}
+}
+
+// TestNotPython: files without the interpreter's symbols are told apart.
+func TestNotPython(t *testing.T) {
+	for _, path := range []string{"/bin/sh", "/proc/self/exe"} {
+		f, err := elf.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Inspect(f); err != ErrNotPython {
+			t.Errorf("%s: %v, want ErrNotPython", path, err)
+		}
+		f.Close()
+	}
+}
+
+func TestVersionIn(t *testing.T) {
+	for in, want := range map[string]string{
+		"x\x00/root/.pyenv/versions/3.9.18\x00/tmp/Python-3.9.18\x003.9.18\x00lib3.2.0\x00": "3.9.18",
+		"3.10.13+\x00": "3.10.13",
+	} {
+		v, err := versionIn([]byte(in))
+		if err != nil || v.String() != want {
+			t.Errorf("%q: %v %v, want %s", in, v, err, want)
+		}
+	}
+	if _, err := versionIn([]byte("no version")); err == nil {
+		t.Error("a version found where none is")
+	}
+}

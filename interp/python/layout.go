@@ -1,0 +1,313 @@
+package python
+
+import (
+	"bytes"
+	"debug/dwarf"
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Version is a CPython release: 3.11.2 is {3, 11, 2}.
+type Version struct{ Major, Minor, Micro int }
+
+func (v Version) String() string { return fmt.Sprintf("%d.%d.%d", v.Major, v.Minor, v.Micro) }
+
+// AtLeast reports whether v is minor 3.minor or later.
+func (v Version) AtLeast(minor int) bool { return v.Major > 3 || v.Major == 3 && v.Minor >= minor }
+
+// noOffset marks a field a version does not have.
+const noOffset = -1
+
+// Layout is where a CPython version keeps what sonde reads, in bytes from the start of
+// each structure, for x86-64 and arm64 alike (LP64; the structures have no
+// architecture-dependent members before these).
+type Layout struct {
+	// _PyRuntimeState: interpreters.head.
+	InterpretersHead int
+	// PyInterpreterState: the first thread state (tstate_head, threads.head).
+	ThreadsHead int
+	// PyThreadState.
+	ThreadNext, ThreadID, ThreadFrame int
+	// CFrameFrame is _PyCFrame.current_frame for 3.11 and 3.12, whose thread states point
+	// at a cframe rather than at the frame; noOffset otherwise.
+	CFrameFrame int
+	// The frame: PyFrameObject before 3.11, _PyInterpreterFrame since.
+	FramePrevious, FrameCode, FrameInstr, FrameOwner, FrameIsEntry int
+	// PyCodeObject.
+	CodeFirstLine, CodeFilename, CodeName, CodeQualname, CodeLineTable, CodeAdaptive int
+	// Strings: sizeof(PyASCIIObject) and sizeof(PyCompactUnicodeObject), after which a
+	// compact string's characters start.
+	ASCIISize, CompactSize int
+	// Source says where the offsets came from: "debug_offsets", "dwarf" or "table".
+	Source string
+}
+
+// Where every version agrees.
+const (
+	obType        = 8  // PyObject.ob_type
+	unicodeLength = 16 // PyASCIIObject.length
+	unicodeState  = 32 // PyASCIIObject.state
+	bytesSize     = 16 // PyVarObject.ob_size of a bytes object
+	bytesData     = 32 // PyBytesObject.ob_sval
+)
+
+// layouts are the layouts of release builds of 3.9 to 3.13, read from their DWARF; a debug
+// build (Py_DEBUG, Py_TRACE_REFS) has other ones and is not supported without DWARF.
+var layouts = map[int]Layout{
+	9: {InterpretersHead: 32, ThreadsHead: 8, ThreadNext: 8, ThreadID: 176, ThreadFrame: 24, CFrameFrame: noOffset,
+		FramePrevious: 24, FrameCode: 32, FrameInstr: 104, FrameOwner: noOffset, FrameIsEntry: noOffset,
+		CodeFirstLine: 40, CodeFilename: 104, CodeName: 112, CodeQualname: noOffset, CodeLineTable: 120, CodeAdaptive: noOffset,
+		ASCIISize: 48, CompactSize: 72},
+	10: {InterpretersHead: 32, ThreadsHead: 8, ThreadNext: 8, ThreadID: 176, ThreadFrame: 24, CFrameFrame: noOffset,
+		FramePrevious: 24, FrameCode: 32, FrameInstr: 96, FrameOwner: noOffset, FrameIsEntry: noOffset,
+		CodeFirstLine: 40, CodeFilename: 104, CodeName: 112, CodeQualname: noOffset, CodeLineTable: 120, CodeAdaptive: noOffset,
+		ASCIISize: 48, CompactSize: 72},
+	11: {InterpretersHead: 40, ThreadsHead: 16, ThreadNext: 8, ThreadID: 152, ThreadFrame: 56, CFrameFrame: 8,
+		FramePrevious: 48, FrameCode: 32, FrameInstr: 56, FrameOwner: 69, FrameIsEntry: 68,
+		CodeFirstLine: 72, CodeFilename: 112, CodeName: 120, CodeQualname: 128, CodeLineTable: 136, CodeAdaptive: 184,
+		ASCIISize: 48, CompactSize: 72},
+	12: {InterpretersHead: 40, ThreadsHead: 72, ThreadNext: 8, ThreadID: 136, ThreadFrame: 56, CFrameFrame: 0,
+		FramePrevious: 8, FrameCode: 0, FrameInstr: 56, FrameOwner: 70, FrameIsEntry: noOffset,
+		CodeFirstLine: 68, CodeFilename: 112, CodeName: 120, CodeQualname: 128, CodeLineTable: 136, CodeAdaptive: 192,
+		ASCIISize: 40, CompactSize: 56},
+	13: {InterpretersHead: 632, ThreadsHead: 7344, ThreadNext: 8, ThreadID: 152, ThreadFrame: 72, CFrameFrame: noOffset,
+		FramePrevious: 8, FrameCode: 0, FrameInstr: 56, FrameOwner: 70, FrameIsEntry: noOffset,
+		CodeFirstLine: 68, CodeFilename: 112, CodeName: 120, CodeQualname: 128, CodeLineTable: 136, CodeAdaptive: 200,
+		ASCIISize: 40, CompactSize: 56},
+}
+
+// Supported versions: the frame models python.h knows.
+const (
+	MinMinor = 9
+	MaxMinor = 13
+)
+
+// tableLayout returns the known layout of a version.
+func tableLayout(v Version) (Layout, error) {
+	l, ok := layouts[v.Minor]
+	if v.Major != 3 || !ok {
+		return Layout{}, fmt.Errorf("python %s: %w", v, ErrUnsupported)
+	}
+	l.Source = "table"
+	return l, nil
+}
+
+// ErrUnsupported: a CPython version whose frames sonde cannot walk.
+var ErrUnsupported = errors.New("unsupported version (3.9 to 3.13 are)")
+
+// debugOffsetsCookie starts _Py_DebugOffsets, the first member of _PyRuntime since 3.13.
+var debugOffsetsCookie = []byte("xdebugpy")
+
+// debugOffsetsSize is how much of _Py_DebugOffsets parseDebugOffsets reads: 3.13's layout,
+// up to and including the unicode object's offsets.
+const debugOffsetsSize = 568
+
+// parseDebugOffsets reads the offsets a 3.13 interpreter publishes at the start of
+// _PyRuntime. It returns the version they describe too.
+func parseDebugOffsets(b []byte) (Version, Layout, error) {
+	if len(b) < debugOffsetsSize || !bytes.Equal(b[:8], debugOffsetsCookie) {
+		return Version{}, Layout{}, errors.New("no _Py_DebugOffsets at _PyRuntime")
+	}
+	u := func(off int) int {
+		v := binary.LittleEndian.Uint64(b[off:])
+		if v > 1<<20 {
+			return noOffset // no structure sonde reads is that large: not an offset
+		}
+		return int(v)
+	}
+	hex := binary.LittleEndian.Uint64(b[8:])
+	v := Version{Major: int(hex >> 24 & 0xff), Minor: int(hex >> 16 & 0xff), Micro: int(hex >> 8 & 0xff)}
+	if v.Major != 3 || v.Minor != 13 {
+		// 3.14 reorganised the structure; its fields are read by the layout of 3.13 only.
+		return v, Layout{}, fmt.Errorf("_Py_DebugOffsets of python %s: %w", v, ErrUnsupported)
+	}
+	if b[16] != 0 {
+		return v, Layout{}, fmt.Errorf("python %s built free-threaded: %w", v, ErrUnsupported)
+	}
+	l := Layout{
+		InterpretersHead: u(40),
+		ThreadsHead:      u(72),
+		ThreadNext:       u(168),
+		ThreadFrame:      u(184),
+		ThreadID:         u(192),
+		CFrameFrame:      noOffset,
+		FramePrevious:    u(232),
+		FrameCode:        u(240),
+		FrameInstr:       u(248),
+		FrameOwner:       u(264),
+		FrameIsEntry:     noOffset,
+		CodeFilename:     u(280),
+		CodeName:         u(288),
+		CodeQualname:     u(296),
+		CodeLineTable:    u(304),
+		CodeFirstLine:    u(312),
+		CodeAdaptive:     u(344),
+		ASCIISize:        u(560),
+		Source:           "debug_offsets",
+	}
+	// sizeof(PyCompactUnicodeObject): utf8_length and utf8 follow the ASCII header.
+	l.CompactSize = l.ASCIISize + 16
+	return v, l, l.check()
+}
+
+// check refuses a layout with an offset missing or beyond what the kernel reads.
+func (l Layout) check() error {
+	for name, off := range map[string]int{
+		"interpreters.head": l.InterpretersHead, "threads head": l.ThreadsHead, "thread next": l.ThreadNext,
+		"thread_id": l.ThreadID, "thread frame": l.ThreadFrame, "frame previous": l.FramePrevious,
+		"frame code": l.FrameCode, "frame instruction": l.FrameInstr, "co_firstlineno": l.CodeFirstLine,
+		"co_filename": l.CodeFilename, "co_name": l.CodeName, "line table": l.CodeLineTable, "ascii size": l.ASCIISize,
+	} {
+		if off < 0 || off >= 1<<16-1 {
+			return fmt.Errorf("offset of %s: %d: out of range", name, off)
+		}
+	}
+	for _, off := range []int{l.FramePrevious, l.FrameCode, l.FrameInstr, l.FrameOwner, l.FrameIsEntry} {
+		if off >= 120 {
+			return fmt.Errorf("frame field at %d: beyond the %d bytes the kernel reads of a frame", off, 120)
+		}
+	}
+	return nil
+}
+
+// dwarfLayout derives a layout from the interpreter's DWARF, where a build kept it: what
+// holds for any build of the version, debug builds included. minor picks the members.
+func dwarfLayout(d *dwarf.Data, v Version) (Layout, error) {
+	structs, err := dwarfStructs(d, "pyruntimestate", "pyinterpreters", "_is", "pythreads", "_ts", "_frame",
+		"_PyInterpreterFrame", "_PyCFrame", "PyCodeObject", "PyASCIIObject", "PyCompactUnicodeObject")
+	if err != nil {
+		return Layout{}, err
+	}
+	var miss []string
+	field := func(st string, path ...string) int {
+		t := structs[st]
+		off := 0
+		for _, name := range path {
+			var found *dwarf.StructField
+			if t != nil {
+				for _, f := range t.Field {
+					if f.Name == name {
+						found = f
+						break
+					}
+				}
+			}
+			if found == nil {
+				miss = append(miss, st+"."+name)
+				return noOffset
+			}
+			off += int(found.ByteOffset)
+			t, _ = found.Type.(*dwarf.StructType)
+		}
+		return off
+	}
+	size := func(st string) int {
+		if t := structs[st]; t != nil {
+			return int(t.ByteSize)
+		}
+		miss = append(miss, st)
+		return noOffset
+	}
+	l := Layout{
+		InterpretersHead: field("pyruntimestate", "interpreters", "head"),
+		ThreadNext:       field("_ts", "next"),
+		ThreadID:         field("_ts", "thread_id"),
+		CFrameFrame:      noOffset,
+		FrameOwner:       noOffset,
+		FrameIsEntry:     noOffset,
+		CodeQualname:     noOffset,
+		CodeAdaptive:     noOffset,
+		CodeFirstLine:    field("PyCodeObject", "co_firstlineno"),
+		CodeFilename:     field("PyCodeObject", "co_filename"),
+		CodeName:         field("PyCodeObject", "co_name"),
+		ASCIISize:        size("PyASCIIObject"),
+		CompactSize:      size("PyCompactUnicodeObject"),
+		Source:           "dwarf",
+	}
+	switch {
+	case v.AtLeast(11):
+		l.ThreadsHead = field("_is", "threads", "head")
+		l.FramePrevious = field("_PyInterpreterFrame", "previous")
+		l.FrameOwner = field("_PyInterpreterFrame", "owner")
+		l.CodeQualname = field("PyCodeObject", "co_qualname")
+		l.CodeLineTable = field("PyCodeObject", "co_linetable")
+		l.CodeAdaptive = field("PyCodeObject", "co_code_adaptive")
+	default:
+		l.ThreadsHead = field("_is", "tstate_head")
+		l.ThreadFrame = field("_ts", "frame")
+		l.FramePrevious = field("_frame", "f_back")
+		l.FrameCode = field("_frame", "f_code")
+		l.FrameInstr = field("_frame", "f_lasti")
+		if v.Minor == 9 {
+			l.CodeLineTable = field("PyCodeObject", "co_lnotab")
+		} else {
+			l.CodeLineTable = field("PyCodeObject", "co_linetable")
+		}
+	}
+	switch {
+	case v.AtLeast(13):
+		l.ThreadFrame = field("_ts", "current_frame")
+		l.FrameCode = field("_PyInterpreterFrame", "f_executable")
+		l.FrameInstr = field("_PyInterpreterFrame", "instr_ptr")
+	case v.AtLeast(11):
+		l.ThreadFrame = field("_ts", "cframe")
+		l.CFrameFrame = field("_PyCFrame", "current_frame")
+		l.FrameCode = field("_PyInterpreterFrame", "f_code")
+		l.FrameInstr = field("_PyInterpreterFrame", "prev_instr")
+		if v.Minor == 11 {
+			l.FrameIsEntry = field("_PyInterpreterFrame", "is_entry")
+		}
+	}
+	if len(miss) > 0 {
+		return Layout{}, fmt.Errorf("python %s debug info lacks %v", v, miss)
+	}
+	return l, l.check()
+}
+
+// dwarfStructs finds the complete definitions of the named structs, bounded by the
+// entries a hostile or huge DWARF could make it read.
+func dwarfStructs(d *dwarf.Data, names ...string) (map[string]*dwarf.StructType, error) {
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	out := map[string]*dwarf.StructType{}
+	r := d.Reader()
+	for i := 0; i < maxDWARFEntries && len(out) < len(want); i++ {
+		e, err := r.Next()
+		if err != nil {
+			return nil, fmt.Errorf("read debug info: %w", err)
+		}
+		if e == nil {
+			break
+		}
+		if e.Tag == dwarf.TagCompileUnit {
+			continue
+		}
+		name, _ := e.Val(dwarf.AttrName).(string)
+		// Some are typedefs of anonymous structs (PyASCIIObject).
+		if (e.Tag != dwarf.TagStructType && e.Tag != dwarf.TagTypedef) || !want[name] || out[name] != nil {
+			if e.Children {
+				r.SkipChildren()
+			}
+			continue
+		}
+		if t, err := d.Type(e.Offset); err == nil {
+			if td, ok := t.(*dwarf.TypedefType); ok {
+				t = td.Type
+			}
+			if st, ok := t.(*dwarf.StructType); ok && !st.Incomplete && len(st.Field) > 0 {
+				out[name] = st
+			}
+		}
+		if e.Children {
+			r.SkipChildren()
+		}
+	}
+	return out, nil
+}
+
+// maxDWARFEntries bounds the top-level entries searched: libpython has some hundred
+// thousand.
+const maxDWARFEntries = 5_000_000

@@ -1,0 +1,276 @@
+package python
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/elastic/go-freelru"
+
+	"github.com/sonde-profiler/sonde/trace"
+)
+
+// NamerConfig configures a Namer.
+type NamerConfig struct {
+	// Images tells which interpreter a process runs: the Tracker.
+	Images interface{ Image(pid uint32) *Image }
+	// Memory opens a process's memory; nil means ProcessMemory.
+	Memory func(pid uint32) Memory
+	// MaxCodes bounds the code objects kept, named or failed; 0 means DefaultMaxCodes.
+	MaxCodes int
+	// MaxPending bounds the code objects waiting to be read; 0 means DefaultMaxPending.
+	MaxPending int
+	// Recheck is how long a code object is trusted before it is checked again, when next
+	// seen, for another object at its address; 0 means DefaultRecheck.
+	Recheck time.Duration
+	// OnReuse hears that an image's interpreter gave a code object's address to another
+	// code object: the aggregator's RenewImage, so that the old locations keep their name
+	// and new ones are made for what runs now.
+	OnReuse func(pid uint32, image uint64)
+	// OnShim hears of a shim code object, which no one wrote (its first line is 0): the
+	// Tracker's SkipCode, so that the kernel leaves its frames out.
+	OnShim func(pid uint32, code uint64)
+	// now is time.Now; tests replace it.
+	now func() time.Time
+}
+
+// Defaults of NamerConfig.
+const (
+	DefaultMaxCodes   = 1 << 16
+	DefaultMaxPending = 4096
+	// DefaultRecheck: about once an interval, each code object still running is checked.
+	DefaultRecheck = 5 * time.Second
+)
+
+// NamerStats counts what a Namer did.
+type NamerStats struct {
+	CodesRead   uint64 // code objects read from processes
+	ReadErrors  uint64 // reads that failed: the process exited, or the object was not a code object
+	Dropped     uint64 // code objects not read early for a full queue
+	Named       uint64 // locations named
+	Unnamed     uint64 // locations left unnamed
+	UnnamedGone uint64 // of which the process had exited before its code object was read
+	Rechecks    uint64 // code objects checked again for a reused address
+	Reused      uint64 // addresses found holding another code object than the one named
+	CachedCodes int
+}
+
+func (s NamerStats) LogValue() slog.Value {
+	return slog.GroupValue(slog.Uint64("codes_read", s.CodesRead), slog.Uint64("read_errors", s.ReadErrors),
+		slog.Uint64("dropped", s.Dropped), slog.Uint64("named", s.Named), slog.Uint64("unnamed", s.Unnamed),
+		slog.Uint64("unnamed_process_gone", s.UnnamedGone), slog.Uint64("rechecks", s.Rechecks), slog.Uint64("reused", s.Reused),
+		slog.Int("cached_codes", s.CachedCodes))
+}
+
+// codeKey is a code object of an image: an address means something in one exec of one
+// process only.
+type codeKey struct {
+	image, code uint64
+}
+
+type pendingCode struct {
+	pid   uint32
+	key   codeKey
+	check *cachedCode // a recheck of this entry; nil: a first read
+}
+
+// cachedCode is a code object as read, or nil code when it could not be.
+type cachedCode struct {
+	code    *Code
+	checked time.Time
+}
+
+// Namer names CPython frames. Code objects are read as soon as a stack holding them is
+// first seen in an interval (SeenCode, a trace.InterpObserver), on the Namer's own goroutine,
+// so that the process is most likely still there; naming at flush (Name) takes them from the
+// cache, reading those it missed then.
+type Namer struct {
+	cfg    NamerConfig
+	mu     sync.Mutex
+	codes  *freelru.LRU[codeKey, *cachedCode]
+	queue  []pendingCode
+	queued map[codeKey]bool
+	wake   chan struct{}
+	stats  NamerStats
+}
+
+// NewNamer returns a Namer; Run reads what SeenCode queues.
+func NewNamer(cfg NamerConfig) *Namer {
+	if cfg.Memory == nil {
+		cfg.Memory = func(pid uint32) Memory { return ProcessMemory(pid) }
+	}
+	if cfg.MaxCodes <= 0 {
+		cfg.MaxCodes = DefaultMaxCodes
+	}
+	if cfg.MaxPending <= 0 {
+		cfg.MaxPending = DefaultMaxPending
+	}
+	if cfg.Recheck <= 0 {
+		cfg.Recheck = DefaultRecheck
+	}
+	if cfg.now == nil {
+		cfg.now = time.Now
+	}
+	codes, _ := freelru.New[codeKey, *cachedCode](uint32(cfg.MaxCodes), func(k codeKey) uint32 {
+		h := k.code>>4 ^ k.image*0x9e3779b97f4a7c15
+		return uint32(h ^ h>>32)
+	})
+	return &Namer{cfg: cfg, codes: codes, queued: map[codeKey]bool{}, wake: make(chan struct{}, 1)}
+}
+
+// SeenCode queues a code object to be read, unless it is known or queued already; one
+// read long enough ago is queued to be checked again.
+func (n *Namer) SeenCode(pid uint32, image, code uint64) {
+	k := codeKey{image: image, code: code}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.queued[k] {
+		return
+	}
+	var check *cachedCode
+	if c, ok := n.codes.Peek(k); ok {
+		if c.code == nil || n.cfg.now().Sub(c.checked) < n.cfg.Recheck {
+			return
+		}
+		check = c
+	}
+	if len(n.queue) >= n.cfg.MaxPending {
+		n.stats.Dropped++
+		return
+	}
+	n.queued[k] = true
+	n.queue = append(n.queue, pendingCode{pid: pid, key: k, check: check})
+	select {
+	case n.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run reads queued code objects until ctx ends.
+func (n *Namer) Run(ctx context.Context) error {
+	for {
+		n.mu.Lock()
+		batch := n.queue
+		n.queue = nil
+		n.mu.Unlock()
+		for _, p := range batch {
+			if p.check != nil {
+				n.recheck(p)
+				continue
+			}
+			c := n.read(p.pid, p.key.code)
+			n.mu.Lock()
+			n.codes.Add(p.key, &cachedCode{code: c, checked: n.cfg.now()})
+			delete(n.queued, p.key)
+			n.mu.Unlock()
+		}
+		if len(batch) > 0 {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-n.wake:
+		}
+	}
+}
+
+// recheck checks that a code object is still the one named: if another took its address,
+// the image is renewed and the new one named afresh.
+func (n *Namer) recheck(p pendingCode) {
+	defer func() {
+		n.mu.Lock()
+		delete(n.queued, p.key)
+		n.mu.Unlock()
+	}()
+	img := n.cfg.Images.Image(p.pid)
+	if img == nil {
+		return
+	}
+	print, err := img.readFingerprint(n.cfg.Memory(p.pid), p.key.code)
+	n.count(func(s *NamerStats) { s.Rechecks++ })
+	if err == nil && print == p.check.code.print {
+		n.mu.Lock()
+		p.check.checked = n.cfg.now()
+		n.mu.Unlock()
+		return
+	}
+	// Another object, or none any more: what runs there now is read when next named.
+	n.mu.Lock()
+	n.codes.Remove(p.key)
+	n.stats.Reused++
+	n.mu.Unlock()
+	if n.cfg.OnReuse != nil {
+		n.cfg.OnReuse(p.pid, p.key.image)
+	}
+}
+
+// read reads a code object of the process, or returns nil.
+func (n *Namer) read(pid uint32, code uint64) *Code {
+	img := n.cfg.Images.Image(pid)
+	if img == nil {
+		n.count(func(s *NamerStats) { s.ReadErrors++ })
+		return nil
+	}
+	c, err := img.ReadCode(n.cfg.Memory(pid), code)
+	n.count(func(s *NamerStats) {
+		s.CodesRead++
+		if err != nil {
+			s.ReadErrors++
+		}
+	})
+	if err != nil {
+		return nil
+	}
+	if c.FirstLine == 0 && img.Version.AtLeast(12) && n.cfg.OnShim != nil {
+		n.cfg.OnShim(pid, code)
+	}
+	return c
+}
+
+// Name returns the line of a CPython location: the code object's qualified name and
+// file, and the line of its instruction. A code object not read yet is read now.
+func (n *Namer) Name(loc *trace.Location) ([]trace.Line, bool) {
+	f := loc.Interp
+	if f == nil {
+		return nil, false
+	}
+	k := codeKey{image: f.Image, code: f.Code}
+	n.mu.Lock()
+	cached, ok := n.codes.Get(k)
+	n.mu.Unlock()
+	if !ok {
+		cached = &cachedCode{code: n.read(f.PID, f.Code), checked: n.cfg.now()}
+		n.mu.Lock()
+		n.codes.Add(k, cached)
+		n.mu.Unlock()
+	}
+	c := cached.code
+	if c == nil {
+		n.count(func(s *NamerStats) {
+			s.Unnamed++
+			if !ok && n.cfg.Images.Image(f.PID) == nil {
+				s.UnnamedGone++
+			}
+		})
+		return nil, false
+	}
+	n.count(func(s *NamerStats) { s.Named++ })
+	return []trace.Line{{Function: c.Name, SystemName: c.Name, File: c.File, Line: int64(c.Line(int(f.Offset)))}}, true
+}
+
+func (n *Namer) count(f func(*NamerStats)) {
+	n.mu.Lock()
+	f(&n.stats)
+	n.mu.Unlock()
+}
+
+// Stats returns the counts so far.
+func (n *Namer) Stats() NamerStats {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	st := n.stats
+	st.CachedCodes = n.codes.Len()
+	return st
+}

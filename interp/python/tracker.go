@@ -1,0 +1,297 @@
+package python
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/sonde-profiler/sonde/internal/objfile"
+	"github.com/sonde-profiler/sonde/trace"
+)
+
+// KernelState is what the kernel needs to walk a process's Python frames: bpf.PythonProc
+// field for field, translated by cmd/agent.
+type KernelState struct {
+	ExecID                        uint64
+	Runtime                       uint64
+	Eval, EvalCold                [2]uint64
+	SkipCode                      uint64 // a shim's code object, whose frames are left out
+	Model                         uint32 // 1: frame objects (3.9, 3.10), 2: is_entry (3.11), 3: shim frames (3.12+)
+	InterpretersHead, ThreadsHead uint16
+	ThreadNext, ThreadID          uint16
+	ThreadFrame, CFrameFrame      uint16
+	FramePrevious, FrameCode      uint16
+	FrameInstr, FrameOwner        uint16
+	FrameIsEntry, FrameSize       uint16
+	CodeAdaptive                  uint16
+	LastiBytes                    uint16 // f_lasti counts bytes (3.9)
+}
+
+// Kernel is where the tracker writes: bpf.Sampler behind an adapter, or a fake in tests.
+type Kernel interface {
+	SetPython(pid uint32, s *KernelState) error
+	DeletePython(pid uint32) error
+}
+
+// Frame models of python.h (enum py_frame_model).
+const (
+	modelFrameObject = 1
+	modelEntryFlag   = 2
+	modelShimFrame   = 3
+)
+
+const kernelNoOffset = 0xffff
+
+// maxFrameRead is PY_MAX_FRAME_READ: how much of a frame the kernel reads.
+const maxFrameRead = 128
+
+// KernelStateFor places an interpreter's facts at its load bias for the exec execID.
+func KernelStateFor(in *Interpreter, bias, execID uint64) (*KernelState, error) {
+	l := in.Layout
+	u16 := func(off int) uint16 {
+		if off < 0 {
+			return kernelNoOffset
+		}
+		return uint16(off)
+	}
+	s := &KernelState{
+		ExecID:           execID,
+		Runtime:          in.Runtime + bias,
+		Eval:             [2]uint64{in.Eval[0] + bias, in.Eval[1] + bias},
+		InterpretersHead: u16(l.InterpretersHead),
+		ThreadsHead:      u16(l.ThreadsHead),
+		ThreadNext:       u16(l.ThreadNext),
+		ThreadID:         u16(l.ThreadID),
+		ThreadFrame:      u16(l.ThreadFrame),
+		CFrameFrame:      u16(l.CFrameFrame),
+		FramePrevious:    u16(l.FramePrevious),
+		FrameCode:        u16(l.FrameCode),
+		FrameInstr:       u16(l.FrameInstr),
+		FrameOwner:       u16(l.FrameOwner),
+		FrameIsEntry:     u16(l.FrameIsEntry),
+		CodeAdaptive:     u16(max(l.CodeAdaptive, 0)),
+	}
+	if in.EvalCold[1] != 0 {
+		s.EvalCold = [2]uint64{in.EvalCold[0] + bias, in.EvalCold[1] + bias}
+	}
+	switch v := in.Version; {
+	case v.AtLeast(12):
+		s.Model = modelShimFrame
+	case v.AtLeast(11):
+		s.Model = modelEntryFlag
+	default:
+		s.Model = modelFrameObject
+		s.LastiBytes = boolU16(v.Minor == 9)
+	}
+	size := 0
+	for _, off := range []int{l.FramePrevious, l.FrameCode, l.FrameInstr} {
+		size = max(size, off+8)
+	}
+	for _, off := range []int{l.FrameOwner, l.FrameIsEntry} {
+		size = max(size, off+1)
+	}
+	if size > maxFrameRead {
+		return nil, fmt.Errorf("python %s: frame fields end at %d, past the %d bytes the kernel reads", v(in), size, maxFrameRead)
+	}
+	s.FrameSize = uint16(size)
+	return s, nil
+}
+
+func v(in *Interpreter) string { return in.Version.String() }
+
+func boolU16(b bool) uint16 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// TrackerConfig configures a Tracker.
+type TrackerConfig struct {
+	Kernel Kernel
+	// MaxFiles bounds the files whose verdict is remembered; 0 means DefaultMaxFiles.
+	MaxFiles int
+	// OnError hears once per file why an interpreter in it cannot be walked.
+	OnError func(path string, err error)
+}
+
+// DefaultMaxFiles is how many files' verdicts a Tracker keeps: a host maps a few
+// hundred distinct executable files.
+const DefaultMaxFiles = 4096
+
+// TrackerStats counts what a Tracker did.
+type TrackerStats struct {
+	FilesInspected int    // files looked at, Python or not
+	Interpreters   int    // of which CPython interpreters sonde can walk
+	Unsupported    int    // of which interpreters it cannot (version, build)
+	Processes      int    // processes running Python now
+	KernelErrors   uint64 // writes to the kernel that failed
+}
+
+func (s TrackerStats) LogValue() slog.Value {
+	return slog.GroupValue(slog.Int("files_inspected", s.FilesInspected), slog.Int("interpreters", s.Interpreters),
+		slog.Int("unsupported", s.Unsupported), slog.Int("processes", s.Processes), slog.Uint64("kernel_errors", s.KernelErrors))
+}
+
+// Tracker finds the CPython interpreter among each process's mappings and tells the
+// kernel how to walk it; it implements trace.MappingObserver, on the process tracker's
+// goroutine. A file is inspected once, by identity, whichever processes map it.
+type Tracker struct {
+	cfg TrackerConfig
+
+	mu    sync.Mutex
+	files map[objfile.ID]*Interpreter // nil: not an interpreter sonde walks
+	procs map[uint32]*Image
+	stats TrackerStats
+}
+
+// NewTracker returns a Tracker writing to cfg.Kernel.
+func NewTracker(cfg TrackerConfig) *Tracker {
+	if cfg.MaxFiles <= 0 {
+		cfg.MaxFiles = DefaultMaxFiles
+	}
+	return &Tracker{cfg: cfg, files: map[objfile.ID]*Interpreter{}, procs: map[uint32]*Image{}}
+}
+
+// ProcessMappings looks for an interpreter among a process's executable mappings.
+func (t *Tracker) ProcessMappings(pid uint32, execID uint64, mappings []*trace.Mapping) {
+	for _, m := range mappings {
+		if m.File == nil || m.File.IsGo {
+			continue
+		}
+		in := t.interpreter(m.File)
+		if in == nil {
+			continue
+		}
+		bias, ok := in.Bias(m.Start, m.Offset)
+		if !ok {
+			continue
+		}
+		state, err := KernelStateFor(in, bias, execID)
+		if err != nil {
+			continue
+		}
+		t.mu.Lock()
+		old := t.procs[pid]
+		if old != nil && old.bias == bias && old.execID == execID {
+			t.mu.Unlock()
+			return // told already
+		}
+		if old != nil && old.execID == execID {
+			state.SkipCode = old.state.SkipCode // the same interpreter's shim
+		}
+		img := NewImage(in, bias)
+		img.bias, img.execID, img.state = bias, execID, *state
+		t.procs[pid] = img
+		t.stats.Processes = len(t.procs)
+		t.mu.Unlock()
+		if err := t.cfg.Kernel.SetPython(pid, state); err != nil {
+			t.count(func(s *TrackerStats) { s.KernelErrors++ })
+		}
+		return
+	}
+	t.forget(pid)
+}
+
+// SkipCode tells the kernel to leave out the frames of a shim code object of a process's
+// interpreter: 3.13 runs one between a class's instantiation and its __init__, named
+// "__init__" at line 0, where CPython's own tracebacks show nothing.
+func (t *Tracker) SkipCode(pid uint32, code uint64) {
+	t.mu.Lock()
+	img := t.procs[pid]
+	if img == nil || img.state.SkipCode == code {
+		t.mu.Unlock()
+		return
+	}
+	// A new image, not the one the namer reads through: Images are not changed once shared.
+	next := *img
+	next.state.SkipCode = code
+	t.procs[pid] = &next
+	state := next.state
+	t.mu.Unlock()
+	if err := t.cfg.Kernel.SetPython(pid, &state); err != nil {
+		t.count(func(s *TrackerStats) { s.KernelErrors++ })
+	}
+}
+
+// ProcessGone forgets a process.
+func (t *Tracker) ProcessGone(pid uint32) { t.forget(pid) }
+
+func (t *Tracker) forget(pid uint32) {
+	t.mu.Lock()
+	_, had := t.procs[pid]
+	delete(t.procs, pid)
+	t.stats.Processes = len(t.procs)
+	t.mu.Unlock()
+	if had {
+		if err := t.cfg.Kernel.DeletePython(pid); err != nil {
+			t.count(func(s *TrackerStats) { s.KernelErrors++ })
+		}
+	}
+}
+
+// Image returns the interpreter a process runs, as mapped there, or nil.
+func (t *Tracker) Image(pid uint32) *Image {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.procs[pid]
+}
+
+// interpreter returns the file's interpreter, inspecting the file the first time.
+func (t *Tracker) interpreter(f *objfile.File) *Interpreter {
+	id := f.ID()
+	t.mu.Lock()
+	in, seen := t.files[id]
+	t.mu.Unlock()
+	if seen {
+		return in
+	}
+	in, err := inspectFile(f)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.files) >= t.cfg.MaxFiles {
+		clear(t.files) // verdicts are cheap to find again; a bound is not
+	}
+	t.files[id] = in
+	t.stats.FilesInspected++
+	switch {
+	case in != nil:
+		t.stats.Interpreters++
+	case err != nil && err != ErrNotPython:
+		t.stats.Unsupported++
+		if t.cfg.OnError != nil {
+			t.cfg.OnError(f.Path, err)
+		}
+	}
+	return in
+}
+
+func inspectFile(f *objfile.File) (*Interpreter, error) {
+	h, err := f.Open()
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	e, err := h.ELF()
+	if err != nil {
+		return nil, ErrNotPython
+	}
+	in, err := Inspect(e)
+	if err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+func (t *Tracker) count(f func(*TrackerStats)) {
+	t.mu.Lock()
+	f(&t.stats)
+	t.mu.Unlock()
+}
+
+// Stats returns the counts so far.
+func (t *Tracker) Stats() TrackerStats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.stats
+}

@@ -1,0 +1,99 @@
+package python
+
+import (
+	"debug/elf"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/sonde-profiler/sonde/internal/objfile"
+	"github.com/sonde-profiler/sonde/internal/testenv"
+	"github.com/sonde-profiler/sonde/trace"
+)
+
+type fakeKernel struct {
+	set     map[uint32]*KernelState
+	deleted []uint32
+}
+
+func (k *fakeKernel) SetPython(pid uint32, s *KernelState) error {
+	k.set[pid] = s
+	return nil
+}
+
+func (k *fakeKernel) DeletePython(pid uint32) error {
+	k.deleted = append(k.deleted, pid)
+	return nil
+}
+
+func hostFile(t *testing.T, path string) *objfile.File {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	f := objfile.HostFile(objfile.Key{Dev: st.Dev, Inode: st.Ino}, path)
+	if err := objfile.Identify(f); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestTracker: the interpreter among a process's mappings is found and placed at its load
+// bias; a file is inspected once whatever maps it; a process without one costs nothing
+// more; a process gone is deleted from the kernel.
+func TestTracker(t *testing.T) {
+	py := testenv.Pythons(t)[0]
+	lib := hostFile(t, py.Lib)
+	sh, _ := filepath.EvalSymlinks("/bin/sh")
+	other := hostFile(t, sh)
+	self, _ := os.Executable()
+	goFile := hostFile(t, self) // Go programs embed no CPython: not even inspected
+	e, err := elf.Open(py.Lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	in, err := Inspect(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text elf.ProgHeader
+	for _, p := range in.loads {
+		if p.Flags&elf.PF_X != 0 {
+			text = p
+		}
+	}
+	const base = 0x7f00_0000_0000
+	start := base + text.Vaddr&^0xfff
+	maps := []*trace.Mapping{
+		{Start: 0x400000, End: 0x500000, File: other},
+		{Start: 0x600000, End: 0x700000, File: goFile},
+		{Start: start, End: start + text.Filesz, Offset: text.Off &^ 0xfff, File: lib},
+	}
+	k := &fakeKernel{set: map[uint32]*KernelState{}}
+	tr := NewTracker(TrackerConfig{Kernel: k})
+	tr.ProcessMappings(10, 5, maps)
+	tr.ProcessMappings(11, 6, maps)
+	tr.ProcessMappings(12, 7, maps[:1])
+	st := tr.Stats()
+	if st.FilesInspected != 2 || st.Interpreters != 1 || st.Processes != 2 {
+		t.Errorf("stats %+v: want 2 files inspected once each, 1 interpreter, 2 Python processes", st)
+	}
+	s := k.set[10]
+	if s == nil || k.set[12] != nil {
+		t.Fatalf("kernel state %+v", k.set)
+	}
+	if s.ExecID != 5 || s.Eval[0] != base+in.Eval[0] || s.Runtime != base+in.Runtime || s.Model == 0 || s.FrameSize == 0 || s.FrameSize > maxFrameRead {
+		t.Errorf("state %+v for an interpreter at %#x (eval %#x)", s, uint64(base), in.Eval[0])
+	}
+	if img := tr.Image(10); img == nil || img.codeType != base+in.CodeType {
+		t.Errorf("image %+v", img)
+	}
+	tr.ProcessGone(10)
+	tr.ProcessGone(12)
+	if len(k.deleted) != 1 || k.deleted[0] != 10 || tr.Image(10) != nil {
+		t.Errorf("deleted %v: want only the Python process", k.deleted)
+	}
+}
