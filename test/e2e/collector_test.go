@@ -136,10 +136,12 @@ func TestCollectorReceivesProfiles(t *testing.T) {
 		pid, _ := r["process.pid"].(int64)
 		byPID[pid] = r
 	}
+	// The agent's own service.name does not name the processes it profiles: each is named
+	// by what it declares, else by its executable.
 	for pid, want := range map[int64]map[string]any{
 		4242: {"process.executable.name": "app", "process.executable.path": "/usr/bin/app", "host.name": "e2e-host",
-			"host.id": "e2e-machine-id", "os.type": "linux", "service.name": "sonde-e2e"},
-		4343: {"process.executable.name": "goserver", "container.id": "0123456789abcdef", "service.name": "sonde-e2e"},
+			"host.id": "e2e-machine-id", "os.type": "linux", "service.name": "app"},
+		4343: {"process.executable.name": "goserver", "container.id": "0123456789abcdef", "service.name": "goserver"},
 	} {
 		r := byPID[pid]
 		if r == nil {
