@@ -9,6 +9,8 @@ import (
 	"go/version"
 	"io"
 	"strings"
+
+	"github.com/sonde-profiler/sonde/internal/objfile"
 )
 
 // GoRuntime is where a Go program keeps the running goroutine's pprof labels.
@@ -44,8 +46,9 @@ const oldestGo = "go1.21"
 var ErrNotGo = errors.New("not a Go program")
 
 // ReadGoRuntime finds, in a Go program's file, where its runtime keeps the running
-// goroutine's labels: from its DWARF when it has one, else from its release's entry in a
-// table, so that stripped binaries work too; never from sonde's own Go.
+// goroutine's labels: from its release's entry in a table, checked against DWARF by the
+// tests, so that stripped binaries work too; from its DWARF for a release newer than
+// the table; never from sonde's own Go.
 func ReadGoRuntime(f *elf.File, r io.ReaderAt) (*GoRuntime, error) {
 	info, err := buildinfo.Read(r)
 	if err != nil {
@@ -70,18 +73,20 @@ func ReadGoRuntime(f *elf.File, r io.ReaderAt) (*GoRuntime, error) {
 	if rt.GOffset, err = goTLSOffset(f); err != nil {
 		return nil, err
 	}
+	// The table first: f.DWARF decompresses every debug section of the binary, tens of
+	// megabytes for a large Go program, to read three offsets that TestGoRuntimeTable
+	// holds the table to.
+	if off, ok := goOffsets[lang]; ok {
+		rt.GM, rt.MCurg, rt.GLabels = off[0], off[1], off[2]
+		return rt, nil
+	}
 	if d, err := f.DWARF(); err == nil {
 		if off, ok := dwarfOffsets(d); ok {
 			rt.GM, rt.MCurg, rt.GLabels, rt.FromDWARF = off[0], off[1], off[2], true
 			return rt, nil
 		}
 	}
-	off, ok := goOffsets[lang]
-	if !ok {
-		return nil, fmt.Errorf("Go release %q without DWARF: offsets unknown: %w", info.GoVersion, ErrUnsupported)
-	}
-	rt.GM, rt.MCurg, rt.GLabels = off[0], off[1], off[2]
-	return rt, nil
+	return nil, fmt.Errorf("Go release %q newer than the table, without DWARF: offsets unknown: %w", info.GoVersion, ErrUnsupported)
 }
 
 // goTLSOffset finds where the runtime keeps g, from the thread pointer: runtime.tlsg's
@@ -89,16 +94,12 @@ func ReadGoRuntime(f *elf.File, r io.ReaderAt) (*GoRuntime, error) {
 // libraries' variables too), else -8, the slot of a program the Go linker linked alone,
 // whose TLS segment is that one pointer.
 func goTLSOffset(f *elf.File) (int32, error) {
-	if syms, err := f.Symbols(); err == nil {
-		for _, s := range syms {
-			if s.Name == "runtime.tlsg" && elf.ST_TYPE(s.Info) == elf.STT_TLS {
-				off, err := staticOffset(f, s.Value)
-				if err != nil {
-					return 0, err
-				}
-				return int32(off), nil
-			}
+	if value, info, ok := objfile.LookupSymbol(f, "runtime.tlsg"); ok && elf.ST_TYPE(info) == elf.STT_TLS {
+		off, err := staticOffset(f, value)
+		if err != nil {
+			return 0, err
 		}
+		return int32(off), nil
 	}
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_TLS && p.Memsz > 8 {

@@ -29,20 +29,33 @@ func readGoRuntime(t *testing.T, path string) (*GoRuntime, error) {
 func TestGoRuntimeTable(t *testing.T) {
 	for _, toolchain := range []string{"local", "go1.23.4"} {
 		t.Run(toolchain, func(t *testing.T) {
-			rt, err := readGoRuntime(t, testprog.BuildGoLabels(t, toolchain))
+			bin := testprog.BuildGoLabels(t, toolchain)
+			rt, err := readGoRuntime(t, bin)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !rt.FromDWARF || rt.GOffset != -8 {
-				t.Fatalf("%+v: want offsets from DWARF, g at -8 from the thread pointer", rt)
+			if rt.FromDWARF || rt.GOffset != -8 {
+				t.Fatalf("%+v: want offsets from the table, g at -8 from the thread pointer", rt)
 			}
 			lang := version.Lang(rt.Version)
-			want, ok := goOffsets[lang]
-			if !ok {
-				t.Fatalf("no table entry for %s: add %v", lang, [3]uint32{rt.GM, rt.MCurg, rt.GLabels})
+			ef, err := elf.Open(bin)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if got := [3]uint32{rt.GM, rt.MCurg, rt.GLabels}; got != want {
-				t.Errorf("%s: DWARF says %v, the table %v", rt.Version, got, want)
+			defer ef.Close()
+			d, err := ef.DWARF()
+			if err != nil {
+				t.Fatal(err)
+			}
+			fromDWARF, ok := dwarfOffsets(d)
+			if !ok {
+				t.Fatalf("%s: no offsets in the DWARF", rt.Version)
+			}
+			if _, ok := goOffsets[lang]; !ok {
+				t.Fatalf("no table entry for %s: add %v", lang, fromDWARF)
+			}
+			if got := [3]uint32{rt.GM, rt.MCurg, rt.GLabels}; got != fromDWARF {
+				t.Errorf("%s: DWARF says %v, the table %v", rt.Version, fromDWARF, got)
 			}
 			if rt.SliceLabels != (version.Compare(lang, "go1.24") >= 0) {
 				t.Errorf("%s: slice labels %v", rt.Version, rt.SliceLabels)

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sonde-profiler/sonde/internal/mmapfile"
 	"github.com/sonde-profiler/sonde/internal/objfile"
 )
 
@@ -118,12 +119,24 @@ func (r *Reader) file(f *objfile.File) *fileInfo {
 		return fi
 	}
 	defer h.Close()
-	ef, err := h.ELF()
+	// Mapped: the symbol tables scanned here are read in place, not copied to the heap.
+	ef, region, err := h.MapELF()
 	if err != nil {
 		fi.err = err
 		r.Stats.FileErrors++
 		return fi
 	}
+	defer region.Close()
+	if fault := mmapfile.Guard(func() { r.inspect(f, fi, ef, h) }); fault != nil {
+		fi.err = fault
+		r.Stats.FileErrors++
+	}
+	return fi
+}
+
+// inspect reads what fi records from the mapped file ef.
+func (r *Reader) inspect(f *objfile.File, fi *fileInfo, ef *elf.File, h *objfile.Handle) {
+	var err error
 	for _, p := range ef.Progs {
 		if p.Type == elf.PT_LOAD {
 			fi.loads = append(fi.loads, p.ProgHeader)
@@ -145,7 +158,6 @@ func (r *Reader) file(f *objfile.File) *fileInfo {
 	if fi.err = errors.Join(errs...); fi.err != nil {
 		r.Stats.FileErrors++
 	}
-	return fi
 }
 
 // bias is run-time minus ELF address for a mapping of a file with these segments.

@@ -276,31 +276,10 @@ func dwarfLayout(f *elf.File) (*KernelGoRuntime, bool) {
 	return l, true
 }
 
-// symbolValue returns the value of the first symbol called name in f's .symtab. It
-// scans the table where it lies (in place, for a mapped file) instead of building
-// debug/elf's list of every symbol with its name, megabytes for a large Go binary.
+// symbolValue returns the value of the first symbol called name in f's .symtab.
 func symbolValue(f *elf.File, name string) (uint64, bool) {
-	const entSize = 24 // Elf64_Sym: name u32, info, other u8, shndx u16, value, size u64
-	symtab := f.Section(".symtab")
-	if symtab == nil || symtab.Type != elf.SHT_SYMTAB || f.Class != elf.ELFCLASS64 || int(symtab.Link) >= len(f.Sections) {
-		return 0, false
-	}
-	syms, err := objfile.SectionData(symtab, maxSectionSize)
-	if err != nil {
-		return 0, false
-	}
-	strs, err := objfile.SectionData(f.Sections[symtab.Link], maxSectionSize)
-	if err != nil {
-		return 0, false
-	}
-	for off := entSize; off+entSize <= len(syms); off += entSize { // entry 0 is the null symbol
-		at := uint64(f.ByteOrder.Uint32(syms[off:]))
-		end := at + uint64(len(name))
-		if end < uint64(len(strs)) && strs[end] == 0 && string(strs[at:end]) == name {
-			return f.ByteOrder.Uint64(syms[off+8:]), true
-		}
-	}
-	return 0, false
+	v, _, ok := objfile.LookupSymbol(f, name)
+	return v, ok
 }
 
 // dwarfOf reads f's DWARF, turning a panic of debug/dwarf on hostile input into an error.

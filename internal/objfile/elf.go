@@ -133,3 +133,30 @@ func ProgData(p *elf.Prog, off, n uint64) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// LookupSymbol finds the first symbol called name in f's .symtab, scanning the table where
+// it lies (in place, for a file from MapELF) rather than building debug/elf's list of
+// every symbol with its name: megabytes for a large Go binary, to find one or two.
+func LookupSymbol(f *elf.File, name string) (value uint64, info byte, ok bool) {
+	const entSize = 24 // Elf64_Sym: name u32, info, other u8, shndx u16, value, size u64
+	symtab := f.Section(".symtab")
+	if symtab == nil || symtab.Type != elf.SHT_SYMTAB || f.Class != elf.ELFCLASS64 || int(symtab.Link) >= len(f.Sections) {
+		return 0, 0, false
+	}
+	syms, err := SectionData(symtab, MaxSectionSize)
+	if err != nil {
+		return 0, 0, false
+	}
+	strs, err := SectionData(f.Sections[symtab.Link], MaxSectionSize)
+	if err != nil {
+		return 0, 0, false
+	}
+	for off := entSize; off+entSize <= len(syms); off += entSize { // entry 0 is the null symbol
+		at := uint64(f.ByteOrder.Uint32(syms[off:]))
+		end := at + uint64(len(name))
+		if end < uint64(len(strs)) && strs[end] == 0 && string(strs[at:end]) == name {
+			return f.ByteOrder.Uint64(syms[off+8:]), syms[off+4], true
+		}
+	}
+	return 0, 0, false
+}
