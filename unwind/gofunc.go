@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/sonde-profiler/sonde/internal/objfile"
 )
 
 // goFuncs is the part of a Go binary's pclntab that following the runtime's stack
@@ -89,7 +91,7 @@ func readGoFuncs(f *elf.File) (*goFuncs, error) {
 	g.nfunc = int(nfunc)
 	// A PIE's pclntab holds text's address as the linker saw it; runtime.text, the first
 	// symbol of Go's text, says where it is.
-	if text, ok := symbolValue(f, "runtime.text"); ok {
+	if text, _, ok := objfile.LookupSymbol(f, "runtime.text"); ok {
 		g.textStart = text
 	}
 	return g, nil

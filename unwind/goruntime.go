@@ -204,7 +204,7 @@ func tlsOffset(f *elf.File) int32 {
 		}
 		align := max(p.Align, 1)
 		size := (p.Memsz + align - 1) / align * align
-		at, _ := symbolValue(f, "runtime.tlsg") // first in the block where the symbol table is gone
+		at, _, _ := objfile.LookupSymbol(f, "runtime.tlsg") // first in the block where the symbol table is gone
 		if size > 1<<20 || at > size {
 			return -8
 		}
@@ -274,12 +274,6 @@ func dwarfLayout(f *elf.File) (*KernelGoRuntime, bool) {
 		}
 	}
 	return l, true
-}
-
-// symbolValue returns the value of the first symbol called name in f's .symtab.
-func symbolValue(f *elf.File, name string) (uint64, bool) {
-	v, _, ok := objfile.LookupSymbol(f, name)
-	return v, ok
 }
 
 // dwarfOf reads f's DWARF, turning a panic of debug/dwarf on hostile input into an error.
