@@ -1,6 +1,7 @@
 package objfile
 
 import (
+	"cmp"
 	"debug/elf"
 	"fmt"
 	"io"
@@ -62,11 +63,8 @@ func (h *Handle) MapELF() (f *elf.File, region *mmapfile.Region, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := mmapfile.Guard(func() { f, err = NewELF(mapped(region.Bytes())) }); err != nil {
-		region.Close()
-		return nil, nil, fmt.Errorf("%s: %w", h.name, err)
-	}
-	if err != nil {
+	fault := mmapfile.Guard(func() { f, err = NewELF(mapped(region.Bytes())) })
+	if err = cmp.Or(fault, err); err != nil {
 		region.Close()
 		return nil, nil, fmt.Errorf("%s: %w", h.name, err)
 	}
