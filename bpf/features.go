@@ -25,6 +25,7 @@ var required = []feature{
 	{"bpf_get_current_task_btf", "5.11", helper(ebpf.PerfEvent, asm.FnGetCurrentTaskBtf)},
 	{"bpf_task_pt_regs", "5.15", helper(ebpf.PerfEvent, asm.FnTaskPtRegs)},
 	{"bpf_loop", "5.17", helper(ebpf.PerfEvent, asm.FnLoop)},
+	{"bpf_find_vma", "5.17", helper(ebpf.PerfEvent, asm.FnFindVma)},
 }
 
 func helper(pt ebpf.ProgramType, fn asm.BuiltinFunc) func() error {

@@ -13,12 +13,52 @@
 char LICENSE[] SEC("license") = "GPL";
 
 /* Only what the programs read of the task, relocated against the running kernel's BTF. */
+struct mm_struct {
+	unsigned long task_size;
+	unsigned long env_end;
+} __attribute__((preserve_access_index));
+
 struct task_struct {
 	__u64 self_exec_id;
+	struct mm_struct *mm;
 } __attribute__((preserve_access_index));
 
 /* Opaque: only passed to helpers. */
 struct bpf_perf_event_data;
+
+/* What the lookup of a frame's mapping reads (CO-RE finds the fields in their unions). */
+struct super_block {
+	__u32 s_dev;
+} __attribute__((preserve_access_index));
+
+struct inode {
+	unsigned long i_ino;
+	struct super_block *i_sb;
+} __attribute__((preserve_access_index));
+
+struct file {
+	struct inode *f_inode;
+} __attribute__((preserve_access_index));
+
+struct vm_area_struct {
+	unsigned long vm_start;
+	unsigned long vm_end;
+	unsigned long vm_flags;
+	unsigned long vm_pgoff;
+	struct file *vm_file;
+} __attribute__((preserve_access_index));
+
+#ifndef barrier_var
+#define barrier_var(var) asm volatile("" : "+r"(var))
+#endif
+
+#define VM_EXEC 0x4
+#define PAGE_SHIFT 12
+/* Below the lowest address a mapping may have (vm.mmap_min_addr's default). */
+#define MIN_CODE_ADDR 0x10000
+#define PATH_MAX 4096
+/* The kernel keeps mappings at least 128 MiB below the main thread's stack (mmap_base). */
+#define MAIN_STACK_SPAN (128ULL << 20)
 
 /* Load-time settings, rewritten by the loader before the verifier sees the program. */
 const volatile __u8 filter_pids = 0;
@@ -26,6 +66,9 @@ const volatile __u8 filter_cgroups = 0;
 const volatile __u8 collect_kernel = 1;
 /* 0: user stacks by bpf_get_stack's frame-pointer walk only; 1: table-driven unwinding. */
 const volatile __u8 table_unwinding = 1;
+/* 1: check frame-pointer walks, and name the leaf's mapping for samples of images user
+ * space has not described yet (bpf_find_vma, 5.17). */
+const volatile __u8 vma_hints = 0;
 /* Wake the reader once this much waits in the ring (a quarter of it). */
 const volatile __u64 ring_wakeup_bytes = 1 << 18;
 
@@ -111,6 +154,14 @@ struct {
 	__type(value, struct sample_event);
 } scratch SEC(".maps");
 
+/* A vma_event is built here, then copied to the ring ahead of its sample. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct vma_event);
+} vma_scratch SEC(".maps");
+
 #include "tracectx.h"
 
 /* Force the enums and structs into BTF so bpf2go can export them. */
@@ -125,6 +176,8 @@ const enum fp_rule *unused_fp_rule __attribute__((unused));
 const enum go_func *unused_go_func __attribute__((unused));
 const struct go_runtime *unused_go_runtime __attribute__((unused));
 const struct process_event *unused_process_event __attribute__((unused));
+const struct vma_event *unused_vma_event __attribute__((unused));
+const enum vma_limits *unused_vma_limits __attribute__((unused));
 const struct py_proc *unused_py_proc __attribute__((unused));
 const enum py_end *unused_py_end __attribute__((unused));
 const enum py_frame_encoding *unused_py_frame_encoding __attribute__((unused));
@@ -241,6 +294,124 @@ static __always_inline int unwind_user(struct sample_event *e, struct task_struc
 #endif
 }
 
+/* The leaf's mapping, as the lookup's callback found it. */
+struct vma_found {
+	__u64 start;
+	__u64 end;
+	__u64 pgoff;
+	__u64 inode;
+	__u32 dev;
+	__u32 exec;
+};
+
+static long vma_found(struct task_struct *task, struct vm_area_struct *vma, void *ctx)
+{
+	struct vma_found *f = ctx;
+	f->start = vma->vm_start;
+	f->end = vma->vm_end;
+	f->pgoff = vma->vm_pgoff;
+	f->exec = (vma->vm_flags & VM_EXEC) != 0;
+	struct file *file = vma->vm_file;
+	if (file) {
+		f->inode = file->f_inode->i_ino;
+		f->dev = file->f_inode->i_sb->s_dev;
+	}
+	return 0;
+}
+
+struct frame_check {
+	struct sample_event *e;
+	__u64 sp;         /* the user stack pointer at the sample */
+	__u64 stack_top;  /* above the initial stack's strings */
+	__u64 task_size;  /* user addresses lie below */
+	__u32 frames;     /* user frames of the sample */
+	__u32 keep;       /* those to keep */
+};
+
+/* A frame-pointer walk through code built without frame pointers reads return addresses
+ * out of data: the first that cannot be a return address ends the stack. */
+static long frame_check_step(__u32 i, void *ctx)
+{
+	struct frame_check *c = ctx;
+	__u64 idx = i + 1; /* the leaf is the interrupted PC itself */
+	barrier_var(idx);  /* one register for the check and the access, for the verifier */
+	if (idx >= c->frames || idx >= MAX_VMA_CHECKS)
+		return 1;
+	__u64 addr = c->e->frames[idx];
+	if (addr >> PY_FRAME_TAG_SHIFT == PY_FRAME_TAG)
+		return 0;
+	if (addr < MIN_CODE_ADDR || addr >= c->task_size || (addr >= c->sp && addr < c->stack_top)) {
+		c->keep = idx;
+		return 1;
+	}
+	return 0;
+}
+
+/* check_frames cuts a stack walked by frame pointer, for some frames at least, at the first
+ * frame that cannot be a return address: one under the lowest mapping, beyond user space or
+ * on the main thread's stack (from the stack pointer up, which also holds the program's
+ * arguments and environment, pointers to which a register often holds). Code built
+ * without frame pointers leaves data where a walk looks for them, and a process whose
+ * tables are not loaded yet is all such code. */
+static __always_inline void check_frames(struct sample_event *e, struct task_struct *task)
+{
+	if (e->user_len <= 0)
+		return;
+	__u32 frames = (__u32)e->user_len / sizeof(__u64);
+	if (frames > MAX_USER_DEPTH)
+		frames = MAX_USER_DEPTH;
+	struct arch_regs regs;
+	if (bpf_probe_read_kernel(&regs, sizeof(regs), (void *)bpf_task_pt_regs(task)))
+		return;
+	struct frame_check c = {.e = e, .sp = ARCH_SP(&regs), .frames = frames, .keep = frames};
+	struct mm_struct *mm = task->mm;
+	if (!mm)
+		return;
+	/* The program's name lies above its environment, at the top of the stack. A thread
+	 * of its own has its stack among the mappings, where only the other checks hold. */
+	c.stack_top = mm->env_end + PATH_MAX;
+	if (c.sp > c.stack_top || c.stack_top - c.sp > MAIN_STACK_SPAN)
+		c.sp = c.stack_top;
+	c.task_size = mm->task_size;
+	if (!c.task_size)
+		return;
+	bpf_loop(MAX_VMA_CHECKS, frame_check_step, &c, 0);
+	if (c.keep < frames) {
+		e->user_len = c.keep * sizeof(__u64);
+		if (e->unwind_end == UNWIND_COMPLETE_FP || e->unwind_end == UNWIND_TRUNCATED)
+			e->unwind_end = UNWIND_FP_BROKEN;
+	}
+}
+
+/* hint_leaf names the leaf's mapping, in a record ahead of the sample, for a sample of an
+ * image user space has not described to the kernel yet, so that the leaf resolves even if
+ * the program is gone before it is read. One lookup only: from the timer interrupt,
+ * bpf_find_vma releases the mmap lock by irq_work, and a second lookup finds that work
+ * still pending until the program returns. */
+static __always_inline void hint_leaf(struct sample_event *e, struct task_struct *task)
+{
+	__u32 zero = 0;
+	struct vma_event *v = bpf_map_lookup_elem(&vma_scratch, &zero);
+	if (!v || e->user_len <= 0)
+		return;
+	struct vma_found f = {};
+	if (bpf_find_vma(task, e->frames[0], vma_found, &f, 0) || !f.exec || !f.inode)
+		return;
+	v->kind = EVENT_VMAS;
+	v->pid = e->pid;
+	v->exec_id = e->exec_id;
+	v->ktime_ns = e->ktime_ns;
+	v->cpu = e->cpu;
+	v->count = 1;
+	v->hints[0].start = f.start;
+	v->hints[0].end = f.end;
+	v->hints[0].offset = f.pgoff << PAGE_SHIFT;
+	v->hints[0].inode = f.inode;
+	v->hints[0].dev = f.dev;
+	v->hints[0].pad = 0;
+	bpf_ringbuf_output(&events, v, __builtin_offsetof(struct vma_event, hints) + sizeof(struct vma_hint), BPF_RB_NO_WAKEUP);
+}
+
 SEC("perf_event")
 int sample(struct bpf_perf_event_data *ctx)
 {
@@ -267,6 +438,10 @@ int sample(struct bpf_perf_event_data *ctx)
 	int known = 1;
 	if (table_unwinding && ARCH_TABLE_UNWIND) {
 		known = unwind_user(e, task, tgid);
+		if (vma_hints && e->unwind_end != UNWIND_COMPLETE)
+			check_frames(e, task);
+		if (vma_hints && !known)
+			hint_leaf(e, task);
 		__u32 end = e->unwind_end < UNWIND_END_MAX ? e->unwind_end : UNWIND_INVALID;
 		count(COUNTER_UNWIND_BASE + end);
 	} else {

@@ -82,6 +82,9 @@ type Sample struct {
 	// is it as the kernel copied it (see ContextSource's values); ContextNone: none.
 	ContextSource ContextSource
 	Context       []byte
+	// VMAs are the mappings the user frames lie in, named by the kernel when user space
+	// had not described the image to it yet; nil otherwise.
+	VMAs []VMA
 }
 
 // ProcessEventKind says what happened to a process.
@@ -148,7 +151,8 @@ type Sampler struct {
 	tablesMu sync.Mutex
 	slots    tableSlots
 
-	pending []pendingContext // by CPU; only Run's goroutine touches it
+	pending     []pendingContext // by CPU; only Run's goroutine touches it
+	pendingVMAs []pendingVMAs    // by CPU, likewise
 }
 
 // ringBufferSize returns a power-of-two size holding about a second of samples.
@@ -189,6 +193,9 @@ func Load(cfg Config) (*Sampler, error) {
 	}
 	if err := spec.Variables["table_unwinding"].Set(boolByte(cfg.TableUnwinding())); err != nil {
 		return nil, fmt.Errorf("set table_unwinding: %w", err)
+	}
+	if err := spec.Variables["vma_hints"].Set(boolByte(cfg.TableUnwinding())); err != nil {
+		return nil, fmt.Errorf("set vma_hints: %w", err)
 	}
 	spec.Maps["target_pids"].MaxEntries = uint32(max(len(cfg.PIDs), 1))
 	if cfg.FollowForks {
@@ -385,9 +392,12 @@ func (s *Sampler) dispatch(raw []byte, sample *Sample, h Handler) {
 		sample.Kernel, sample.KernelErr = stackSlice(frames[len(sample.User):], e.KernelLen, MaxKernelDepth)
 		sample.UnwindEnd = UnwindEnd(e.UnwindEnd)
 		sample.ContextSource, sample.Context = s.takeContext(e.Cpu, e.KtimeNs)
+		sample.VMAs = s.takeVMAs(e.Cpu, e.KtimeNs)
 		h.HandleSample(sample)
 	case samplerEventKindEVENT_CONTEXT:
 		s.holdContext(raw)
+	case samplerEventKindEVENT_VMAS:
+		s.holdVMAs(raw)
 	case samplerEventKindEVENT_EXEC, samplerEventKindEVENT_EXIT:
 		if len(raw) < int(unsafe.Sizeof(samplerProcessEvent{})) {
 			return

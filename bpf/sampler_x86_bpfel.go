@@ -61,7 +61,8 @@ const (
 	samplerEventKindEVENT_EXEC     samplerEventKind = 2
 	samplerEventKindEVENT_EXIT     samplerEventKind = 3
 	samplerEventKindEVENT_CONTEXT  samplerEventKind = 4
-	samplerEventKindEVENT_KIND_MAX samplerEventKind = 5
+	samplerEventKindEVENT_VMAS     samplerEventKind = 5
+	samplerEventKindEVENT_KIND_MAX samplerEventKind = 6
 )
 
 type samplerExecMapping struct {
@@ -332,6 +333,34 @@ type samplerUnwindRow struct {
 	CfaPost   int16
 }
 
+type samplerVmaEvent struct {
+	_       structs.HostLayout
+	Kind    uint32
+	Pid     uint32
+	ExecId  uint64
+	KtimeNs uint64
+	Cpu     uint32
+	Count   uint32
+	Hints   [1]samplerVmaHint
+}
+
+type samplerVmaHint struct {
+	_      structs.HostLayout
+	Start  uint64
+	End    uint64
+	Offset uint64
+	Inode  uint64
+	Dev    uint32
+	Pad    uint32
+}
+
+type samplerVmaLimits uint32
+
+const (
+	samplerVmaLimitsMAX_VMA_HINTS  samplerVmaLimits = 1
+	samplerVmaLimitsMAX_VMA_CHECKS samplerVmaLimits = 32
+)
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -351,6 +380,7 @@ const (
 	samplerMapTracectxProcs         = "tracectx_procs"
 	samplerMapTracectxScratch       = "tracectx_scratch"
 	samplerMapUnwindTables          = "unwind_tables"
+	samplerMapVmaScratch            = "vma_scratch"
 	samplerProgOnExec               = "on_exec"
 	samplerProgOnExit               = "on_exit"
 	samplerProgOnFork               = "on_fork"
@@ -384,6 +414,9 @@ const (
 	samplerVarUnusedTracectxProc    = "unused_tracectx_proc"
 	samplerVarUnusedUnwindEnd       = "unused_unwind_end"
 	samplerVarUnusedUnwindRow       = "unused_unwind_row"
+	samplerVarUnusedVmaEvent        = "unused_vma_event"
+	samplerVarUnusedVmaLimits       = "unused_vma_limits"
+	samplerVarVmaHints              = "vma_hints"
 )
 
 // loadSampler returns the embedded CollectionSpec for sampler.
@@ -453,6 +486,7 @@ type samplerMapSpecs struct {
 	TracectxProcs    *ebpf.MapSpec `ebpf:"tracectx_procs"`
 	TracectxScratch  *ebpf.MapSpec `ebpf:"tracectx_scratch"`
 	UnwindTables     *ebpf.MapSpec `ebpf:"unwind_tables"`
+	VmaScratch       *ebpf.MapSpec `ebpf:"vma_scratch"`
 }
 
 // samplerVariableSpecs contains global variables before they are loaded into the kernel.
@@ -488,6 +522,9 @@ type samplerVariableSpecs struct {
 	UnusedTracectxProc    *ebpf.VariableSpec `ebpf:"unused_tracectx_proc"`
 	UnusedUnwindEnd       *ebpf.VariableSpec `ebpf:"unused_unwind_end"`
 	UnusedUnwindRow       *ebpf.VariableSpec `ebpf:"unused_unwind_row"`
+	UnusedVmaEvent        *ebpf.VariableSpec `ebpf:"unused_vma_event"`
+	UnusedVmaLimits       *ebpf.VariableSpec `ebpf:"unused_vma_limits"`
+	VmaHints              *ebpf.VariableSpec `ebpf:"vma_hints"`
 }
 
 // samplerObjects contains all objects after they have been loaded into the kernel.
@@ -525,6 +562,7 @@ type samplerMaps struct {
 	TracectxProcs    *ebpf.Map `ebpf:"tracectx_procs"`
 	TracectxScratch  *ebpf.Map `ebpf:"tracectx_scratch"`
 	UnwindTables     *ebpf.Map `ebpf:"unwind_tables"`
+	VmaScratch       *ebpf.Map `ebpf:"vma_scratch"`
 }
 
 func (m *samplerMaps) Close() error {
@@ -544,6 +582,7 @@ func (m *samplerMaps) Close() error {
 		m.TracectxProcs,
 		m.TracectxScratch,
 		m.UnwindTables,
+		m.VmaScratch,
 	)
 }
 
@@ -580,6 +619,9 @@ type samplerVariables struct {
 	UnusedTracectxProc    *ebpf.Variable `ebpf:"unused_tracectx_proc"`
 	UnusedUnwindEnd       *ebpf.Variable `ebpf:"unused_unwind_end"`
 	UnusedUnwindRow       *ebpf.Variable `ebpf:"unused_unwind_row"`
+	UnusedVmaEvent        *ebpf.Variable `ebpf:"unused_vma_event"`
+	UnusedVmaLimits       *ebpf.Variable `ebpf:"unused_vma_limits"`
+	VmaHints              *ebpf.Variable `ebpf:"vma_hints"`
 }
 
 // samplerPrograms contains all programs after they have been loaded into the kernel.

@@ -18,6 +18,7 @@ enum event_kind {
 	EVENT_EXEC = 2,
 	EVENT_EXIT = 3,
 	EVENT_CONTEXT = 4, /* struct tracectx_event: the trace context of the sample that follows */
+	EVENT_VMAS = 5,    /* struct vma_event: where the frames of the sample that follows lie */
 	EVENT_KIND_MAX,
 };
 
@@ -228,6 +229,34 @@ struct process_event {
 	__u32 pid;
 	__u64 ktime_ns;
 	__u64 exec_id; /* after an exec, the task's new self_exec_id */
+};
+
+enum vma_limits {
+	MAX_VMA_HINTS = 1,   /* mappings a vma_event names: the leaf's (sampler.bpf.c says why) */
+	MAX_VMA_CHECKS = 32, /* frames of a frame-pointer walk checked to be return addresses */
+};
+
+/* An executable mapping a sampled frame lies in, as the kernel had it at the sample: named
+ * for samples of an image user space has not read yet (a process that lives a few
+ * milliseconds may be gone before it is read), so that its frames resolve to the file all
+ * the same. */
+struct vma_hint {
+	__u64 start;
+	__u64 end;
+	__u64 offset; /* the file offset start maps */
+	__u64 inode;  /* 0: no file */
+	__u32 dev;    /* the file's device, in the kernel's encoding: major << 20 | minor */
+	__u32 pad;
+};
+
+struct vma_event {
+	__u32 kind; /* EVENT_VMAS */
+	__u32 pid;
+	__u64 exec_id;
+	__u64 ktime_ns; /* the sample's, with cpu: which sample the record goes with */
+	__u32 cpu;
+	__u32 count;
+	struct vma_hint hints[MAX_VMA_HINTS];
 };
 
 /* What a sampled thread published about the work it is doing (tracectx.h): OpenTelemetry's

@@ -52,6 +52,10 @@ func TestVerifierBudget(t *testing.T) {
 		if err := spec.Variables["table_unwinding"].Set(boolByte(table)); err != nil {
 			t.Fatal(err)
 		}
+		// As NewSampler sets them: mappings are named where tables are walked.
+		if err := spec.Variables["vma_hints"].Set(boolByte(table)); err != nil {
+			t.Fatal(err)
+		}
 		began := time.Now()
 		coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{LogLevel: ebpf.LogLevelStats}})
 		took := time.Since(began)

@@ -28,6 +28,9 @@ type RawSample struct {
 	// kernel copied it.
 	ContextKind ContextKind
 	Context     []byte
+	// Mappings are those the kernel named for the user frames, when user space had not
+	// described the image to it yet.
+	Mappings []SampledMapping
 }
 
 // Config tunes an Aggregator.
@@ -56,6 +59,8 @@ type Stats struct {
 	ChunkMisses      uint64
 	ChunkEvictions   uint64
 	ChunkCollisions  uint64
+	// ChunksForgotten counts cached chunks dropped because their image was forgotten.
+	ChunksForgotten uint64
 	// Linked counts samples with a trace context that named a span; ContextErrors
 	// contexts that were invalid, oversized or torn, which count without one.
 	Linked        uint64
@@ -137,7 +142,11 @@ func (a *Aggregator) Add(s RawSample) {
 	if s.Time.Before(a.start) {
 		s.Time = a.start
 	}
-	a.aggregate(a.image(s), s)
+	img := a.image(s)
+	if len(s.Mappings) > 0 && img != nil {
+		a.procs.noteKernelMappings(img, s.Mappings)
+	}
+	a.aggregate(img, s)
 }
 
 // image returns the image the sample was taken in.
@@ -341,7 +350,11 @@ func (a *Aggregator) Flush(end time.Time) *Profile {
 	// Images the processes forget must not be handed to later samples.
 	clear(a.images)
 	a.mu.Unlock()
-	a.procs.sweep(seen, start)
+	if dead := a.procs.sweep(seen, start); len(dead) > 0 {
+		a.mu.Lock()
+		a.stats.ChunksForgotten += uint64(a.chunks.forgetSpaces(dead))
+		a.mu.Unlock()
+	}
 	return p
 }
 
@@ -520,8 +533,12 @@ func (l *Location) key() locationKey {
 func (a *Aggregator) RenewImage(pid uint32, space uint64) {
 	a.procs.mu.Lock()
 	img := a.procs.images[pid]
+	renewed := img != nil && img.space.CompareAndSwap(space, a.procs.spaces.Add(1))
+	if renewed {
+		a.procs.replaced = append(a.procs.replaced, space)
+	}
 	a.procs.mu.Unlock()
-	if img != nil && img.space.CompareAndSwap(space, a.procs.spaces.Add(1)) {
+	if renewed {
 		a.mu.Lock()
 		a.stats.ImagesRenewed++
 		a.mu.Unlock()
@@ -542,7 +559,7 @@ func (a *Aggregator) Stats() Stats {
 func (s Stats) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.Uint64("samples", s.Samples), slog.Int("chunks", s.Chunks), slog.Int("locations", s.Locations),
-		slog.Uint64("chunk_hits", s.ChunkHits), slog.Uint64("chunk_misses", s.ChunkMisses), slog.Uint64("chunk_evictions", s.ChunkEvictions),
+		slog.Uint64("chunk_hits", s.ChunkHits), slog.Uint64("chunk_misses", s.ChunkMisses), slog.Uint64("chunk_evictions", s.ChunkEvictions), slog.Uint64("chunks_forgotten", s.ChunksForgotten),
 		slog.Uint64("unresolved_frames", s.UnresolvedFrames), slog.Uint64("linked", s.Linked), slog.Uint64("context_errors", s.ContextErrors),
 		slog.Uint64("images_renewed", s.ImagesRenewed))
 }

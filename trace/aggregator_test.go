@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/internal/testprog"
 )
 
@@ -193,6 +194,60 @@ func TestAggregatorExecAndExit(t *testing.T) {
 	}
 	if st := procs.Stats(); st.Processes != 0 {
 		t.Errorf("exited process still tracked after flush: %+v", st)
+	}
+	// Its stacks' chunks go with it, whatever room the cache has: no sample can name
+	// them again. Their locations follow at the next flush.
+	if st := c.Stats(); st.Chunks != 0 || st.ChunksForgotten == 0 {
+		t.Errorf("after the exited process was forgotten: %d chunks cached, %d forgotten", st.Chunks, st.ChunksForgotten)
+	}
+	c.Flush(now.Add(2 * time.Second))
+	if st := c.Stats(); st.Locations != 0 {
+		t.Errorf("%d locations outlive the exited process's chunks", st.Locations)
+	}
+}
+
+// A process gone before its maps could be read still has its leaf resolved, to a file
+// another process's reading identified, through the mapping the kernel named.
+func TestAggregatorKernelMappings(t *testing.T) {
+	dir := t.TempDir()
+	bin := testprog.BuildC(t, helloC, "-O1")
+	var st syscall.Stat_t
+	syscall.Stat(bin, &st)
+	procfs := filepath.Join(dir, "proc")
+	fakeProc(t, procfs, 7, "first", bin, fmt.Sprintf("1000-2000 r-xp 00000000 %02x:%02x %d %s\n", unixMajor(st.Dev), unixMinor(st.Dev), st.Ino, bin))
+	now := time.Now()
+	c, procs := newAggregator(t, ProcessConfig{ProcFS: procfs}, Config{}, now)
+	c.Add(RawSample{PID: 7, TID: 7, Comm: "first", Time: now, User: []uint64{0x1010}})
+	procs.Settle(context.Background())
+
+	key := objfile.Key{Dev: st.Dev, Inode: st.Ino}
+	// Process 8 has no /proc entry: it exited before any reading.
+	c.Add(RawSample{PID: 8, TID: 8, Comm: "gone", Time: now, User: []uint64{0x9010, 0x12345},
+		Mappings: []SampledMapping{{Start: 0x9000, End: 0xa000, File: key}, {Start: 0x20000, End: 0x21000, File: objfile.Key{Dev: 1, Inode: 99}}}})
+	c.Add(RawSample{PID: 8, TID: 8, Comm: "gone", Time: now, User: []uint64{0x9020}})
+	p := c.Flush(now.Add(time.Second))
+	var leaves, unresolved int
+	for _, s := range p.Samples {
+		if s.Process.PID != 8 {
+			continue
+		}
+		for i, l := range s.Locations {
+			switch {
+			case i == 0 && l.Mapping != nil && l.Mapping.File != nil && l.Mapping.File.Key == key:
+				leaves++
+				if off, ok := l.FileOffset(); !ok || off != l.Address-0x9000 {
+					t.Errorf("file offset of %#x: %#x, %v", l.Address, off, ok)
+				}
+			case l.Mapping == nil:
+				unresolved++
+			}
+		}
+	}
+	if leaves != 2 || unresolved != 1 {
+		t.Errorf("%d leaves resolved through the kernel's mapping (want 2), %d frames unresolved (want 1: 0x12345)", leaves, unresolved)
+	}
+	if st := procs.Stats(); st.KernelMappings != 1 || st.KernelMappingsUnknown != 1 {
+		t.Errorf("kernel mappings kept %d (want 1), of unknown files %d (want 1)", st.KernelMappings, st.KernelMappingsUnknown)
 	}
 }
 

@@ -118,3 +118,18 @@ func (c *chunker) intern(space, hash uint64, frames []uint64) *chunk {
 	c.lru.Add(hash, ch)
 	return ch
 }
+
+// forgetSpaces drops the cached chunks of address spaces no sample can come from again
+// (images the process tracker forgot) and reports how many went. Left to the LRU, they
+// would stay until pushed out, and a host that starts processes all day long would keep
+// the cache full of the frames and locations of programs long gone.
+func (c *chunker) forgetSpaces(dead map[uint64]bool) int {
+	n := 0
+	for _, h := range c.lru.Keys() {
+		if ch, ok := c.lru.Peek(h); ok && dead[ch.space] {
+			c.lru.Remove(h)
+			n++
+		}
+	}
+	return n
+}

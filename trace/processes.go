@@ -107,8 +107,11 @@ type ProcessStats struct {
 	// when first sampled.
 	ExecReadsSkipped uint64
 	// Untracked counts samples of processes beyond MaxProcesses: they keep addresses only.
-	Untracked  uint64
-	FileErrors uint64 // mapped files that could not be identified, for any of the reasons below or another
+	Untracked uint64
+	// KernelMappings counts mappings learnt from the kernel for images not read yet;
+	// KernelMappingsUnknown those whose file no reading had identified, left out.
+	KernelMappings, KernelMappingsUnknown uint64
+	FileErrors                            uint64 // mapped files that could not be identified, for any of the reasons below or another
 	// Files refused by what they turned out to be: not a regular file (a FIFO, device,
 	// socket or directory where the mapped file was), another file than the one mapped,
 	// too large, on FUSE, or whose open stalled.
@@ -163,6 +166,9 @@ type Processes struct {
 	// reading of their mappings; contexts reads them, on Run's goroutine only.
 	checks   []uint32
 	checking map[uint32]bool
+	// replaced are the spaces given up since the last sweep: of images an exec replaced,
+	// and those an interpreter image renewed.
+	replaced []uint64
 	contexts *tracectx.Reader
 
 	wake chan struct{}
@@ -178,7 +184,10 @@ type image struct {
 	space atomic.Uint64
 	proc  atomic.Pointer[Process]
 	maps  atomic.Pointer[snapshot] // the latest reading; nil until read
-	comm  string                   // the thread name it was first seen with
+	// kernel holds the mappings the kernel named for samples taken before the image was
+	// read: sorted, at most maxKernelMappings, written on the sample path only.
+	kernel atomic.Pointer[snapshot]
+	comm   string // the thread name it was first seen with
 
 	exited    atomic.Bool
 	forgotten atomic.Bool // no longer tracked: samples of pid start a new image
@@ -223,7 +232,61 @@ func (img *image) find(addr uint64) *Mapping {
 			return m
 		}
 	}
+	if s := img.kernel.Load(); s != nil {
+		return s.find(addr)
+	}
 	return nil
+}
+
+// SampledMapping is an executable mapping the kernel named for the frames of a sample of
+// an image it had no mappings of from user space.
+type SampledMapping struct {
+	Start, End, Offset uint64
+	File               objfile.Key // Inode 0: no file
+}
+
+// maxKernelMappings bounds the mappings kept per image from the kernel's naming: they
+// stand in for a reading that came too late, and a program has a few dozen files at most
+// before its reading comes.
+const maxKernelMappings = 64
+
+// noteKernelMappings keeps what the kernel named for a sample of img, so that its frames
+// resolve even if the image is gone before its maps are read: a program that lives a few
+// milliseconds, or one whose reading waits behind a busy host. Their files are those
+// earlier readings identified (the same program, its libraries); others are counted and
+// left out. Called on the sample path: no I/O.
+func (p *Processes) noteKernelMappings(img *image, vmas []SampledMapping) {
+	have := img.kernel.Load()
+	var add []*Mapping
+	p.mu.Lock()
+	for _, v := range vmas {
+		if v.File.Inode == 0 || v.End <= v.Start || (have != nil && have.find(v.Start) != nil) {
+			continue
+		}
+		f := p.files[v.File]
+		if f == nil || p.failed[v.File] {
+			p.stats.KernelMappingsUnknown++
+			continue
+		}
+		p.stats.KernelMappings++
+		add = append(add, &Mapping{Start: v.Start, End: v.End, Offset: v.Offset, Path: f.Path, File: f})
+	}
+	p.mu.Unlock()
+	if len(add) == 0 {
+		return
+	}
+	next := &snapshot{}
+	if have != nil {
+		next.mappings = slices.Clone(have.mappings)
+	}
+	for _, m := range add {
+		if len(next.mappings) >= maxKernelMappings {
+			break
+		}
+		i, _ := slices.BinarySearchFunc(next.mappings, m.Start, func(e *Mapping, start uint64) int { return cmp.Compare(e.Start, start) })
+		next.mappings = slices.Insert(next.mappings, i, m)
+	}
+	img.kernel.Store(next)
 }
 
 // NewProcesses returns a tracker; nothing is read until Run runs.
@@ -373,6 +436,11 @@ func (p *Processes) start(pid uint32, execID uint64, comm string, read bool) *im
 	if _, tracked := p.images[pid]; !tracked && len(p.images) >= p.cfg.MaxProcesses {
 		p.stats.Untracked++
 		return nil
+	}
+	if old := p.images[pid]; old != nil {
+		// Replaced by an exec: nothing is resolved against it or interned in its space again.
+		old.forgotten.Store(true)
+		p.replaced = append(p.replaced, old.space.Load())
 	}
 	now := time.Now()
 	img := &image{pid: pid, comm: comm, createdAt: now, rereads: rereadBurst, rereadAt: now}
@@ -668,7 +736,10 @@ func (p *Processes) file(dir string, l mapsLine, hostRoot bool) *objfile.File {
 // sweep forgets processes: those that exited, and those not sampled since the interval
 // began (seen lists the sampled ones) unless pinned or new. Files no remaining process
 // maps go too, so memory follows what is running now rather than everything ever seen.
-func (p *Processes) sweep(seen map[*image]bool, intervalStart time.Time) {
+//
+// It returns the interning spaces of the images it forgot, and of those execs replaced
+// since the last sweep: no sample can name them again.
+func (p *Processes) sweep(seen map[*image]bool, intervalStart time.Time) (spaces map[uint64]bool) {
 	var gone []uint32
 	p.mu.Lock()
 	for pid, img := range p.images {
@@ -677,8 +748,19 @@ func (p *Processes) sweep(seen map[*image]bool, intervalStart time.Time) {
 			img.forgotten.Store(true)
 			delete(p.images, pid)
 			gone = append(gone, pid)
+			if spaces == nil {
+				spaces = map[uint64]bool{}
+			}
+			spaces[img.space.Load()] = true
 		}
 	}
+	for _, space := range p.replaced {
+		if spaces == nil {
+			spaces = map[uint64]bool{}
+		}
+		spaces[space] = true
+	}
+	p.replaced = p.replaced[:0]
 	live := make(map[objfile.Key]*objfile.File, len(p.files))
 	for _, img := range p.images {
 		if s := img.maps.Load(); s != nil {
@@ -723,6 +805,7 @@ func (p *Processes) sweep(seen map[*image]bool, intervalStart time.Time) {
 		img.described.Store(p.cfg.Describer.Describe(&next))
 		img.proc.Store(&next)
 	}
+	return spaces
 }
 
 const maxRememberedFailures = 4096
@@ -773,6 +856,7 @@ func (s ProcessStats) LogValue() slog.Value {
 		slog.Uint64("files_not_regular", s.FilesNotRegular), slog.Uint64("files_replaced", s.FilesReplaced), slog.Uint64("files_too_large", s.FilesTooLarge),
 		slog.Uint64("files_fuse", s.FilesFUSE), slog.Uint64("files_stalled", s.FilesStalled),
 		slog.Uint64("reads_dropped", s.ReadsDropped), slog.Uint64("exec_reads_skipped", s.ExecReadsSkipped), slog.Uint64("untracked_samples", s.Untracked),
+		slog.Uint64("kernel_mappings", s.KernelMappings), slog.Uint64("kernel_mappings_unknown", s.KernelMappingsUnknown),
 		slog.Uint64("tls_modules", s.Contexts.TLSModules), slog.Uint64("go_programs", s.Contexts.GoPrograms),
 		slog.Uint64("process_contexts", s.Contexts.Contexts), slog.Uint64("process_context_errors", s.Contexts.ContextErrors))
 }

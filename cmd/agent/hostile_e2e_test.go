@@ -323,14 +323,22 @@ int main(int argc,char**argv){
 func TestShortLivedImagesResolve(t *testing.T) {
 	testenv.RequireRoot(t)
 	bin := buildWorkload(t, "reexec", reexecC, "-O1")
+	// sonde is built before the workload starts: its 3 s must not run out during a build.
+	sonde(t)
 	cmd := exec.Command(bin, "600") // about 3 s of 5 ms images
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	out := filepath.Join(t.TempDir(), "reexec.pb.gz")
-	if _, stderr, err := runSonde(t, "--pid", strconv.Itoa(cmd.Process.Pid), "--frequency", "999", "--duration", "10s", "--output", out, "--top", "0"); err != nil {
+	_, stderr, err := runSonde(t, "--pid", strconv.Itoa(cmd.Process.Pid), "--frequency", "999", "--duration", "10s", "--output", out, "--top", "0")
+	if err != nil {
 		t.Fatalf("sonde: %v\n%s", err, stderr)
+	}
+	// Samples taken before an image's maps reached the kernel name their leaf's mapping, so
+	// that an image gone before it is read (the reader waits behind a busy CPU) resolves.
+	if summaryCount(t, stderr, "processes.kernel_mappings") == 0 {
+		t.Errorf("no mapping was learnt from the kernel for the first samples of 600 images")
 	}
 	// Each image spends some of its life in the loader and the kernel's exec: those
 	// samples are named too, after ld.so and libc's start-up. What must not happen is a

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sonde-profiler/sonde/bpf"
 	"github.com/sonde-profiler/sonde/internal/kube"
+	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/interp/python"
 	"github.com/sonde-profiler/sonde/reporter/merge"
 	"github.com/sonde-profiler/sonde/reporter/otlp"
@@ -33,6 +34,8 @@ const (
 // tracker; the tracker feeds the unwind table maintainer; every interval the aggregator's
 // profile is symbolized and handed to the sinks.
 type pipeline struct {
+	// vmas is reused for the kernel's naming of a sample's mappings (ring reader only).
+	vmas       []trace.SampledMapping
 	cfg        *config
 	log        *slog.Logger
 	budget     budget
@@ -383,8 +386,16 @@ func (p *pipeline) closeSinks() error {
 // HandleSample feeds a kernel sample to the aggregator; it implements bpf.Handler, on the
 // goroutine that drains the ring buffer.
 func (p *pipeline) HandleSample(b *bpf.Sample) {
+	var mappings []trace.SampledMapping
+	if len(b.VMAs) > 0 {
+		p.vmas = p.vmas[:0]
+		for _, v := range b.VMAs {
+			p.vmas = append(p.vmas, trace.SampledMapping{Start: v.Start, End: v.End, Offset: v.Offset, File: objfile.Key{Dev: v.Dev, Inode: v.Inode}})
+		}
+		mappings = p.vmas
+	}
 	p.agg.Add(trace.RawSample{PID: b.PID, TID: b.TID, ExecID: b.ExecID, Comm: b.Comm, Time: b.Time, User: b.User, Kernel: b.Kernel,
-		ContextKind: contextKind(b.ContextSource), Context: b.Context})
+		ContextKind: contextKind(b.ContextSource), Context: b.Context, Mappings: mappings})
 }
 
 // HandleProcessEvent tells the process tracker of execs and exits.
