@@ -56,7 +56,6 @@ struct vm_area_struct {
 #define PAGE_SHIFT 12
 /* Below the lowest address a mapping may have (vm.mmap_min_addr's default). */
 #define MIN_CODE_ADDR 0x10000
-#define PATH_MAX 4096
 /* The kernel keeps mappings at least 128 MiB below the main thread's stack (mmap_base). */
 #define MAIN_STACK_SPAN (128ULL << 20)
 
@@ -66,8 +65,8 @@ const volatile __u8 filter_cgroups = 0;
 const volatile __u8 collect_kernel = 1;
 /* 0: user stacks by bpf_get_stack's frame-pointer walk only; 1: table-driven unwinding. */
 const volatile __u8 table_unwinding = 1;
-/* 1: check frame-pointer walks, and name the leaf's mapping for samples of images user
- * space has not described yet (bpf_find_vma, 5.17). */
+/* 1: for samples of images user space has not described yet, check their frame-pointer
+ * walks and name the leaf's mapping (bpf_find_vma, 5.17). */
 const volatile __u8 vma_hints = 0;
 /* Wake the reader once this much waits in the ring (a quarter of it). */
 const volatile __u64 ring_wakeup_bytes = 1 << 18;
@@ -347,12 +346,12 @@ static long frame_check_step(__u32 i, void *ctx)
 	return 0;
 }
 
-/* check_frames cuts a stack walked by frame pointer, for some frames at least, at the first
- * frame that cannot be a return address: one under the lowest mapping, beyond user space or
- * on the main thread's stack (from the stack pointer up, which also holds the program's
- * arguments and environment, pointers to which a register often holds). Code built
- * without frame pointers leaves data where a walk looks for them, and a process whose
- * tables are not loaded yet is all such code. */
+/* check_frames cuts the stack of a process the kernel has no mappings of, walked by frame
+ * pointer from the leaf, at the first frame that cannot be a return address: one under the
+ * lowest mapping, beyond user space or on the main thread's stack (from the stack pointer
+ * up, which also holds the program's arguments and environment, pointers to which a
+ * register often holds). Code built without frame pointers leaves data where such a walk
+ * looks for them. */
 static __always_inline void check_frames(struct sample_event *e, struct task_struct *task)
 {
 	if (e->user_len <= 0)
@@ -367,9 +366,10 @@ static __always_inline void check_frames(struct sample_event *e, struct task_str
 	struct mm_struct *mm = task->mm;
 	if (!mm)
 		return;
-	/* The program's name lies above its environment, at the top of the stack. A thread
-	 * of its own has its stack among the mappings, where only the other checks hold. */
-	c.stack_top = mm->env_end + PATH_MAX;
+	/* Up to the end of the environment: the vDSO may follow the stack closely on some
+	 * kernels. A thread of its own has its stack among the mappings, where only the other
+	 * checks hold. */
+	c.stack_top = mm->env_end;
 	if (c.sp > c.stack_top || c.stack_top - c.sp > MAIN_STACK_SPAN)
 		c.sp = c.stack_top;
 	c.task_size = mm->task_size;
@@ -438,10 +438,10 @@ int sample(struct bpf_perf_event_data *ctx)
 	int known = 1;
 	if (table_unwinding && ARCH_TABLE_UNWIND) {
 		known = unwind_user(e, task, tgid);
-		if (vma_hints && e->unwind_end != UNWIND_COMPLETE)
+		if (vma_hints && !known) {
 			check_frames(e, task);
-		if (vma_hints && !known)
 			hint_leaf(e, task);
+		}
 		__u32 end = e->unwind_end < UNWIND_END_MAX ? e->unwind_end : UNWIND_INVALID;
 		count(COUNTER_UNWIND_BASE + end);
 	} else {
