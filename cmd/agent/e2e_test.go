@@ -89,6 +89,8 @@ func buildWorkload(t testing.TB, name, src string, flags ...string) string {
 // startWorkload runs bin for secs seconds and returns its process.
 func startWorkload(t testing.TB, bin string, secs float64) *exec.Cmd {
 	t.Helper()
+	// sonde is built first: the workload's seconds must not run out during the build.
+	sonde(t)
 	cmd := exec.Command(bin, strconv.FormatFloat(secs, 'f', -1, 64))
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -73,7 +73,7 @@ func buildGoWorkload(t *testing.T, name, src string, flags ...string) string {
 }
 
 // leafShares profiles pid for 5 s and returns the share of samples whose innermost
-// frame is each of fns, and the number of samples.
+// frame is each of fns ("" for an unnamed one), and the number of samples.
 func leafShares(t *testing.T, pid int, fns ...string) (map[string]float64, int64) {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "x.pb.gz")
@@ -91,9 +91,11 @@ func leafShares(t *testing.T, pid int, fns ...string) (map[string]float64, int64
 			if l.Mapping != nil && l.Mapping.File == "[kernel.kallsyms]" {
 				continue
 			}
+			name := "" // unnamed
 			if len(l.Line) > 0 {
-				counts[l.Line[0].Function.Name] += s.Value[0]
+				name = l.Line[0].Function.Name
 			}
+			counts[name] += s.Value[0]
 			break
 		}
 	}
@@ -114,10 +116,12 @@ func TestEndToEndGoFunctionShares(t *testing.T) {
 	bin := buildGoWorkload(t, "split", goSplit, "-ldflags=-s -w")
 	w := startWorkload(t, bin, 6.5)
 	time.Sleep(300 * time.Millisecond)
-	shares, total := leafShares(t, w.Process.Pid, "main.heavy", "main.light")
+	shares, total := leafShares(t, w.Process.Pid, "main.heavy", "main.light", "")
 	heavy, light := shares["main.heavy"], shares["main.light"]
-	if heavy+light < 0.9 {
-		t.Fatalf("main.heavy %.3f and main.light %.3f of %d samples; the rest is unnamed or elsewhere", heavy, light, total)
+	// The rest is the runtime's own threads (sysmon's sleeps, the collector): it must be
+	// named too.
+	if heavy+light < 0.8 || shares[""] > 0.01 {
+		t.Fatalf("main.heavy %.3f and main.light %.3f of %d samples, %.3f unnamed", heavy, light, total, shares[""])
 	}
 	if got := heavy / (heavy + light); got < 0.72 || got > 0.78 {
 		t.Errorf("main.heavy has %.1f %% of heavy+light, want 75 ± 3 (%d samples)", 100*got, total)

@@ -92,6 +92,7 @@ func reachShare(p *profile.Profile, hot string) (share float64, n int64) {
 // profileWorkload runs bin, profiles it with sonde and returns the profile and the pid.
 func profileWorkload(t *testing.T, bin string, args ...string) (*profile.Profile, int) {
 	t.Helper()
+	sonde(t) // built before the workload starts, whose seconds must not run out meanwhile
 	cmd := exec.Command(bin, args...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
