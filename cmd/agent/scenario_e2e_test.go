@@ -187,15 +187,16 @@ func (a *agent) stats(t *testing.T) (rss, fds, goroutines, kernelProcs, tracked 
 	return m["sonde_memory_rss_bytes"], m["process_open_fds"], m["go_goroutines"], m[`sonde_bpf_map_entries{map="proc_maps"}`], m["sonde_processes"]
 }
 
-// meanRSS averages first with four more readings of RSS 1.5 s apart: one reading lands
-// anywhere in a collection cycle, which moves it by several megabytes.
-func (a *agent) meanRSS(t testing.TB, first float64) float64 {
-	sum := first
-	for range 4 {
-		time.Sleep(1500 * time.Millisecond)
-		sum += a.metrics(t)["sonde_memory_rss_bytes"]
+// floorRSS is the lowest of first and eleven more readings of RSS 0.6 s apart, three
+// intervals' worth: a reading lands anywhere in a collection cycle, which moves it by
+// several megabytes, while what cannot be collected (a leak) raises the floor.
+func (a *agent) floorRSS(t testing.TB, first float64) float64 {
+	low := first
+	for range 11 {
+		time.Sleep(600 * time.Millisecond)
+		low = min(low, a.metrics(t)["sonde_memory_rss_bytes"])
 	}
-	return sum / 5
+	return low
 }
 
 // Thousands of short-lived processes a second: memory comes back to where it was,
@@ -217,7 +218,7 @@ func TestChurn(t *testing.T) {
 	}
 	time.Sleep(6 * time.Second)
 	rss0, fds0, gor0, kern0, tracked0 := a.stats(t)
-	rss0 = a.meanRSS(t, rss0)
+	rss0 = a.floorRSS(t, rss0)
 	cmd := exec.Command(churn, "1000", strconv.Itoa(secs), short)
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("churn: %v", err)
@@ -226,9 +227,9 @@ func TestChurn(t *testing.T) {
 	// Two intervals for exited processes to be forgotten.
 	time.Sleep(6 * time.Second)
 	rss1, fds1, gor1, kern1, tracked1 := a.stats(t)
-	rss1 = a.meanRSS(t, rss1)
-	t.Logf("before: RSS %.1f MiB, %v fds, %v goroutines, %v kernel processes, %v tracked", rss0/(1<<20), fds0, gor0, kern0, tracked0)
-	t.Logf("after:  RSS %.1f MiB, %v fds, %v goroutines, %v kernel processes, %v tracked", rss1/(1<<20), fds1, gor1, kern1, tracked1)
+	rss1 = a.floorRSS(t, rss1)
+	t.Logf("before: RSS %.1f MiB (floor), %v fds, %v goroutines, %v kernel processes, %v tracked", rss0/(1<<20), fds0, gor0, kern0, tracked0)
+	t.Logf("after:  RSS %.1f MiB (floor), %v fds, %v goroutines, %v kernel processes, %v tracked", rss1/(1<<20), fds1, gor1, kern1, tracked1)
 	t.Logf("during: %v samples, RSS %.1f MiB", during["sonde_samples_total"], during["sonde_memory_rss_bytes"]/(1<<20))
 	if rss1 > rss0*1.1 {
 		t.Errorf("RSS %.1f MiB after the churn, %.1f MiB before: over 10%% more", rss1/(1<<20), rss0/(1<<20))
