@@ -192,6 +192,12 @@ func newSymbolTable(cands []candidate, tabs []nameTable) *SymbolTable {
 		default:
 			end = limit
 		}
+		if end <= first.value {
+			// A sizeless symbol past the end of its section (a corrupt file) encloses
+			// nothing: kept, it would claim a range that wraps around.
+			i = j
+			continue
+		}
 		src, off := source[first.src], first.nameOff
 		if src == 0 {
 			name := first.name(tabs)
