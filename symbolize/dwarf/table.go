@@ -197,7 +197,14 @@ func Load(f *elf.File, o Options) (t *Table, err error) {
 }
 
 // index reads the unit headers and builds the index of t's sections.
-func (t *Table) index() error {
+func (t *Table) index() (err error) {
+	// Decoding the units runs debug/dwarf's line reader, which some corrupt line headers
+	// still make panic; Load recovers too, but the index is the part that reads them.
+	defer func() {
+		if p := recover(); p != nil {
+			err = recovered(p)
+		}
+	}()
 	s, err := t.sections()
 	if err != nil {
 		return err
