@@ -98,6 +98,7 @@ func TestWriteGolden(t *testing.T) {
 func checkLines(t *testing.T, text string) {
 	t.Helper()
 	lines := strings.Split(strings.TrimSuffix(text, "\n"), "\n")
+	prevStack := ""
 	for i, l := range lines {
 		if !utf8.ValidString(l) {
 			t.Errorf("line %d is not UTF-8: %q", i+1, l)
@@ -109,9 +110,12 @@ func checkLines(t *testing.T, text string) {
 		if sp <= 0 || strings.Trim(l[sp+1:], "0123456789") != "" || l[sp+1:] == "0" {
 			t.Errorf("line %d does not end in a positive count: %q", i+1, l)
 		}
-		if i > 0 && lines[i-1] >= l {
-			t.Errorf("lines %d and %d are not sorted and distinct", i, i+1)
+		// Sorted by stack: "y 1" (stack "y") comes before "y 0 1" (stack "y 0").
+		stack := l[:max(sp, 0)]
+		if i > 0 && prevStack >= stack {
+			t.Errorf("the stacks of lines %d and %d are not sorted and distinct", i, i+1)
 		}
+		prevStack = stack
 	}
 }
 
