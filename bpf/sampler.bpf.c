@@ -303,7 +303,7 @@ struct vma_found {
 	__u32 exec;
 };
 
-static long vma_found(struct task_struct *task, struct vm_area_struct *vma, void *ctx)
+static long on_vma(struct task_struct *task, struct vm_area_struct *vma, void *ctx)
 {
 	struct vma_found *f = ctx;
 	f->start = vma->vm_start;
@@ -321,7 +321,7 @@ static long vma_found(struct task_struct *task, struct vm_area_struct *vma, void
 struct frame_check {
 	struct sample_event *e;
 	__u64 sp;         /* the user stack pointer at the sample */
-	__u64 stack_top;  /* above the initial stack's strings */
+	__u64 stack_top;  /* the end of the environment's strings */
 	__u64 task_size;  /* user addresses lie below */
 	__u32 frames;     /* user frames of the sample */
 	__u32 keep;       /* those to keep */
@@ -395,7 +395,7 @@ static __always_inline void hint_leaf(struct sample_event *e, struct task_struct
 	if (!v || e->user_len <= 0)
 		return;
 	struct vma_found f = {};
-	if (bpf_find_vma(task, e->frames[0], vma_found, &f, 0) || !f.exec || !f.inode)
+	if (bpf_find_vma(task, e->frames[0], on_vma, &f, 0) || !f.exec || !f.inode)
 		return;
 	v->kind = EVENT_VMAS;
 	v->pid = e->pid;
