@@ -109,6 +109,12 @@ func runSonde(t testing.TB, args ...string) (stdout, stderr string, err error) {
 	return o.String(), e.String(), err
 }
 
+// runSondeUntil runs the agent until it has recorded samples samples of its targets.
+func runSondeUntil(t testing.TB, samples uint64, args ...string) testenv.SondeRun {
+	t.Helper()
+	return testenv.RunSondeUntil(t, sonde(t), samples, args...)
+}
+
 func readProfile(t testing.TB, path string) *profile.Profile {
 	t.Helper()
 	f, err := os.Open(path)

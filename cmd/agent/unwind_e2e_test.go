@@ -34,7 +34,9 @@ int main(int argc,char**argv){double end=now()+atof(argv[1]); const char*mode=ar
 `
 
 // signalC spends most of its time in a signal handler, whose stack runs through libc's
-// signal trampoline (__restore_rt) back into the interrupted code.
+// signal trampoline (__restore_rt) back into the interrupted code. The handler spins for
+// 12 ms of each 20 ms by the clock, not for a number of iterations, so that its share of
+// the process's time (about 60 %) is the same on a fast CPU as on a slow one.
 const signalC = `#include <signal.h>
 #include <stdlib.h>
 #include <sys/time.h>
@@ -42,36 +44,50 @@ const signalC = `#include <signal.h>
 #define KEEP __attribute__((noinline))
 static volatile unsigned long acc;
 static double now(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec+t.tv_nsec/1e9;}
-KEEP void handler_spin(void){for(int i=0;i<3000000;i++) acc=acc*31+i;}
+KEEP void handler_spin(void){double end=now()+0.012; while(now()<end) for(int i=0;i<100000;i++) acc=acc*31+i;}
 KEEP void on_alarm(int sig){handler_spin();}
-KEEP void interrupted(void){for(int i=0;i<1000;i++) acc+=i;}
+KEEP void interrupted(void){for(int i=0;i<100000;i++) acc+=i;}
 int main(int argc,char**argv){double end=now()+atof(argv[1]);
  struct sigaction sa={0}; sa.sa_handler=on_alarm; sigaction(SIGALRM,&sa,0);
  struct itimerval it={{0,20000},{0,20000}}; setitimer(ITIMER_REAL,&it,0);
  while(now()<end) interrupted(); return 0;}
 `
 
-// dlopenMain loads its hot code from a library only after a delay, when sonde already runs.
+// dlopenMain loads its hot code from a library when told to on its standard input, which
+// the test does once sonde tracks the process. The library warms up in plugin_warm until
+// told again, which the test does once sonde walks through it: from then on, plugin_hot's
+// samples must all be complete, however long sonde took to learn.
 const (
 	dlopenMain = `#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 __attribute__((noinline)) void run_plugin(void(*entry)(double)){entry(atof(getenv("PLUGIN_SECS")));}
-int main(int argc,char**argv){sleep(1); void*h=dlopen(argv[1],RTLD_NOW); if(!h){fprintf(stderr,"%s\n",dlerror());return 1;}
+int main(int argc,char**argv){char go; if(read(0,&go,1)!=1) return 1; void*h=dlopen(argv[1],RTLD_NOW); if(!h){fprintf(stderr,"%s\n",dlerror());return 1;}
  void(*entry)(double)=(void(*)(double))dlsym(h,"plugin_entry"); if(!entry) return 1; run_plugin(entry); return 0;}
 `
-	dlopenLib = `#include <time.h>
+	dlopenLib = `#include <poll.h>
+#include <time.h>
+#include <unistd.h>
 static volatile unsigned long acc;
 static double now(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec+t.tv_nsec/1e9;}
+static int told(void){struct pollfd p={0,POLLIN,0}; return poll(&p,1,0)==1;}
+__attribute__((noinline)) void plugin_warm(void){for(int i=0;i<100000;i++) acc=acc*31+i;}
 __attribute__((noinline)) void plugin_hot(void){for(int i=0;i<100000;i++) acc=acc*31+i;}
 __attribute__((noinline)) static void plugin_loop(double secs){double end=now()+secs; while(now()<end) plugin_hot();}
-void plugin_entry(double secs){plugin_loop(secs); acc++;}
+void plugin_entry(double secs){char c; while(!told()) plugin_warm(); if(read(0,&c,1)!=1) return; plugin_loop(secs); acc++;}
 `
 )
 
 // reachShare is the share of samples holding hot whose stack also reaches main.
 func reachShare(p *profile.Profile, hot string) (share float64, n int64) {
+	share, n, _ = reachShareMisses(p, hot)
+	return share, n
+}
+
+// reachShareMisses is reachShare with the stacks that hold hot and do not reach main,
+// for a failing test to show.
+func reachShareMisses(p *profile.Profile, hot string) (share float64, n int64, misses []string) {
 	var reach int64
 	for _, s := range p.Sample {
 		fs := names(s)
@@ -81,16 +97,29 @@ func reachShare(p *profile.Profile, hot string) (share float64, n int64) {
 		n += s.Value[0]
 		if containsInOrder(fs, []string{hot, "main"}) {
 			reach += s.Value[0]
+			continue
 		}
+		var frames []string
+		for _, l := range s.Location {
+			name := fmt.Sprintf("%#x", l.Address)
+			if len(l.Line) > 0 {
+				name = l.Line[0].Function.Name
+			} else if l.Mapping != nil {
+				name += " in " + filepath.Base(l.Mapping.File)
+			}
+			frames = append(frames, name)
+		}
+		misses = append(misses, fmt.Sprintf("%d× %s", s.Value[0], strings.Join(frames, " <- ")))
 	}
 	if n == 0 {
-		return 0, 0
+		return 0, 0, nil
 	}
-	return float64(reach) / float64(n), n
+	return float64(reach) / float64(n), n, misses
 }
 
-// profileWorkload runs bin, profiles it with sonde and returns the profile and the pid.
-func profileWorkload(t *testing.T, bin string, args ...string) (*profile.Profile, int) {
+// profileWorkload runs bin, profiles it with sonde until it has samples samples of the
+// process, and returns the profile and the pid.
+func profileWorkload(t *testing.T, samples uint64, bin string, args ...string) (*profile.Profile, int) {
 	t.Helper()
 	sonde(t) // built before the workload starts, whose seconds must not run out meanwhile
 	cmd := exec.Command(bin, args...)
@@ -98,10 +127,10 @@ func profileWorkload(t *testing.T, bin string, args ...string) (*profile.Profile
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	time.Sleep(200 * time.Millisecond)
+	testenv.WaitCPU(t, cmd.Process.Pid, 50*time.Millisecond) // past the loader, into its own code
 	out := filepath.Join(t.TempDir(), "p.pb.gz")
-	if _, stderr, err := runSonde(t, "--pid", strconv.Itoa(cmd.Process.Pid), "--duration", "3s", "--output", out, "--top", "0"); err != nil {
-		t.Fatalf("sonde: %v\n%s", err, stderr)
+	if r := runSondeUntil(t, samples, "--pid", strconv.Itoa(cmd.Process.Pid), "--output", out, "--top", "0"); r.Err != nil {
+		t.Fatalf("sonde: %v\n%s", r.Err, r.Stderr)
 	}
 	return readProfile(t, out), cmd.Process.Pid
 }
@@ -159,13 +188,18 @@ func TestUnwindWithoutFramePointers(t *testing.T) {
 			{signal, "signal", "handler_spin"},
 		} {
 			t.Run(fmt.Sprintf("%s/%s/%s", name, filepath.Base(tc.bin), tc.mode), func(t *testing.T) {
-				p, pid := profileWorkload(t, tc.bin, "30", tc.mode)
-				share, n := reachShare(p, tc.hot)
+				// 400 samples of the process hold about 240 in the hot function in the
+				// signal case (60 % of the time), more in the others. A share of at least
+				// 0.99 means something only from 100 samples on (one miss allowed), which
+				// 240 expected samples miss with a probability below 1e-20.
+				p, pid := profileWorkload(t, 400, tc.bin, "120", tc.mode)
+				share, n, misses := reachShareMisses(p, tc.hot)
 				if n < 100 {
 					t.Fatalf("only %d samples in %s", n, tc.hot)
 				}
 				if share < 0.99 {
-					t.Errorf("%.3f of %d samples in %s reach main, want at least 0.99", share, n, tc.hot)
+					t.Errorf("%.3f of %d samples in %s reach main, want at least 0.99; the others:\n%s",
+						share, n, tc.hot, strings.Join(misses, "\n"))
 				}
 				ref := perfReachShare(t, pid, tc.hot)
 				if share < ref-0.01 {
@@ -189,23 +223,58 @@ func TestUnwindThroughLateDlopen(t *testing.T) {
 	}
 	bin := buildWorkload(t, "host", dlopenMain, "-O2", "-fomit-frame-pointer", "-ldl")
 	cmd := exec.Command(bin, lib)
-	cmd.Env = append(os.Environ(), "PLUGIN_SECS=30")
+	cmd.Env = append(os.Environ(), "PLUGIN_SECS=120")
+	start, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sonde(t)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	out := filepath.Join(t.TempDir(), "dl.pb.gz")
-	if _, stderr, err := runSonde(t, "--pid", strconv.Itoa(cmd.Process.Pid), "--duration", "4s", "--output", out, "--top", "0"); err != nil {
-		t.Fatalf("sonde: %v\n%s", err, stderr)
+	s := testenv.StartSonde(t, sonde(t), "--pid", strconv.Itoa(cmd.Process.Pid), "--output", out, "--top", "0")
+	// The library is loaded only once sonde has read the process's mappings without it.
+	s.WaitMetric("sonde_processes", 1)
+	// Every sample from the first word to the second is of plugin_warm, whose walks
+	// complete once sonde has the library's table in the kernel and the process's
+	// mappings as the loader left them.
+	const complete = `sonde_unwind_walks_total{outcome="complete"}`
+	walked := sondeMetric(t, s, complete)
+	tell := func() {
+		if _, err := start.Write([]byte{'\n'}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	share, n := reachShare(readProfile(t, out), "plugin_hot")
+	tell()
+	s.WaitMetric(complete, walked+20)
+	tell()
+	// 300 samples from here hold about as many in plugin_hot, three times the 100 that a
+	// share of 0.97 needs to mean something (three misses allowed).
+	s.WaitSamples(uint64(sondeMetric(t, s, "sonde_samples_total")) + 300)
+	if r := s.Stop(); r.Err != nil {
+		t.Fatalf("sonde: %v\n%s", r.Err, r.Stderr)
+	}
+	share, n, misses := reachShareMisses(readProfile(t, out), "plugin_hot")
 	if n < 100 {
 		t.Fatalf("only %d samples in plugin_hot", n)
 	}
 	if share < 0.97 {
-		t.Errorf("%.3f of %d samples in the dlopened plugin_hot reach main, want at least 0.97", share, n)
+		t.Errorf("%.3f of %d samples in the dlopened plugin_hot reach main, want at least 0.97; the others:\n%s",
+			share, n, strings.Join(misses, "\n"))
 	}
 	t.Logf("plugin_hot: %.4f of %d samples reach main", share, n)
+}
+
+// sondeMetric reads one of a running agent's metrics.
+func sondeMetric(t *testing.T, s *testenv.Sonde, name string) float64 {
+	t.Helper()
+	v, err := s.Metric(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
 
 // depthC spins at the bottom of a recursion of the depth given, without frame pointers.
