@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sonde-profiler/sonde/internal/testenv"
 	"github.com/sonde-profiler/sonde/internal/testprog"
@@ -59,7 +58,7 @@ func TestGoLabelsLayouts(t *testing.T) {
 			if want := toolchain == "local"; rt.SliceLabels != want {
 				t.Fatalf("%s: slice labels %v, want %v", rt.Version, rt.SliceLabels, want)
 			}
-			prog := exec.Command(bin, "10s")
+			prog := exec.Command(bin, "120s")
 			startReady(t, prog)
 			pid := uint32(prog.Process.Pid)
 			s, err := Load(Config{PIDs: []uint32{pid}, Frequency: 199})
@@ -78,13 +77,18 @@ func TestGoLabelsLayouts(t *testing.T) {
 				t.Fatal(err)
 			}
 			rec := &contextRecorder{}
-			ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			if err := s.Run(ctx, rec); err != nil {
+			done := make(chan error, 1)
+			go func() { done <- s.Run(ctx, rec) }()
+			// 200 samples: a share of 0.9 is then known to within ±0.04.
+			waitSamples(t, s, 200)
+			cancel()
+			if err := <-done; err != nil {
 				t.Fatal(err)
 			}
-			if rec.samples < 50 {
-				t.Fatalf("%d samples", rec.samples)
+			if rec.samples < 200 {
+				t.Fatalf("%d samples read, where the kernel counted at least 200", rec.samples)
 			}
 			// Nearly all the time is spent in burn, inside pprof.Do.
 			if share := float64(rec.labelled) / float64(rec.samples); share < 0.9 {

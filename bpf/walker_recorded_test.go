@@ -148,7 +148,7 @@ func recordProgram(t *testing.T, name string, n int, argv ...string) ([]*walkCas
 	}
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
 	pid := cmd.Process.Pid
-	time.Sleep(150 * time.Millisecond) // past start-up: the program's own work
+	testenv.WaitCPU(t, pid, 100*time.Millisecond) // past start-up: the program's own work
 
 	k := &recordedKernel{tables: map[uint32][]unwind.KernelRow{}, goRT: map[uint32]*unwind.KernelGoRuntime{}, procs: map[uint32][]unwind.KernelMapping{}}
 	maint := unwind.NewMaintainer(unwind.MaintainerConfig{Kernel: k, MaxMappings: MaxProcessMappings,

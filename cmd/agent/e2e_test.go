@@ -157,10 +157,12 @@ func TestEndToEndFramePointerChain(t *testing.T) {
 	// -fno-omit-frame-pointer says, and a frame-pointer walk then skips the leaf's caller.
 	// -O0 keeps a frame in every function; unwinding without frames is the .eh_frame stage's job.
 	bin := buildWorkload(t, "chain", chainC, "-O0", "-g", "-fno-omit-frame-pointer")
-	w := startWorkload(t, bin, 30)
-	time.Sleep(200 * time.Millisecond)
+	w := startWorkload(t, bin, 120)
+	testenv.WaitCPU(t, w.Process.Pid, 50*time.Millisecond)
 	out := filepath.Join(t.TempDir(), "chain.pb.gz")
-	stdout, stderr, err := runSonde(t, "--pid", strconv.Itoa(w.Process.Pid), "--duration", "3s", "--output", out)
+	// 300 samples: a share of 0.9 is then known to within ±0.035 (two standard errors).
+	r := runSondeUntil(t, 300, "--pid", strconv.Itoa(w.Process.Pid), "--output", out)
+	stdout, stderr, err := r.Stdout, r.Stderr, r.Err
 	if err != nil {
 		t.Fatalf("sonde: %v\n%s", err, stderr)
 	}
@@ -179,7 +181,7 @@ func TestEndToEndFramePointerChain(t *testing.T) {
 		}
 	}
 	if total < 300 {
-		t.Fatalf("%d samples in 3 s at 199 Hz of a busy process", total)
+		t.Fatalf("%d samples in the profile, where sonde counted at least 300", total)
 	}
 	if share := float64(chained) / float64(total); share < 0.9 {
 		t.Errorf("c<-b<-a<-main in %.3f of %d samples, want at least 0.90", share, total)
@@ -198,11 +200,12 @@ func TestEndToEndFramePointerChain(t *testing.T) {
 func TestEndToEndKernelFrames(t *testing.T) {
 	testenv.RequireRoot(t)
 	bin := buildWorkload(t, "writer", writerC, "-O2", "-g")
-	w := startWorkload(t, bin, 30)
-	time.Sleep(200 * time.Millisecond)
+	w := startWorkload(t, bin, 120)
+	testenv.WaitCPU(t, w.Process.Pid, 50*time.Millisecond)
 	out := filepath.Join(t.TempDir(), "writer.pb.gz")
-	if _, stderr, err := runSonde(t, "--pid", strconv.Itoa(w.Process.Pid), "--duration", "2s", "--output", out, "--top", "0"); err != nil {
-		t.Fatalf("sonde: %v\n%s", err, stderr)
+	// 200 samples tell a share of half from one of a third with room to spare.
+	if r := runSondeUntil(t, 200, "--pid", strconv.Itoa(w.Process.Pid), "--output", out, "--top", "0"); r.Err != nil {
+		t.Fatalf("sonde: %v\n%s", r.Err, r.Stderr)
 	}
 	p := readProfile(t, out)
 	var total, namedKernel, writeSyscall int64
@@ -238,7 +241,7 @@ func TestEndToEndTargetExitsMidRun(t *testing.T) {
 	testenv.RequireRoot(t)
 	bin := buildWorkload(t, "chain", chainC, "-O2", "-fno-omit-frame-pointer")
 	w := startWorkload(t, bin, 1.5)
-	time.Sleep(100 * time.Millisecond)
+	testenv.WaitCPU(t, w.Process.Pid, 20*time.Millisecond)
 	out := filepath.Join(t.TempDir(), "short.pb.gz")
 	began := time.Now()
 	_, stderr, err := runSonde(t, "--pid", strconv.Itoa(w.Process.Pid), "--duration", "20s", "--output", out, "--top", "0")
@@ -260,10 +263,12 @@ func TestEndToEndTargetExitsMidRun(t *testing.T) {
 func TestEndToEndHostWide(t *testing.T) {
 	testenv.RequireRoot(t)
 	bin := buildWorkload(t, "chain", chainC, "-O2", "-fno-omit-frame-pointer")
-	w := startWorkload(t, bin, 30)
+	w := startWorkload(t, bin, 120)
+	testenv.WaitCPU(t, w.Process.Pid, 50*time.Millisecond)
 	out := filepath.Join(t.TempDir(), "host.pb.gz")
-	if _, stderr, err := runSonde(t, "--duration", "2s", "--frequency", "49", "--output", out, "--top", "0"); err != nil {
-		t.Fatalf("sonde: %v\n%s", err, stderr)
+	// The workload takes most of a core: of 200 samples host-wide, dozens are its.
+	if r := runSondeUntil(t, 200, "--frequency", "49", "--output", out, "--top", "0"); r.Err != nil {
+		t.Fatalf("sonde: %v\n%s", r.Err, r.Stderr)
 	}
 	pids := map[int64]bool{}
 	for _, s := range readProfile(t, out).Sample {
@@ -324,16 +329,11 @@ func TestUnprivilegedExplainsWhatIsMissing(t *testing.T) {
 
 // cpuTime reads a process's user+system CPU time from /proc/PID/stat.
 func cpuTime(b *testing.B, pid int) time.Duration {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	d, err := testenv.ProcessCPU(pid)
 	if err != nil {
 		b.Fatal(err)
 	}
-	// Fields after the parenthesised command name: utime and stime are the 12th and 13th.
-	fields := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+2:]))
-	utime, _ := strconv.ParseInt(fields[11], 10, 64)
-	stime, _ := strconv.ParseInt(fields[12], 10, 64)
-	const ticksPerSecond = 100 // USER_HZ on Linux
-	return time.Duration(utime+stime) * time.Second / ticksPerSecond
+	return d
 }
 
 // An idle target still gets a valid, empty profile covering the run, not an error.

@@ -26,19 +26,22 @@ func pyWorkload(t testing.TB) string {
 }
 
 // profilePython runs the workload in one mode on one interpreter and profiles it with
-// sonde for a few seconds into OTLP, which carries each location's frame type.
+// sonde into OTLP, which carries each location's frame type, until it has 500 samples.
 func profilePython(t *testing.T, py testenv.Python, mode string) []*trace.Sample {
 	t.Helper()
-	cmd := exec.Command(py.Path, pyWorkload(t), mode, "60")
+	sonde(t) // built before the workload starts, whose seconds must not run out meanwhile
+	cmd := exec.Command(py.Path, pyWorkload(t), mode, "120")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	time.Sleep(300 * time.Millisecond) // past the interpreter's start-up
+	testenv.WaitCPU(t, cmd.Process.Pid, 100*time.Millisecond) // past the interpreter's start-up
 	out := filepath.Join(t.TempDir(), "p.otlp.pb")
-	if _, stderr, err := runSonde(t, "--pid", strconv.Itoa(cmd.Process.Pid), "--duration", "3s", "--output", out, "--top", "0",
-		"--thread-attributes", "name,id"); err != nil {
-		t.Fatalf("sonde: %v\n%s", err, stderr)
+	// 500 samples: the shares asserted (0.9 and more) are then known to within ±0.03, and
+	// the gen mode's two halves hold about 200 each where 20 are asked for.
+	if r := runSondeUntil(t, 500, "--pid", strconv.Itoa(cmd.Process.Pid), "--output", out, "--top", "0",
+		"--thread-attributes", "name,id"); r.Err != nil {
+		t.Fatalf("sonde: %v\n%s", r.Err, r.Stderr)
 	}
 	profiles, err := otlp.ReadFile(out)
 	if err != nil {

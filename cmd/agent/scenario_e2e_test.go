@@ -99,6 +99,18 @@ func (a *agent) get(t testing.TB, path string) (int, string) {
 }
 
 // metrics scrapes /metrics into name{labels} → value.
+// waitMetrics waits until cond holds of the agent's metrics, and returns them then.
+func (a *agent) waitMetrics(t testing.TB, what string, cond func(m map[string]float64) bool) map[string]float64 {
+	t.Helper()
+	var m map[string]float64
+	testenv.WaitFor(t, what, testenv.SampleTimeout, func() (bool, string) {
+		m = a.metrics(t)
+		return cond(m), fmt.Sprintf("samples %v, lost %v, processes %v, kernel processes %v", m["sonde_samples_total"],
+			m["sonde_samples_lost_total"], m["sonde_processes"], m[`sonde_bpf_map_entries{map="proc_maps"}`])
+	})
+	return m
+}
+
 func (a *agent) metrics(t testing.TB) map[string]float64 {
 	t.Helper()
 	code, body := a.get(t, "/metrics")
@@ -224,8 +236,12 @@ func TestChurn(t *testing.T) {
 		t.Fatalf("churn: %v", err)
 	}
 	during := a.metrics(t)
-	// Two intervals for exited processes to be forgotten.
-	time.Sleep(6 * time.Second)
+	// Exited processes are forgotten at the next intervals: wait for that, however long
+	// a busy host makes it take; what never comes back fails below.
+	testenv.Wait("per-process state back to its baseline", testenv.SampleTimeout, func() (bool, string) {
+		_, _, _, kern, tracked := a.stats(t)
+		return kern <= kern0+5 && tracked <= tracked0+5, fmt.Sprintf("%v kernel processes, %v tracked", kern, tracked)
+	})
 	rss1, fds1, gor1, kern1, tracked1 := a.stats(t)
 	rss1 = a.floorRSS(t, rss1)
 	t.Logf("before: RSS %.1f MiB (floor), %v fds, %v goroutines, %v kernel processes, %v tracked", rss0/(1<<20), fds0, gor0, kern0, tracked0)
@@ -251,20 +267,17 @@ func TestRingOverflow(t *testing.T) {
 	startWorkload(t, bin, 60)
 	startWorkload(t, bin, 60)
 	a := startAgent(t, "--frequency", strconv.Itoa(maxFrequency), "--interval", "1s", "--memory-limit", "64MiB")
-	time.Sleep(time.Second)
+	a.waitMetrics(t, "samples to flow", func(m map[string]float64) bool { return m["sonde_samples_total"] >= 1000 })
+	// The stall is what the test is about: at this rate, 2 s fill the ring many times over.
 	a.cmd.Process.Signal(syscall.SIGSTOP)
 	time.Sleep(2 * time.Second)
 	a.cmd.Process.Signal(syscall.SIGCONT)
-	time.Sleep(500 * time.Millisecond)
-	before := a.metrics(t)
-	time.Sleep(2 * time.Second)
-	after := a.metrics(t)
-	if before["sonde_samples_lost_total"] == 0 {
-		t.Errorf("no samples counted lost after the reader stalled for 2 s at %d Hz", maxFrequency)
-	}
-	if after["sonde_samples_total"] <= before["sonde_samples_total"] {
-		t.Errorf("sampling did not go on after the overflow: %v then %v samples", before["sonde_samples_total"], after["sonde_samples_total"])
-	}
+	before := a.waitMetrics(t, "the reader to drain the ring and count the losses", func(m map[string]float64) bool {
+		return m["sonde_samples_lost_total"] > 0
+	})
+	after := a.waitMetrics(t, "sampling to go on after the overflow", func(m map[string]float64) bool {
+		return m["sonde_samples_total"] > before["sonde_samples_total"]+1000
+	})
 	if code, _ := a.get(t, "/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz after the overflow: %d", code)
 	}

@@ -24,22 +24,23 @@ import (
 // that run for no goroutine, entered through mcall or a preempting morestack.
 var goThreadRoots = map[string]bool{"runtime.goexit": true, "runtime.mstart": true, "runtime.rt0_go": true, "runtime.mcall": true, "runtime.morestack": true}
 
-// profileFor runs argv for longer than secs, profiles it for secs with sonde and returns
-// the profile and sonde's stderr.
-func profileFor(t *testing.T, secs int, argv ...string) (*profile.Profile, string) {
+// profileFor runs argv, profiles it with sonde until it has samples samples of the
+// process, and returns the profile and sonde's stderr.
+func profileFor(t *testing.T, samples uint64, argv ...string) (*profile.Profile, string) {
 	t.Helper()
+	sonde(t) // built before the workload starts, whose seconds must not run out meanwhile
 	cmd := exec.Command(argv[0], argv[1:]...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	time.Sleep(300 * time.Millisecond)
+	testenv.WaitCPU(t, cmd.Process.Pid, 100*time.Millisecond) // past the runtime's start-up
 	out := filepath.Join(t.TempDir(), "p.pb.gz")
-	_, stderr, err := runSonde(t, "--pid", strconv.Itoa(cmd.Process.Pid), "--duration", fmt.Sprintf("%ds", secs), "--output", out, "--top", "0")
-	if err != nil {
-		t.Fatalf("sonde: %v\n%s", err, stderr)
+	r := runSondeUntil(t, samples, "--pid", strconv.Itoa(cmd.Process.Pid), "--output", out, "--top", "0")
+	if r.Err != nil {
+		t.Fatalf("sonde: %v\n%s", r.Err, r.Stderr)
 	}
-	return readProfile(t, out), stderr
+	return readProfile(t, out), r.Stderr
 }
 
 // outermost is a sample's outermost user function.
@@ -65,7 +66,9 @@ func TestGoStackSwitches(t *testing.T) {
 	for _, toolchain := range []string{"", "go1.23.4"} {
 		t.Run("go"+strings.TrimPrefix(toolchain, "go"), func(t *testing.T) {
 			bin := testprog.BuildGoWith(t, testprog.GoGC, toolchain, "CGO_ENABLED=0")
-			p, stderr := profileFor(t, 5, bin, "30")
+			// 600 samples: a share of 0.99 means something from 100 on, and a third in the
+			// collector is then known to within ±0.04 (two standard errors).
+			p, stderr := profileFor(t, 600, bin, "120")
 			var total, rooted, gc int64
 			roots := map[string]int64{}
 			for _, s := range p.Sample {
@@ -86,7 +89,7 @@ func TestGoStackSwitches(t *testing.T) {
 				}
 			}
 			if total < 150 {
-				t.Fatalf("only %d samples", total)
+				t.Fatalf("only %d samples in the profile, where sonde counted at least 600", total)
 			}
 			share, gcShare := float64(rooted)/float64(total), float64(gc)/float64(total)
 			if gcShare < 1.0/3 {
@@ -109,7 +112,7 @@ func TestGoStackSwitches(t *testing.T) {
 func TestGoSignalStack(t *testing.T) {
 	testenv.RequireRoot(t)
 	bin := testprog.BuildGoWith(t, testprog.GoSignals, "", "CGO_ENABLED=0")
-	p, _ := profileFor(t, 4, bin, "30")
+	p, _ := profileFor(t, 600, bin, "120")
 	var total, rooted, handler, handlerRooted int64
 	for _, s := range p.Sample {
 		n := s.Value[0]
@@ -147,7 +150,9 @@ func TestGoCgoCallbackChain(t *testing.T) {
 	for _, toolchain := range []string{"", "go1.23.4"} {
 		t.Run("go"+strings.TrimPrefix(toolchain, "go"), func(t *testing.T) {
 			bin := testprog.BuildGoWith(t, testprog.GoCgo, toolchain, "CGO_ENABLED=1")
-			p, _ := profileFor(t, 3, bin, "30")
+			// The callback takes most of the time: 400 samples hold well over the 100 that a
+			// share of 0.95 needs to mean something.
+			p, _ := profileFor(t, 400, bin, "120")
 			symbol := symbolizer(t, bin)
 			// goSpinHot is inlined into the callback's exported wrapper.
 			chain := []string{"_cgoexp_*_goSpinHot", "runtime.cgocallback", "cgo_inner", "cgo_outer", "runtime.asmcgocall", "main.callC", "main.main", "runtime.goexit"}
@@ -225,7 +230,9 @@ func TestUnwindCFAExpressions(t *testing.T) {
 		{"drap", "drap_leaf_hot"},
 	} {
 		t.Run(tc.mode+"/"+tc.hot, func(t *testing.T) {
-			p, _ := profileFor(t, 3, bin, "30", tc.mode)
+			// Two hot functions share the time in the deref mode: 500 samples give each
+			// of them well over the 50 the assertion needs.
+			p, _ := profileFor(t, 500, bin, "120", tc.mode)
 			share, n := reachShare(p, tc.hot)
 			if n < 50 {
 				t.Fatalf("only %d samples in %s", n, tc.hot)

@@ -142,7 +142,7 @@ func startWorkload(t testing.TB, bin string, secs int) int {
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	// Let it get past the loader, so that its maps are those it keeps.
-	time.Sleep(200 * time.Millisecond)
+	testenv.WaitCPU(t, cmd.Process.Pid, 50*time.Millisecond)
 	return cmd.Process.Pid
 }
 
