@@ -89,6 +89,7 @@ type runFacts struct {
 	frequency   int
 	lostSamples int64
 	command     []string
+	note        string // a word to the reader about the run, such as an idle host's
 }
 
 // write writes p to the output, replacing the file atomically: readers never see half
@@ -102,7 +103,7 @@ func (o output) write(p *trace.Profile, facts runFacts) error {
 		case formatHTML, formatSVG:
 			f := flame.FactsFrom(p)
 			f.Host, f.Frequency, f.LostSamples = facts.resource.HostName, float64(facts.frequency), facts.lostSamples
-			f.Version, f.CommandLine = facts.encode.Version, facts.command
+			f.Version, f.CommandLine, f.Note = facts.encode.Version, facts.command, facts.note
 			if o.format == formatHTML {
 				return flame.WriteHTML(w, p, f)
 			}

@@ -237,12 +237,13 @@ func (p *pipeline) makeSinks() []sink {
 			merged:  merge.NewMerger(p.budget.mergedStacks),
 			facts:   p.facts,
 			log:     p.log,
-			start:   p.runStart,
-			period:  p.period,
+			start:    p.runStart,
+			period:   p.period,
+			hostWide: p.cfg.hostWide(),
 		})
 	}
 	if p.cfg.top > 0 {
-		sinks = append(sinks, &topSink{table: top.NewTable(), n: p.cfg.top, out: os.Stdout})
+		sinks = append(sinks, &topSink{table: top.NewTable(), n: p.cfg.top, out: os.Stdout, hostWide: p.cfg.hostWide()})
 	}
 	return sinks
 }

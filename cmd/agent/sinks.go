@@ -23,11 +23,13 @@ type sink interface {
 	close(ctx context.Context) error
 }
 
-// topSink prints the hottest functions of the whole run at exit.
+// topSink prints the hottest functions of the whole run at exit, and a word under them
+// when a host-wide run found the host idle.
 type topSink struct {
-	table *top.Table
-	n     int
-	out   io.Writer
+	table    *top.Table
+	n        int
+	out      io.Writer
+	hostWide bool
 }
 
 func (s *topSink) add(p *trace.Profile) { s.table.Add(p) }
@@ -36,18 +38,25 @@ func (s *topSink) close(context.Context) error {
 	if err := s.table.Print(s.out, s.n); err != nil {
 		return fmt.Errorf("print top table: %w", err)
 	}
+	_, total := s.table.Rows()
+	if note := idleNote(s.hostWide, total, s.table.Period(), s.table.Span(), hostCPUs()); note != "" {
+		if _, err := fmt.Fprintln(s.out, note); err != nil {
+			return fmt.Errorf("print top table: %w", err)
+		}
+	}
 	return nil
 }
 
 // fileSink merges the run into one profile as it goes, and writes it to the output files
 // at exit: memory follows the distinct stacks, not the length of the run.
 type fileSink struct {
-	outputs []output
-	merged  *merge.Merger
-	facts   func() runFacts
-	log     *slog.Logger
-	start   time.Time
-	period  time.Duration
+	outputs  []output
+	merged   *merge.Merger
+	facts    func() runFacts
+	log      *slog.Logger
+	start    time.Time
+	period   time.Duration
+	hostWide bool
 }
 
 func (s *fileSink) add(p *trace.Profile) { s.merged.Add(p) }
@@ -65,6 +74,7 @@ func (s *fileSink) close(context.Context) error {
 		s.log.Warn("the output profile reached its share of --memory-limit; samples of stacks first seen later were left out", "samples_left_out", n)
 	}
 	facts := s.facts()
+	facts.note = idleNote(s.hostWide, p.TotalCount(), p.Period, p.End.Sub(p.Start), hostCPUs())
 	var errs []error
 	for _, o := range s.outputs {
 		if err := o.write(p, facts); err != nil {

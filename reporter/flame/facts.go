@@ -25,6 +25,9 @@ type Facts struct {
 	Version     string
 	// CommandLine is sonde's argv.
 	CommandLine []string
+	// Note is a sentence about the run for the reader, shown above the graph (an idle
+	// host's profile says so, and how to profile a program instead).
+	Note string
 }
 
 // Process is one profiled process and its share of the samples.

@@ -87,6 +87,7 @@ type factsJSON struct {
 	Lost          *int64        `json:"lostSamples,omitempty"`
 	Version       string        `json:"version,omitempty"`
 	Command       string        `json:"command,omitempty"`
+	Note          string        `json:"note,omitempty"`
 }
 
 type processJSON struct {
@@ -136,6 +137,7 @@ func newFactsJSON(f Facts) factsJSON {
 		Samples:   f.Samples,
 		Version:   frames.Clean(f.Version),
 		Command:   frames.Clean(shellQuote(f.CommandLine)),
+		Note:      frames.Clean(f.Note),
 	}
 	if !f.Start.IsZero() {
 		j.Start = f.Start.Format(time.RFC3339)

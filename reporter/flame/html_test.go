@@ -15,6 +15,7 @@ func testFacts() Facts {
 	f.Version = "v1.2.3"
 	f.LostSamples = 4
 	f.CommandLine = []string{"sonde", "--pid", "100", "--output", "out file.html", "it's"}
+	f.Note = "The host was nearly idle.\x1b[1m"
 	return f
 }
 
@@ -76,6 +77,9 @@ func TestWriteHTMLContainsItsData(t *testing.T) {
 	}
 	if f.Command != `sonde --pid 100 --output 'out file.html' 'it'\''s'` {
 		t.Errorf("command %s", f.Command)
+	}
+	if f.Note != `The host was nearly idle.\x1b[1m` {
+		t.Errorf("note %q, want the run's note, made printable", f.Note)
 	}
 }
 

@@ -320,6 +320,11 @@
     fact("lost samples", f.lostSamples == null ? "unknown" : String(f.lostSamples));
     if (f.version) fact("sonde", f.version);
     if (f.command) fact("command", f.command);
+    if (f.note) {
+      var note = document.getElementById("note");
+      note.textContent = f.note;
+      note.hidden = false;
+    }
   })();
 
   var pending = false;
