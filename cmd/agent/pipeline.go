@@ -233,10 +233,10 @@ func (p *pipeline) makeSinks() []sink {
 	}
 	if len(p.cfg.outputs) > 0 {
 		sinks = append(sinks, &fileSink{
-			outputs: p.cfg.outputs,
-			merged:  merge.NewMerger(p.budget.mergedStacks),
-			facts:   p.facts,
-			log:     p.log,
+			outputs:  p.cfg.outputs,
+			merged:   merge.NewMerger(p.budget.mergedStacks),
+			facts:    p.facts,
+			log:      p.log,
 			start:    p.runStart,
 			period:   p.period,
 			hostWide: p.cfg.hostWide(),
