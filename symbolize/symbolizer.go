@@ -51,6 +51,12 @@ const (
 	// file: past it the file is named from its symbol table, so that one huge C++
 	// binary cannot take the agent's memory or stall an interval for long.
 	DefaultMaxDebugInfoSize = 512 << 20
+	// DefaultMaxDecompressedBytes bounds the decompressed copies of compressed DWARF
+	// sections held at once, all files together: a Go binary's take a few MiB to a few
+	// tens, all of a file's at once, outside the Go heap. Past it, the copies used
+	// longest ago go first; a file whose copies alone exceed it is named from its
+	// symbol table (and a Go binary from its pclntab, as always).
+	DefaultMaxDecompressedBytes = 32 << 20
 )
 
 // failureRetryInterval is how long a file that could not be read stays failed: long
@@ -122,6 +128,9 @@ type Options struct {
 	// MaxDebugInfoSize bounds the DWARF read for one file, in uncompressed bytes;
 	// 0 means DefaultMaxDebugInfoSize, less than 0 no bound.
 	MaxDebugInfoSize int64
+	// MaxDecompressedBytes bounds the decompressed DWARF sections of all files held
+	// at once; 0 means DefaultMaxDecompressedBytes, less than 0 no bound.
+	MaxDecompressedBytes int64
 }
 
 // InterpNamer names the frames of an interpreter, whose code lives in the process's
@@ -143,6 +152,11 @@ type Stats struct {
 	CachedFileBytes int64 // estimated memory the held files take
 	// CachedDWARFBytes is the estimated memory of the DWARF units decoded and held.
 	CachedDWARFBytes int64
+	// DecompressedBytes is the memory the decompressed copies of compressed DWARF
+	// sections hold now, DecompressedPeakBytes the most they held at once, and
+	// DecompressRefused counts files whose copies alone would exceed the bound.
+	DecompressedBytes, DecompressedPeakBytes int64
+	DecompressRefused                        int
 	// FilesFaulted counts files dropped because reading their mapping faulted: they
 	// shrank or changed on disk while mapped. They are read afresh when met again.
 	FilesFaulted       int
@@ -274,6 +288,7 @@ func New(opts Options) *Symbolizer {
 		unitBytes = 0
 	}
 	s.units = dwarf.NewCache(unitBytes)
+	s.units.LimitDecompressed(byteBound(opts.MaxDecompressedBytes, DefaultMaxDecompressedBytes))
 	s.load.units = s.units
 	addrCap := opts.AddressCacheSize
 	if addrCap == 0 {
@@ -389,6 +404,7 @@ func (s *Symbolizer) Symbolize(p *trace.Profile) []error {
 		// resident goes, so that a call's peak is its largest file's, not their sum.
 		if prev != nil && (loc.Mapping == nil || refs[loc.Mapping.File] != prev) {
 			if prev.obj != nil {
+				prev.obj.releasePages()
 				prev.obj.trim(s.now())
 			}
 			prev = nil
@@ -638,6 +654,8 @@ func (s *Symbolizer) Stats() Stats {
 		st.CachedFileBytes = s.files.Bytes()
 	}
 	st.CachedDWARFBytes = s.units.Bytes()
+	d := s.units.Decompressed()
+	st.DecompressedBytes, st.DecompressedPeakBytes, st.DecompressRefused = d.Bytes, d.PeakBytes, d.Refused
 	if s.kernel.syms != nil {
 		st.KernelSymbolBytes = s.kernel.syms.SizeBytes()
 	}
@@ -714,6 +732,15 @@ func (obj *objFile) close() {
 // system calls and the faults that bring the pages back would cost more than the
 // lookups.
 const releaseInterval = 5 * time.Second
+
+// releasePages lets go of the pages of the file's mappings that lookups made resident:
+// they stay in the page cache, and a later lookup faults them back in for little, where
+// keeping them would add every file a naming pass reads to sonde's resident memory.
+func (obj *objFile) releasePages() {
+	for _, m := range obj.maps {
+		m.Release(m.Bytes())
+	}
+}
 
 // trim lets go of what only a run of lookups needs, if it has not for a while:
 // decompressed DWARF sections, and the pages of the mappings the lookups made

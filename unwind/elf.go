@@ -182,12 +182,9 @@ func buildWithGap(sec *frameSection, hdr *ehHdr, source string, gap Row) *Table 
 		b.emit(0, gap)
 	}
 	b.build(fdes)
-	rows := b.rows
-	// Tables live as long as the file is mapped somewhere; trim the estimate's slack.
-	if cap(rows)-len(rows) > len(rows)/16 {
-		rows = append(make([]Row, 0, len(rows)), rows...)
-	}
-	return &Table{Rows: rows, Source: source}
+	// The estimate's slack is not trimmed by a copy: a table lives only until its rows
+	// go to the kernel, and the copy would hold the rows twice at the agent's peak.
+	return &Table{Rows: b.rows, Source: source}
 }
 
 // rowEstimate guesses the final row count to allocate once. gcc's output for libc and

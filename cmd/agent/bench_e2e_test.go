@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -19,6 +20,48 @@ import (
 	"github.com/sonde-profiler/sonde/internal/testenv"
 	"github.com/sonde-profiler/sonde/internal/testprog"
 )
+
+// cpuStat is the host's CPU time since boot, in ticks, from /proc/stat's first line.
+type cpuStat struct{ busy, idle, steal uint64 }
+
+func readCPUStat(b testing.TB) cpuStat {
+	b.Helper()
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		b.Fatal(err)
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		b.Fatalf("/proc/stat begins %q", line)
+	}
+	var v [8]uint64 // user nice system idle iowait irq softirq steal
+	for i := range v {
+		v[i], _ = strconv.ParseUint(f[i+1], 10, 64)
+	}
+	return cpuStat{busy: v[0] + v[1] + v[2] + v[5] + v[6], idle: v[3] + v[4], steal: v[7]}
+}
+
+// reportHostLoad puts beside a benchmark's figures how busy the machine was since from:
+// the share of its CPU time not idle (the benchmark's own workloads included), the share
+// the hypervisor took (steal), and the load average at the end. Memory and CPU figures
+// from a machine with other work on it read differently from a quiet one's.
+func reportHostLoad(b *testing.B, from cpuStat) {
+	b.Helper()
+	to := readCPUStat(b)
+	busy, idle, steal := to.busy-from.busy, to.idle-from.idle, to.steal-from.steal
+	if total := busy + idle + steal; total > 0 {
+		b.ReportMetric(100*float64(busy)/float64(total), "host-busy-%")
+		b.ReportMetric(100*float64(steal)/float64(total), "steal-%")
+	}
+	if data, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(data)); len(f) > 0 {
+			if load, err := strconv.ParseFloat(f[0], 64); err == nil {
+				b.ReportMetric(load, "load1")
+			}
+		}
+	}
+}
 
 // receiver is an OTLP profiles endpoint that takes every request and notes when the
 // first came: the benchmarks measure sonde, not a collector.
@@ -75,6 +118,7 @@ func BenchmarkAgentOverhead(b *testing.B) {
 			}
 			const secs, warmup, window = 16, 5 * time.Second, 10 * time.Second
 			for b.Loop() {
+				host := readCPUStat(b)
 				rcv := startReceiver(b)
 				start := time.Now()
 				a := startAgent(b, "--duration", fmt.Sprintf("%ds", secs), "--frequency", strconv.Itoa(hz), "--interval", "2s",
@@ -115,6 +159,7 @@ func BenchmarkAgentOverhead(b *testing.B) {
 				b.ReportMetric(float64(summaryCount(b, log, "sent_bytes"))/float64(samples), "otlp-B/sample")
 				b.ReportMetric(firstSample.Seconds()*1000, "first-sample-ms")
 				b.ReportMetric(rcv.firstAt().Sub(start).Seconds()*1000, "first-report-ms")
+				reportHostLoad(b, host)
 			}
 		})
 	}
@@ -174,6 +219,7 @@ func BenchmarkNodeMemory(b *testing.B) {
 		b.Run(sc.name, func(b *testing.B) {
 			for b.Loop() {
 				sc.setup(b)
+				host := readCPUStat(b)
 				a := startAgent(b, "--frequency", strconv.Itoa(sc.hz), "--interval", "10s")
 				time.Sleep(minute)
 				atMinute, err := statusKiB(a.cmd.Process.Pid, "VmRSS")
@@ -187,6 +233,7 @@ func BenchmarkNodeMemory(b *testing.B) {
 				a.stop(b)
 				b.ReportMetric(float64(peak)/1024, "peak-rss-MiB")
 				b.ReportMetric(float64(atMinute)/1024, "rss-1min-MiB")
+				reportHostLoad(b, host)
 			}
 		})
 	}

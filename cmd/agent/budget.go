@@ -38,6 +38,9 @@ type budget struct {
 	fileCacheBytes    int64
 	dwarfCacheBytes   int64
 	addressCacheBytes int64
+	// decompressedBytes bounds the decompressed DWARF sections held at once: the
+	// largest transient of a naming pass, outside the Go heap and its soft limit.
+	decompressedBytes int64
 	queueBytes        int // encoded intervals queued for the collector
 	mergedStacks      int // distinct samples the run's merged --output profile keeps
 }
@@ -65,6 +68,7 @@ func newBudget(limit int64, cfg *config, cpus int) budget {
 	b.fileCacheBytes = max(1<<20, limit/32)
 	b.dwarfCacheBytes = max(512<<10, limit/64)
 	b.addressCacheBytes = max(512<<10, limit/64)
+	b.decompressedBytes = max(4<<20, limit/8)
 	b.queueBytes = int(share(10))
 	b.mergedStacks = max(1024, int(share(8))/mergedBytes)
 	if cfg.unwindRows > 0 {
@@ -93,6 +97,7 @@ func (b budget) LogValue() slog.Value {
 		slog.Int64("limit_bytes", b.limit), slog.Int64("go_limit_bytes", b.goLimit), slog.Int("unwind_rows", b.unwindRows),
 		slog.Int("processes", b.maxProcesses), slog.Int("ring_bytes", b.ringBytes), slog.Int("chunks", b.chunkCache),
 		slog.Int64("file_cache_bytes", b.fileCacheBytes), slog.Int64("dwarf_cache_bytes", b.dwarfCacheBytes),
+		slog.Int64("decompressed_dwarf_bytes", b.decompressedBytes),
 		slog.Int64("address_cache_bytes", b.addressCacheBytes), slog.Int("queue_bytes", b.queueBytes))
 }
 

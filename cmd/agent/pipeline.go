@@ -207,6 +207,7 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 	symOpts := cfg.symbolize
 	symOpts.FileCacheBytes = p.budget.fileCacheBytes
 	symOpts.DWARFCacheBytes = p.budget.dwarfCacheBytes
+	symOpts.MaxDecompressedBytes = p.budget.decompressedBytes
 	symOpts.AddressCacheBytes = p.budget.addressCacheBytes
 	if p.pyNamer != nil {
 		symOpts.Interp = p.pyNamer

@@ -207,6 +207,7 @@ func registerInstruments(m metric.Meter, p *pipeline) error {
 				cache := func(v string) metric.ObserveOption { return metric.WithAttributes(attribute.String("cache", v)) }
 				o.ObserveInt64(symCache, ss.CachedFileBytes, cache("files"))
 				o.ObserveInt64(symCache, ss.CachedDWARFBytes, cache("dwarf_units"))
+				o.ObserveInt64(symCache, ss.DecompressedBytes, cache("dwarf_sections"))
 				o.ObserveInt64(symCache, ss.CachedAddressBytes, cache("addresses"))
 				o.ObserveInt64(symCache, ss.KernelSymbolBytes, cache("kernel_symbols"))
 			}

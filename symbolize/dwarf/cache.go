@@ -12,6 +12,14 @@ type Cache struct {
 	bytes    int64
 	n        int
 	head     *cached // most recently used; the list is circular
+
+	// Decompressed sections (scratch.go).
+	scratchMax     int64
+	scratch        int64
+	scratchPeak    int64
+	scratchRefused int
+	holders        map[*Table]bool // tables holding decompressed copies
+	clock          uint64          // orders the holders' last use
 }
 
 type cached struct {

@@ -87,6 +87,9 @@ type Table struct {
 	closed bool
 
 	decoded map[uint32]*cached // this table's units in the cache; the cache's lock guards it
+	// scratchUsed orders the tables holding decompressed copies by their last use; the
+	// cache's lock guards it.
+	scratchUsed uint64
 }
 
 // unitSpan is a range of addresses and the unit whose code lies there.
@@ -155,9 +158,7 @@ func Load(f *elf.File, o Options) (t *Table, err error) {
 			t, err = nil, recovered(p)
 		}
 		if err != nil && tab != nil { // the copies decompressed so far
-			for i := range tab.secs {
-				tab.secs[i].drop()
-			}
+			tab.dropScratch()
 		}
 	}()
 	if !HasDWARF(f) {
@@ -168,7 +169,7 @@ func Load(f *elf.File, o Options) (t *Table, err error) {
 	if t.cache == nil {
 		t.cache = NewCache(DefaultCacheBytes)
 	}
-	var total int64
+	var total, packed int64 // packed: what the compressed sections inflate to
 	for i, name := range sectionNames {
 		s := elfSection(f, name)
 		if s == nil || s.Type == elf.SHT_NOBITS {
@@ -188,7 +189,13 @@ func Load(f *elf.File, o Options) (t *Table, err error) {
 		if sec.packed == nil && o.File == nil {
 			t.held += int64(len(sec.data))
 		}
+		if sec.packed != nil {
+			packed += int64(sec.size)
+		}
 		t.secs[i] = sec
+	}
+	if err := t.cache.admit(packed); err != nil {
+		return nil, err
 	}
 	if err := t.index(); err != nil {
 		return nil, err
@@ -299,13 +306,27 @@ func openSection(f *elf.File, s *elf.Section, file []byte, fits func(size uint64
 // not at hand. The caller holds t.mu or owns t.
 func (t *Table) sections() (*sections, error) {
 	s := &sections{order: t.order}
+	var need int64
+	for i := range t.secs {
+		if sec := &t.secs[i]; sec.data == nil && sec.packed != nil {
+			need += int64(sec.size)
+		}
+	}
+	if need > 0 {
+		t.cache.reserve(t, need)
+	} else if t.holdsScratch() {
+		t.cache.touch(t)
+	}
 	for i := range t.secs {
 		sec := &t.secs[i]
 		if sec.data == nil && sec.packed != nil {
 			scratch, err := decompress(sec.packed, sec.comp, sec.size)
 			if err != nil {
+				t.cache.unreserve(need) // what this call reserved and did not fill
+				t.dropScratch()
 				return nil, fmt.Errorf("read %s: %w", sec.name, err)
 			}
+			need -= int64(sec.size)
 			sec.scratch, sec.data = scratch, scratch.Bytes()
 			if sec.data == nil {
 				sec.data = []byte{} // present, if empty
@@ -314,6 +335,16 @@ func (t *Table) sections() (*sections, error) {
 		s.data[i] = sec.data
 	}
 	return s, nil
+}
+
+// holdsScratch reports whether t holds decompressed copies. The caller holds t.mu.
+func (t *Table) holdsScratch() bool {
+	for i := range t.secs {
+		if t.secs[i].scratch != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // decompress inflates a compressed section of size bytes into anonymous memory.
@@ -362,9 +393,7 @@ func decompress(packed []byte, comp compression, size uint64) (_ *mmapfile.Regio
 func (t *Table) Trim() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for i := range t.secs {
-		t.secs[i].drop()
-	}
+	t.dropScratch()
 }
 
 // Close drops the table's units from the cache and its sections. The table must
@@ -374,9 +403,7 @@ func (t *Table) Close() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.closed = true
-	for i := range t.secs {
-		t.secs[i].drop()
-	}
+	t.dropScratch()
 	t.secs = [numSections]section{}
 }
 
