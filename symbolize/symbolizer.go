@@ -122,6 +122,9 @@ type Options struct {
 	// MaxDebugInfoSize bounds the DWARF read for one file, in uncompressed bytes;
 	// 0 means DefaultMaxDebugInfoSize, less than 0 no bound.
 	MaxDebugInfoSize int64
+	// DebugFetcher is asked for the debug files of objects that have none on this
+	// host; nil means none is asked. See noticeDebugFile for when names change.
+	DebugFetcher DebugFetcher
 }
 
 // InterpNamer names the frames of an interpreter, whose code lives in the process's
@@ -159,6 +162,9 @@ type Stats struct {
 	// without lines, by outcome.
 	LocationsNamed   int
 	LocationsUnnamed int
+	// DebugFilesFetched counts files read again because the DebugFetcher came to
+	// have their debug files.
+	DebugFilesFetched int
 }
 
 // Symbolizer names profile locations. A file is opened, mapped and parsed once,
@@ -184,6 +190,8 @@ type Symbolizer struct {
 	kernel   kernelState
 	interp   InterpNamer // names interpreted frames; nil: they stay unnamed
 	stats    Stats
+	// awaiting are the files read before the DebugFetcher had their debug files.
+	awaiting map[fileID]string
 }
 
 // fileEntry is a cached file, or a failure to read one that is retried after until.
@@ -241,7 +249,8 @@ func New(opts Options) *Symbolizer {
 	default:
 		s.mode = ModeFull
 	}
-	s.load = loadOptions{mode: s.mode, debugDirs: opts.DebugDirs, maxDebugInfo: opts.MaxDebugInfoSize}
+	s.load = loadOptions{mode: s.mode, debugDirs: opts.DebugDirs, maxDebugInfo: opts.MaxDebugInfoSize, fetcher: opts.DebugFetcher}
+	s.awaiting = map[fileID]string{}
 	if s.load.debugDirs == nil {
 		s.load.debugDirs = DefaultDebugDirs
 	}
@@ -420,6 +429,7 @@ func (s *Symbolizer) Symbolize(p *trace.Profile) []error {
 				id := loc.Mapping.File.ID()
 				ref = &fileRef{id: id, hash: s.fileHash(id)}
 				refs[loc.Mapping.File] = ref
+				s.noticeDebugFile(ref)
 			}
 			prev = ref
 			lines, source, err = s.fileLines(ref, loc.Mapping.File, off-back)
@@ -606,6 +616,9 @@ func (s *Symbolizer) object(ref *fileRef, f *objfile.File) (*objFile, error) {
 		}
 		if obj.debugPath != "" {
 			s.stats.DebugFilesUsed++
+		}
+		if obj.awaitID != "" {
+			s.await(ref, obj.awaitID)
 		}
 	}
 	entryBytes := fileEntryBytes + int64(len(ref.id.Value))
