@@ -121,3 +121,74 @@ func TestSymbolizerFetchedDebugFileWrongBuild(t *testing.T) {
 		t.Errorf("named %+v from another build's DWARF", loc.Lines)
 	}
 }
+
+// A location named before the debug file came outlives its interval in the collector:
+// later profiles get a copy named from the debug file, the same copy each time, in
+// their locations, samples and chunks, while the location itself and the chunk that
+// earlier profiles share stay as they were.
+func TestSymbolizerFetchedDebugFileRenames(t *testing.T) {
+	stripped, debug := splitDebug(t)
+	addrs := symbolAddrs(t, debug)
+	bin := filepath.Join(t.TempDir(), "prog")
+	run(t, "objcopy", "--remove-section=.gnu_debuglink", stripped, bin)
+	ef, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := objfile.GNUBuildID(ef)
+	ef.Close()
+	fetcher := &fakeFetcher{path: debug, asked: map[string]int{}}
+	s := New(Options{DebugDirs: []string{}, DebugFetcher: fetcher})
+	m := wholeFile(t, bin, objfile.Key{Dev: 1, Inode: 92})
+	m.File.GNUBuildID = id
+	locs := locationsAt(t, m, []uint64{addrs["helper"] + 1, addrs["exported_fn"] + 1})
+	leaf, caller := locs[0], locs[1]
+	chunk := []*trace.Location{leaf, caller} // as the collector shares it between profiles
+	profile := func() *trace.Profile {
+		return &trace.Profile{Locations: []*trace.Location{leaf, caller},
+			Samples: []*trace.Sample{
+				{Count: 1, Locations: []*trace.Location{leaf, caller}, Chunks: [][]*trace.Location{chunk}},
+				{Count: 2, Locations: []*trace.Location{leaf, caller}, Chunks: [][]*trace.Location{chunk}},
+			}}
+	}
+	if errs := s.Symbolize(profile()); len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	before, beforeLines := leaf.NameSource, leaf.Lines
+	if before == SourceDWARF || before == "" {
+		t.Fatalf("leaf named %q before the debug file", before)
+	}
+	fetcher.mu.Lock()
+	fetcher.ready = true
+	fetcher.mu.Unlock()
+
+	p := profile()
+	if errs := s.Symbolize(p); len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	r := p.Locations[0]
+	if r == leaf || r.NameSource != SourceDWARF || len(r.Lines) != 1 || r.Lines[0].Function != "helper" || r.Lines[0].Line == 0 {
+		t.Fatalf("leaf in the profile after the fetch: %+v from %q, want a copy named helper from DWARF", r.Lines, r.NameSource)
+	}
+	if leaf.NameSource != before || len(leaf.Lines) != len(beforeLines) || chunk[0] != leaf {
+		t.Error("the stale location or the shared chunk was written")
+	}
+	for _, smp := range p.Samples {
+		if smp.Locations[0] != r || smp.Chunks[0][0] != r || smp.Chunks[0][1] != p.Locations[1] {
+			t.Errorf("sample not rewritten: %v, chunk %v, want %p", smp.Locations, smp.Chunks[0], r)
+		}
+	}
+	if &p.Samples[0].Chunks[0][0] != &p.Samples[1].Chunks[0][0] {
+		t.Error("two samples sharing a chunk got two copies")
+	}
+	// The next interval brings the same stale location: the same copy, not named again.
+	named := s.Stats().LocationsNamed
+	p = profile()
+	s.Symbolize(p)
+	if p.Locations[0] != r || s.Stats().LocationsNamed != named {
+		t.Errorf("third interval: %p (named %d more), want the copy %p as it was", p.Locations[0], s.Stats().LocationsNamed-named, r)
+	}
+	if st := s.Stats(); st.LocationsRenamed != 2 || st.DebugFilesFetched != 1 {
+		t.Errorf("stats %+v, want two locations renamed and one file", st)
+	}
+}

@@ -163,8 +163,10 @@ type Stats struct {
 	LocationsNamed   int
 	LocationsUnnamed int
 	// DebugFilesFetched counts files read again because the DebugFetcher came to
-	// have their debug files.
+	// have their debug files, and LocationsRenamed the locations named before that
+	// and named again.
 	DebugFilesFetched int
+	LocationsRenamed  int
 }
 
 // Symbolizer names profile locations. A file is opened, mapped and parsed once,
@@ -190,8 +192,12 @@ type Symbolizer struct {
 	kernel   kernelState
 	interp   InterpNamer // names interpreted frames; nil: they stay unnamed
 	stats    Stats
-	// awaiting are the files read before the DebugFetcher had their debug files.
+	// awaiting are the files read before the DebugFetcher had their debug files, and
+	// arrived those that have them since; fetched holds the copies of their locations
+	// named again (see renameFetched).
 	awaiting map[fileID]string
+	arrived  map[fileID]struct{}
+	fetched  *lru[*trace.Location, *trace.Location]
 }
 
 // fileEntry is a cached file, or a failure to read one that is retried after until.
@@ -250,7 +256,8 @@ func New(opts Options) *Symbolizer {
 		s.mode = ModeFull
 	}
 	s.load = loadOptions{mode: s.mode, debugDirs: opts.DebugDirs, maxDebugInfo: opts.MaxDebugInfoSize, fetcher: opts.DebugFetcher}
-	s.awaiting = map[fileID]string{}
+	s.awaiting, s.arrived = map[fileID]string{}, map[fileID]struct{}{}
+	s.fetched = newLRU[*trace.Location, *trace.Location](maxRenamed, 0, nil)
 	if s.load.debugDirs == nil {
 		s.load.debugDirs = DefaultDebugDirs
 	}
@@ -386,6 +393,7 @@ func (s *Symbolizer) Symbolize(p *trace.Profile) []error {
 		}
 		return nil
 	}
+	s.renameFetched(p)
 	callers := returnAddresses(p)
 	refs := map[*objfile.File]*fileRef{}
 	defer s.finish(refs)
@@ -429,7 +437,6 @@ func (s *Symbolizer) Symbolize(p *trace.Profile) []error {
 				id := loc.Mapping.File.ID()
 				ref = &fileRef{id: id, hash: s.fileHash(id)}
 				refs[loc.Mapping.File] = ref
-				s.noticeDebugFile(ref)
 			}
 			prev = ref
 			lines, source, err = s.fileLines(ref, loc.Mapping.File, off-back)
