@@ -31,6 +31,9 @@ const (
 	ErrKindCache        = "cache"          // the cache directory could not be written
 )
 
+// ErrorKinds lists the kinds of failure, for metrics that show each even at zero.
+var ErrorKinds = []string{ErrKindTimeout, ErrKindTooLarge, ErrKindWrongBuildID, ErrKindBadFile, ErrKindStatus, ErrKindNetwork, ErrKindCache}
+
 // Files kept per build ID, in the order they are asked for: the debug file, and the
 // executable where a server has the unstripped program only.
 const (
@@ -48,6 +51,7 @@ const (
 // Stats count a Client's work over its lifetime.
 type Stats struct {
 	Fetches   int64 // HTTP requests sent
+	NotFound  int64 // requests answered 404
 	Downloads int64 // files verified and kept
 	Bytes     int64 // bytes of the files kept
 	Hits      int64 // build IDs found in the cache directory
@@ -399,6 +403,9 @@ func (c *Client) get(ctx context.Context, base, id, kind string) (string, error)
 	defer resp.Body.Close()
 	switch {
 	case resp.StatusCode == http.StatusNotFound:
+		c.mu.Lock()
+		c.stats.NotFound++
+		c.mu.Unlock()
 		return "", errNotFound
 	case resp.StatusCode != http.StatusOK:
 		return "", fail(ErrKindStatus, "status %s", resp.Status)

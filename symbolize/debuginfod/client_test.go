@@ -234,7 +234,7 @@ func TestFetchNotFound(t *testing.T) {
 		t.Fatalf("DebugFile = %q", p)
 	}
 	st := c.Stats()
-	if st.Misses != 1 || st.Fetches != 4 || srv.requests.Load() != 2 || other.requests.Load() != 2 || len(st.Errors) != 0 {
+	if st.Misses != 1 || st.Fetches != 4 || st.NotFound != 4 || srv.requests.Load() != 2 || other.requests.Load() != 2 || len(st.Errors) != 0 {
 		t.Errorf("stats %+v, requests %d and %d: want debuginfo and executable asked of each server once", st, srv.requests.Load(), other.requests.Load())
 	}
 	for i := 0; i < 10; i++ {

@@ -149,6 +149,17 @@ func ReadHeadersFile(path string) (http.Header, error) {
 	return h, nil
 }
 
+// CheckURLs refuses URLs that are not http or https, or name no host.
+func CheckURLs(urls []string) error {
+	for _, u := range urls {
+		p, err := url.Parse(u)
+		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			return fmt.Errorf("debuginfod url %q: want http:// or https:// and a host", u)
+		}
+	}
+	return nil
+}
+
 // DefaultCacheDir is where fetched files go when DEBUGINFOD_CACHE_PATH does not say:
 // under the state directory systemd gives the service (StateDirectory=, which the
 // chart sets too), else under the user's cache directory.
@@ -170,12 +181,10 @@ func DefaultCacheDir(getenv func(string) string) string {
 func (c *Config) check() error {
 	c.URLs = slices.Clone(c.URLs)
 	for i, u := range c.URLs {
-		u = strings.TrimRight(u, "/")
-		c.URLs[i] = u
-		p, err := url.Parse(u)
-		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
-			return fmt.Errorf("debuginfod url %q: want http:// or https:// and a host", u)
-		}
+		c.URLs[i] = strings.TrimRight(u, "/")
+	}
+	if err := CheckURLs(c.URLs); err != nil {
+		return err
 	}
 	if c.CacheDir == "" {
 		return errors.New("debuginfod: no cache directory")

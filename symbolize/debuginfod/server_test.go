@@ -3,9 +3,6 @@ package debuginfod_test
 import (
 	"context"
 	"debug/elf"
-	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -102,61 +99,6 @@ func location(t testing.TB, bin, buildID string, vaddr uint64) *trace.Location {
 	return nil
 }
 
-// startServer runs elfutils' debuginfod on a free port of 127.0.0.1, indexing dir,
-// and waits until it serves want. Killing the server is left to the caller's kill.
-func startServer(t testing.TB, dir, want string) (url string, kill func()) {
-	t.Helper()
-	bin := testenv.RequireTool(t, "debuginfod")
-	for attempt := 0; ; attempt++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		// -F: index ELF files under dir; -d: its database, not in $HOME.
-		cmd := exec.Command(bin, "-F", dir, "-p", fmt.Sprint(port), "-d", filepath.Join(t.TempDir(), "db.sqlite"))
-		var out strings.Builder
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		exited := make(chan struct{})
-		go func() { cmd.Wait(); close(exited) }()
-		var once sync.Once
-		kill = func() {
-			once.Do(func() {
-				cmd.Process.Kill()
-				<-exited
-			})
-		}
-		t.Cleanup(kill)
-		url = fmt.Sprintf("http://127.0.0.1:%d", port)
-		deadline := time.Now().Add(2 * time.Minute)
-		for {
-			select {
-			case <-exited:
-				if attempt < 3 { // the port was taken meanwhile
-					goto retry
-				}
-				t.Fatalf("debuginfod exited:\n%s", out.String())
-			default:
-			}
-			if resp, err := http.Get(url + "/buildid/" + want + "/debuginfo"); err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					return url, kill
-				}
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("debuginfod did not serve %s within 2 minutes:\n%s", want, out.String())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	retry:
-	}
-}
-
 type client struct {
 	*debuginfod.Client
 	stop func()
@@ -207,7 +149,7 @@ func namedByDWARF(loc *trace.Location) bool {
 func TestElfutilsDebuginfod(t *testing.T) {
 	serve := t.TempDir()
 	bin, spin, id := stripped(t, serve)
-	url, kill := startServer(t, serve, id)
+	url, kill := testenv.Debuginfod(t, serve, id)
 	cache := t.TempDir()
 	var mu sync.Mutex
 	var reported []error
