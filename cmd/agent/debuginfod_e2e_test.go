@@ -191,8 +191,9 @@ func TestEndToEndDebuginfodHostile(t *testing.T) {
 	w := startWorkload(t, bin, 60)
 	out := filepath.Join(t.TempDir(), "run.pb.gz")
 	cmdEnv := []string{"DEBUGINFOD_TIMEOUT=1", "DEBUGINFOD_MAXSIZE=" + strconv.Itoa(64<<20)}
+	cache := t.TempDir()
 	a := startAgentEnv(t, cmdEnv, "--pid", strconv.Itoa(w.Process.Pid), "--frequency", "499", "--interval", "200ms",
-		"--debuginfod-urls", strings.Join(urls, " "), "--debuginfod-cache-dir", t.TempDir(), "--output", out)
+		"--debuginfod-urls", strings.Join(urls, " "), "--debuginfod-cache-dir", cache, "--output", out)
 	for _, r := range []string{"timeout", "wrong_build_id", "too_large"} {
 		waitMetric(t, a, fmt.Sprintf(`sonde_debuginfod_errors_total{reason=%q}`, r), 1)
 	}
@@ -213,5 +214,15 @@ func TestEndToEndDebuginfodHostile(t *testing.T) {
 		if strings.HasPrefix(name, "spin_static spinstatic.c:") {
 			t.Errorf("named from a hostile server's file: %v", leaves)
 		}
+	}
+	var kept []string
+	filepath.Walk(cache, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && !fi.IsDir() {
+			kept = append(kept, p)
+		}
+		return nil
+	})
+	if len(kept) != 0 {
+		t.Errorf("the cache holds %v after only failures", kept)
 	}
 }
