@@ -55,7 +55,8 @@ type Stats struct {
 	Downloads int64 // files verified and kept
 	Bytes     int64 // bytes of the files kept
 	Hits      int64 // build IDs found in the cache directory
-	Misses    int64 // build IDs no server had (404 everywhere)
+	Misses    int64 // build IDs no server had (404 everywhere, or a stripped executable)
+	Stripped  int64 // executables downloaded and found as stripped as the host's
 	Dropped   int64 // fetches not queued because the queue was full
 	Evicted   int64 // files removed to keep the cache within its bound
 	InFlight  int64 // fetches running now
@@ -91,8 +92,10 @@ type Client struct {
 	states   map[string]*state
 	hostNext map[string]time.Time
 	reported map[string]bool // server and kind of failure told to OnError
-	stats    Stats
-	errs     map[string]int64
+	// strippedIDs are build IDs whose executable a server had, without symbols.
+	strippedIDs map[string]bool
+	stats       Stats
+	errs        map[string]int64
 }
 
 // New checks cfg, creates the cache directory, removes what an earlier run left half
@@ -120,12 +123,13 @@ func New(cfg Config) (*Client, error) {
 			}
 			return nil
 		}},
-		queue:    make(chan string, maxQueued),
-		now:      time.Now,
-		states:   map[string]*state{},
-		hostNext: map[string]time.Time{},
-		reported: map[string]bool{},
-		errs:     map[string]int64{},
+		queue:       make(chan string, maxQueued),
+		now:         time.Now,
+		states:      map[string]*state{},
+		hostNext:    map[string]time.Time{},
+		reported:    map[string]bool{},
+		strippedIDs: map[string]bool{},
+		errs:        map[string]int64{},
 	}
 	if err := c.clean(); err != nil {
 		return nil, err
@@ -257,7 +261,11 @@ type fetchError struct {
 func (e *fetchError) Error() string { return e.err.Error() }
 func (e *fetchError) Unwrap() error { return e.err }
 
-var errNotFound = errors.New("not found")
+var (
+	errNotFound = errors.New("not found")
+	// errStripped: the server's executable is as stripped as the host's.
+	errStripped = errors.New("stripped executable")
+)
 
 // fetch asks each server for buildID's debug file, then its executable, and keeps the
 // first that verifies.
@@ -277,10 +285,19 @@ func (c *Client) fetch(ctx context.Context, id string) {
 				c.finish(id, "")
 				return
 			}
+			if kind == kindExecutable && c.stripped(id, false) {
+				continue
+			}
 			p, err := c.get(ctx, base, id, kind)
 			if err == nil {
 				c.finish(id, p)
 				return
+			}
+			if errors.Is(err, errStripped) {
+				// Not downloaded again while this agent runs: the debug file may come
+				// to the server, a build's executable does not change.
+				c.stripped(id, true)
+				continue
 			}
 			if errors.Is(err, errNotFound) {
 				continue
@@ -302,6 +319,20 @@ func (c *Client) fetch(ctx context.Context, id string) {
 	}
 	c.mu.Unlock()
 	c.finish(id, "")
+}
+
+// stripped reports whether id's executable was found stripped, and remembers it if set.
+func (c *Client) stripped(id string, set bool) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if set {
+		if len(c.strippedIDs) >= maxStates {
+			clear(c.strippedIDs)
+		}
+		c.strippedIDs[id] = true
+		c.stats.Stripped++
+	}
+	return c.strippedIDs[id]
 }
 
 // finish records the outcome of a fetch: a path, or a failure not retried for a while.
@@ -446,6 +477,9 @@ func (c *Client) get(ctx context.Context, base, id, kind string) (string, error)
 		return "", fail(ErrKindCache, "%v", err)
 	}
 	if err := verify(tmp.Name(), id); err != nil {
+		if kind == kindExecutable && errors.Is(err, errNoSymbols) {
+			return "", errStripped
+		}
 		k := ErrKindBadFile
 		if errors.Is(err, errWrongBuildID) {
 			k = ErrKindWrongBuildID
@@ -515,8 +549,12 @@ func verify(path, id string) error {
 			return nil
 		}
 	}
-	return errors.New("no .symtab and no DWARF")
+	return errNoSymbols
 }
+
+// errNoSymbols: an ELF file of the right build but nothing to name code with, as the
+// executable of a stripped program is.
+var errNoSymbols = errors.New("no .symtab and no DWARF")
 
 // cached is a file of the cache directory.
 type cached struct {

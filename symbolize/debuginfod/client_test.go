@@ -547,3 +547,49 @@ func TestDownloadStreams(t *testing.T) {
 		t.Logf("%d KiB allocated to stream %d MiB", alloc>>10, size>>20)
 	}
 }
+
+// A server with the stripped executable only: a miss, not an error, and the executable
+// is not downloaded again when the build ID is asked again.
+func TestFetchStrippedExecutable(t *testing.T) {
+	data, id := debugFile(t)
+	dir := t.TempDir()
+	in, out := filepath.Join(dir, "in"), filepath.Join(dir, "out")
+	if err := os.WriteFile(in, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := exec.Command(testenv.RequireTool(t, "objcopy"), "--strip-all", in, out).CombinedOutput(); err != nil {
+		t.Fatalf("objcopy: %v\n%s", err, b)
+	}
+	stripped, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if buildIDOf(t, stripped) != id {
+		t.Fatal("objcopy --strip-all dropped the build id")
+	}
+	srv := newServer(t, nil)
+	srv.serve(id, "executable", stripped)
+	var reports atomic.Int64
+	cache := t.TempDir()
+	c, _ := started(t, Config{URLs: []string{srv.URL}, CacheDir: cache, NegativeTTL: time.Millisecond, OnError: func(error) { reports.Add(1) }})
+	c.DebugFile(id)
+	settled(t, c, id)
+	st := c.Stats()
+	if st.Misses != 1 || st.Stripped != 1 || len(st.Errors) != 0 || reports.Load() != 0 || st.Fetches != 2 {
+		t.Errorf("stats %+v, %d reports: want a miss, no error", st, reports.Load())
+	}
+	waitFor(t, "the negative entry to expire and a second fetch", func() bool {
+		if c.Stats().Misses == 2 {
+			return true
+		}
+		c.DebugFile(id)
+		return false
+	})
+	settled(t, c, id)
+	if st := c.Stats(); st.Fetches != 3 || st.Stripped != 1 {
+		t.Errorf("stats %+v: want the debug file asked again, not the executable", st)
+	}
+	if files := cacheFiles(t, cache); len(files) != 0 {
+		t.Errorf("cache holds %v", files)
+	}
+}
