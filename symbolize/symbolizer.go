@@ -688,6 +688,7 @@ func (s *Symbolizer) Shed() (freed int64) {
 	clear(s.closing)
 	s.closing = s.closing[:0]
 	s.units.Shed()
+	s.fetched.Clear() // the copies are named again from the files when next met
 	if s.addrs != nil {
 		freed += s.addrs.Bytes()
 		s.addrs.Clear()
