@@ -123,7 +123,7 @@ type Options struct {
 	// 0 means DefaultMaxDebugInfoSize, less than 0 no bound.
 	MaxDebugInfoSize int64
 	// DebugFetcher is asked for the debug files of objects that have none on this
-	// host; nil means none is asked. See noticeDebugFile for when names change.
+	// host; nil means none is asked. See renameFetched for when names change.
 	DebugFetcher DebugFetcher
 }
 
