@@ -87,7 +87,7 @@ func render(t *testing.T, vals map[string]any) (string, error) {
 }
 
 func TestHelmLint(t *testing.T) {
-	for name, vals := range map[string]string{"default": "", "non-default": nonDefault} {
+	for name, vals := range map[string]string{"default": "", "non-default": nonDefault, "debuginfod": `debuginfod: {urls: "https://d.example", headersSecret: auth}`} {
 		t.Run(name, func(t *testing.T) {
 			lint := action.NewLint()
 			lint.Strict = true
@@ -235,7 +235,7 @@ func TestHelmTemplateDebuginfod(t *testing.T) {
 		env[e.Name] = e.Value
 	}
 	for k, v := range map[string]string{"DEBUGINFOD_URLS": "https://debuginfod.example https://b.example", "STATE_DIRECTORY": "/var/lib/sonde",
-		"DEBUGINFOD_HEADERS_FILE": "/etc/sonde/debuginfod/headers"} {
+		"DEBUGINFOD_HEADERS_FILE": "/etc/sonde/debuginfod/headers", "SSL_CERT_FILE": "/etc/sonde/ca/ca.crt"} {
 		if env[k] != v {
 			t.Errorf("env %s = %q, want %q", k, env[k], v)
 		}
@@ -257,12 +257,16 @@ func TestHelmTemplateDebuginfod(t *testing.T) {
 	if v := volumes["debuginfod-headers"]; v.Secret == nil || v.Secret.SecretName != "dbg-auth" {
 		t.Errorf("headers volume %+v", v)
 	}
+	// The image has no CA certificates: https:// servers need the node's.
+	if v := volumes["ca"]; v.HostPath == nil || v.HostPath.Path != "/etc/ssl/certs/ca-certificates.crt" || mounts["ca"].MountPath != env["SSL_CERT_FILE"] {
+		t.Errorf("CA bundle volume %+v mounted at %q, SSL_CERT_FILE %q", v, mounts["ca"].MountPath, env["SSL_CERT_FILE"])
+	}
 
 	manifest, err = render(t, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(manifest, "DEBUGINFOD") || strings.Contains(manifest, "/var/lib/sonde") {
+	if strings.Contains(manifest, "DEBUGINFOD") || strings.Contains(manifest, "/var/lib/sonde") || strings.Contains(manifest, "SSL_CERT_FILE") {
 		t.Error("the default chart passes debuginfod settings or mounts the state directory")
 	}
 }
