@@ -156,3 +156,13 @@ func (c *lru[K, V]) pushFront(i int32) {
 	}
 	c.head = i
 }
+
+// RemoveFunc drops every entry whose key drop accepts, without calling onEvict. It
+// walks the whole cache: for rare events.
+func (c *lru[K, V]) RemoveFunc(drop func(K) bool) {
+	for k, i := range c.index {
+		if drop(k) {
+			c.drop(i)
+		}
+	}
+}

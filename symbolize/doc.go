@@ -2,6 +2,9 @@
 // fills Location.Lines, innermost frame first, and records in Location.NameSource
 // where the name came from, so that a user can see why a frame stayed an address:
 //
+//   - Files with no debug information on the host: a DebugFetcher (package
+//     debuginfod) may fetch it in the background; the file is named as without it
+//     until it comes, and again, hot locations included, once it has.
 //   - Go binaries, stripped or not: Go's own runtime tables (package gopclntab),
 //     with files, lines and inlined calls.
 //   - Other ELF files: DWARF line tables and inlined subroutines (package dwarf),

@@ -1,6 +1,7 @@
 package symbolize
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"strings"
@@ -45,6 +46,9 @@ type objFile struct {
 	// being dropped. lookupFailed says a lookup's error was returned already.
 	faulted, lookupFailed bool
 	releasedAt            time.Time // when the mappings' resident pages were last given back
+	// awaitID is the build ID whose debug file the DebugFetcher was asked for and
+	// did not have yet.
+	awaitID string
 }
 
 type loadOptions struct {
@@ -52,6 +56,7 @@ type loadOptions struct {
 	debugDirs    []string
 	maxDebugInfo int64
 	units        *dwarf.Cache // where DWARF lookups keep the units they decode
+	fetcher      DebugFetcher // nil: debug files are looked for on this host only
 }
 
 // loadObjFile reads f. It returns a nil objFile when f cannot be read at all, and a
@@ -104,6 +109,16 @@ func loadObjFile(f *objfile.File, o loadOptions) (*objFile, error) {
 			d, err := findDebugFile(ef, r, f.GNUBuildID, f.Path, o.debugDirs)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("find debug file of %s: %w", f.Path, err))
+			}
+			if d == nil && o.fetcher != nil {
+				buildID := cmp.Or(f.GNUBuildID, objfile.GNUBuildID(ef))
+				var awaiting bool
+				if d, awaiting, err = fetchedDebugFile(o.fetcher, buildID); err != nil {
+					errs = append(errs, fmt.Errorf("fetched debug file of %s: %w", f.Path, err))
+				}
+				if awaiting {
+					obj.awaitID = buildID
+				}
 			}
 			if d != nil {
 				defer d.Close()

@@ -131,6 +131,9 @@ type Options struct {
 	// MaxDecompressedBytes bounds the decompressed DWARF sections of all files held
 	// at once; 0 means DefaultMaxDecompressedBytes, less than 0 no bound.
 	MaxDecompressedBytes int64
+	// DebugFetcher is asked for the debug files of objects that have none on this
+	// host; nil means none is asked. See renameFetched for when names change.
+	DebugFetcher DebugFetcher
 }
 
 // InterpNamer names the frames of an interpreter, whose code lives in the process's
@@ -173,6 +176,11 @@ type Stats struct {
 	// without lines, by outcome.
 	LocationsNamed   int
 	LocationsUnnamed int
+	// DebugFilesFetched counts files read again because the DebugFetcher came to
+	// have their debug files, and LocationsRenamed the locations named before that
+	// and named again.
+	DebugFilesFetched int
+	LocationsRenamed  int
 }
 
 // Symbolizer names profile locations. A file is opened, mapped and parsed once,
@@ -198,6 +206,12 @@ type Symbolizer struct {
 	kernel   kernelState
 	interp   InterpNamer // names interpreted frames; nil: they stay unnamed
 	stats    Stats
+	// awaiting are the files read before the DebugFetcher had their debug files, and
+	// arrived those that have them since; fetched holds the copies of their locations
+	// named again (see renameFetched).
+	awaiting map[fileID]string
+	arrived  map[fileID]struct{}
+	fetched  *lru[*trace.Location, *trace.Location]
 }
 
 // fileEntry is a cached file, or a failure to read one that is retried after until.
@@ -255,7 +269,9 @@ func New(opts Options) *Symbolizer {
 	default:
 		s.mode = ModeFull
 	}
-	s.load = loadOptions{mode: s.mode, debugDirs: opts.DebugDirs, maxDebugInfo: opts.MaxDebugInfoSize}
+	s.load = loadOptions{mode: s.mode, debugDirs: opts.DebugDirs, maxDebugInfo: opts.MaxDebugInfoSize, fetcher: opts.DebugFetcher}
+	s.awaiting, s.arrived = map[fileID]string{}, map[fileID]struct{}{}
+	s.fetched = newLRU[*trace.Location, *trace.Location](maxRenamed, 0, nil)
 	if s.load.debugDirs == nil {
 		s.load.debugDirs = DefaultDebugDirs
 	}
@@ -392,6 +408,7 @@ func (s *Symbolizer) Symbolize(p *trace.Profile) []error {
 		}
 		return nil
 	}
+	s.renameFetched(p)
 	callers := returnAddresses(p)
 	refs := map[*objfile.File]*fileRef{}
 	defer s.finish(refs)
@@ -623,6 +640,9 @@ func (s *Symbolizer) object(ref *fileRef, f *objfile.File) (*objFile, error) {
 		if obj.debugPath != "" {
 			s.stats.DebugFilesUsed++
 		}
+		if obj.awaitID != "" {
+			s.await(ref, obj.awaitID)
+		}
 	}
 	entryBytes := fileEntryBytes + int64(len(ref.id.Value))
 	if obj == nil {
@@ -686,6 +706,7 @@ func (s *Symbolizer) Shed() (freed int64) {
 	clear(s.closing)
 	s.closing = s.closing[:0]
 	s.units.Shed()
+	s.fetched.Clear() // the copies are named again from the files when next met
 	if s.addrs != nil {
 		freed += s.addrs.Bytes()
 		s.addrs.Clear()

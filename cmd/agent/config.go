@@ -14,6 +14,7 @@ import (
 
 	"github.com/sonde-profiler/sonde/reporter/otlp"
 	"github.com/sonde-profiler/sonde/symbolize"
+	"github.com/sonde-profiler/sonde/symbolize/debuginfod"
 	"github.com/sonde-profiler/sonde/trace"
 )
 
@@ -48,6 +49,8 @@ type config struct {
 	// export is set when profiles go to a collector: --otlp-endpoint or the OTEL_* variables name one.
 	export bool
 	otlp   otlp.Config
+	// debuginfod is where debug files not on the host come from; no URLs: nowhere.
+	debuginfod debuginfod.Config
 }
 
 // maxFrequency is the highest sampling rate sonde accepts. A sample costs a few µs in the
@@ -120,6 +123,9 @@ func agentFlags(getenv func(string) string) (*flag.FlagSet, func(set *flag.FlagS
 		return nil, nil, usageError{err}
 	}
 	envEndpoint := getenv("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != ""
+	if c.debuginfod, err = debuginfod.ConfigFromEnv(getenv); err != nil {
+		return nil, nil, usageError{err}
+	}
 	fs := flag.NewFlagSet("sonde", flag.ContinueOnError)
 	var pids, logLevel, memoryLimit string
 	var outputs []string
@@ -138,6 +144,10 @@ func agentFlags(getenv func(string) string) (*flag.FlagSet, func(set *flag.FlagS
 	fs.StringVar(&symMode, "symbolize", "full", "naming on the host: `full` (DWARF lines and inlines, Go pclntab, symbol tables), symtab (symbol tables and pclntab), none (addresses and build IDs only)")
 	fs.IntVar(&c.symbolize.FileCacheSize, "symbol-cache-files", symbolize.DefaultFileCacheSize, "parsed object files kept for naming (LRU), at most; their memory is bounded by --memory-limit too")
 	fs.IntVar(&c.symbolize.AddressCacheSize, "symbol-cache-addresses", symbolize.DefaultAddressCacheSize, "named addresses kept (LRU), at most; their memory is bounded by --memory-limit too")
+	var debuginfodURLs, debuginfodCacheSize string
+	fs.StringVar(&debuginfodURLs, "debuginfod-urls", getenv("DEBUGINFOD_URLS"), "fetch debug files of stripped code by build ID from these debuginfod servers (`URLS`, space-separated; default $DEBUGINFOD_URLS; empty: none), in the background; DEBUGINFOD_TIMEOUT, _MAXTIME, _MAXSIZE and _HEADERS_FILE apply")
+	fs.StringVar(&c.debuginfod.CacheDir, "debuginfod-cache-dir", debuginfod.DefaultCacheDir(getenv), "where fetched debug files are kept (`DIR`; default $DEBUGINFOD_CACHE_PATH, else debuginfod under systemd's $STATE_DIRECTORY, else the user's cache directory)")
+	fs.StringVar(&debuginfodCacheSize, "debuginfod-cache-size", "2GiB", "bound of --debuginfod-cache-dir (`SIZE`); the least recently used files are removed past it")
 	fs.IntVar(&c.chunkSize, "chunk-size", trace.DefaultChunkSize, "frames per interned stack chunk; stacks sharing a prefix share its chunks")
 	fs.IntVar(&c.chunkCache, "chunk-cache", 0, "stack chunks kept in the intern cache (LRU) (0: sized from --memory-limit)")
 	fs.StringVar(&c.unwind, "unwind", "tables", "how user stacks are walked: `tables` (.eh_frame, no frame pointers needed; frame pointers where a file has none) or fp (frame pointers only)")
@@ -174,6 +184,13 @@ func agentFlags(getenv func(string) string) (*flag.FlagSet, func(set *flag.FlagS
 		}
 		if c.symbolize.FileCacheSize < 1 || c.symbolize.AddressCacheSize < 0 {
 			return nil, usageError{fmt.Errorf("--symbol-cache-files must be positive and --symbol-cache-addresses not negative")}
+		}
+		c.debuginfod.URLs = debuginfod.ParseURLs(debuginfodURLs)
+		if err := debuginfod.CheckURLs(c.debuginfod.URLs); err != nil {
+			return nil, usageError{fmt.Errorf("--debuginfod-urls: %w", err)}
+		}
+		if c.debuginfod.CacheBytes, err = parseSize(debuginfodCacheSize); err != nil || c.debuginfod.CacheBytes == 0 {
+			return nil, usageError{fmt.Errorf("--debuginfod-cache-size %q: want a size such as 2GiB, more than 0", debuginfodCacheSize)}
 		}
 		if c.chunkSize < 1 || c.chunkCache < 0 {
 			return nil, usageError{fmt.Errorf("--chunk-size %d must be positive and --chunk-cache %d not negative", c.chunkSize, c.chunkCache)}

@@ -144,3 +144,37 @@ func TestShippedConfigParses(t *testing.T) {
 		}
 	}
 }
+
+func TestParseConfigDebuginfod(t *testing.T) {
+	c, err := parseConfig(nil, noEnv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.debuginfod.URLs) != 0 || c.debuginfod.CacheBytes != 2<<30 {
+		t.Errorf("defaults: %+v, want no servers and a 2GiB cache", c.debuginfod)
+	}
+	env := map[string]string{"DEBUGINFOD_URLS": "https://a.example/ http://b.example:8002", "DEBUGINFOD_TIMEOUT": "5", "STATE_DIRECTORY": "/var/lib/sonde"}
+	getenv := func(k string) string { return env[k] }
+	if c, err = parseConfig(nil, getenv, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(c.debuginfod.URLs, []string{"https://a.example", "http://b.example:8002"}) || c.debuginfod.Timeout != 5*time.Second ||
+		c.debuginfod.CacheDir != "/var/lib/sonde/debuginfod" {
+		t.Errorf("from DEBUGINFOD_*: %+v", c.debuginfod)
+	}
+	if c, err = parseConfig([]string{"--debuginfod-urls", "", "--debuginfod-cache-size", "100MiB", "--debuginfod-cache-dir", "/c"}, getenv, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.debuginfod.URLs) != 0 || c.debuginfod.CacheBytes != 100<<20 || c.debuginfod.CacheDir != "/c" {
+		t.Errorf("an empty --debuginfod-urls must disable, the flags win: %+v", c.debuginfod)
+	}
+	for _, args := range [][]string{{"--debuginfod-urls", "ftp://x"}, {"--debuginfod-cache-size", "0"}, {"--debuginfod-cache-size", "lots"}} {
+		if _, err := parseConfig(args, noEnv, io.Discard); !errAs(err, new(usageError)) {
+			t.Errorf("%v: %v, want a usage error", args, err)
+		}
+	}
+	bad := func(k string) string { return map[string]string{"DEBUGINFOD_MAXSIZE": "big"}[k] }
+	if _, err := parseConfig(nil, bad, io.Discard); err == nil {
+		t.Error("malformed DEBUGINFOD_MAXSIZE accepted")
+	}
+}

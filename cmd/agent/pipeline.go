@@ -19,6 +19,7 @@ import (
 	"github.com/sonde-profiler/sonde/reporter/otlp"
 	"github.com/sonde-profiler/sonde/reporter/top"
 	"github.com/sonde-profiler/sonde/symbolize"
+	"github.com/sonde-profiler/sonde/symbolize/debuginfod"
 	"github.com/sonde-profiler/sonde/trace"
 	"github.com/sonde-profiler/sonde/unwind"
 )
@@ -46,6 +47,7 @@ type pipeline struct {
 	python     *python.Tracker    // nil when walking by frame pointer
 	pyNamer    *python.Namer
 	symbolizer *symbolize.Symbolizer
+	debuginfod *debuginfod.Client // nil without --debuginfod-urls
 	exporter   *otlp.Exporter
 	sinks      []sink
 	pressure   *pressure
@@ -212,6 +214,9 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 	if p.pyNamer != nil {
 		symOpts.Interp = p.pyNamer
 	}
+	if p.debuginfod = newDebuginfod(cfg.debuginfod, log); p.debuginfod != nil {
+		symOpts.DebugFetcher = p.debuginfod
+	}
 	p.symbolizer = symbolize.New(symOpts)
 	p.sinks = p.makeSinks()
 	p.pressure = &pressure{limit: p.budget.rss, log: log, sheds: p.shedders()}
@@ -282,6 +287,9 @@ func (p *pipeline) run(ctx context.Context) error {
 		stages.Go(func() { p.pyNamer.Run(stageCtx) })
 	}
 	stages.Go(func() { p.pressure.run(stageCtx, time.Second) })
+	if p.debuginfod != nil {
+		stages.Go(func() { p.debuginfod.Run(stageCtx) })
+	}
 	if p.telemetry != nil {
 		p.telemetry.serve(p.log)
 		defer p.telemetry.close()
@@ -492,6 +500,9 @@ func (p *pipeline) logSummary() {
 		attrs = append(attrs, "python", p.python.Stats(), "python_names", p.pyNamer.Stats())
 	}
 	attrs = append(attrs, "symbols", p.symbolizer.Stats())
+	if p.debuginfod != nil {
+		attrs = append(attrs, "debuginfod", p.debuginfod.Stats())
+	}
 	if p.exporter != nil {
 		attrs = append(attrs, "otlp", p.exporter.Stats())
 	}

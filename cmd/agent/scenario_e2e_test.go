@@ -62,8 +62,15 @@ func freeAddr(t testing.TB) string {
 // startAgent runs sonde with args and a metrics endpoint, and waits until it is healthy.
 func startAgent(t testing.TB, args ...string) *agent {
 	t.Helper()
+	return startAgentEnv(t, nil, args...)
+}
+
+// startAgentEnv is startAgent with env added to sonde's environment.
+func startAgentEnv(t testing.TB, env []string, args ...string) *agent {
+	t.Helper()
 	a := &agent{addr: freeAddr(t), stderr: &lockedBuffer{}, done: make(chan error, 1)}
 	a.cmd = exec.Command(sonde(t), append([]string{"--metrics-addr", a.addr, "--top", "0"}, args...)...)
+	a.cmd.Env = append(os.Environ(), env...)
 	a.cmd.Stderr = a.stderr
 	if err := a.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/sonde-profiler/sonde/bpf"
+	"github.com/sonde-profiler/sonde/symbolize/debuginfod"
 )
 
 // healthStale is how long the ring buffer may go unread before /healthz says sampling
@@ -168,7 +169,13 @@ func registerInstruments(m metric.Meter, p *pipeline) error {
 		rss           = gauge("sonde.memory.rss", "sonde's resident memory.", "By")
 		symCache      = gauge("sonde.symbolize.cache.size", "Estimated memory the symbolizer's caches hold, by cache.", "By")
 		sheds         = counter("sonde.memory.sheds", "Times caches or queued intervals were dropped to stay within --memory-limit.", "{shed}")
-		observables   = []metric.Observable{samples, lost, walks, stale, unresolved, symFailed, locations, fileRefused, exports, sentBytes, dropped, queue, queueBytes, mapEntries, mapCapacity, rows, rowsBudget, processes, files, rss, symCache, sheds}
+		dbgFetches    = counter("sonde.debuginfod.fetches", "Requests sent to debuginfod servers.", "{request}")
+		dbgNotFound   = counter("sonde.debuginfod.not_found", "Requests a debuginfod server answered 404: it has no such file.", "{request}")
+		dbgFiles      = counter("sonde.debuginfod.lookups", "Build IDs looked up: hit (in the disk cache), downloaded, miss (no server had it).", "{file}")
+		dbgBytes      = counter("sonde.debuginfod.size", "Bytes of the debug files downloaded and kept.", "By")
+		dbgErrors     = counter("sonde.debuginfod.errors", "Failed debuginfod requests, by reason.", "{request}")
+		dbgCache      = gauge("sonde.debuginfod.cache.size", "Bytes the debuginfod cache directory holds.", "By")
+		observables   = []metric.Observable{samples, lost, walks, stale, unresolved, symFailed, locations, fileRefused, exports, sentBytes, dropped, queue, queueBytes, mapEntries, mapCapacity, rows, rowsBudget, processes, files, rss, symCache, sheds, dbgFetches, dbgNotFound, dbgFiles, dbgBytes, dbgErrors, dbgCache}
 		outcome       = func(v string) metric.ObserveOption { return metric.WithAttributes(attribute.String("outcome", v)) }
 		reason        = func(v string) metric.ObserveOption { return metric.WithAttributes(attribute.String("reason", v)) }
 		mapName       = func(v string) metric.ObserveOption { return metric.WithAttributes(attribute.String("map", v)) }
@@ -220,6 +227,19 @@ func registerInstruments(m metric.Meter, p *pipeline) error {
 				o.ObserveInt64(dropped, nonNegative(es.DroppedIntervals))
 				o.ObserveInt64(queue, int64(es.Queued))
 				o.ObserveInt64(queueBytes, int64(es.QueuedBytes))
+			}
+			if p.debuginfod != nil {
+				ds := p.debuginfod.Stats()
+				o.ObserveInt64(dbgFetches, ds.Fetches)
+				o.ObserveInt64(dbgNotFound, ds.NotFound)
+				o.ObserveInt64(dbgFiles, ds.Hits, outcome("hit"))
+				o.ObserveInt64(dbgFiles, ds.Downloads, outcome("downloaded"))
+				o.ObserveInt64(dbgFiles, ds.Misses, outcome("miss"))
+				o.ObserveInt64(dbgBytes, ds.Bytes)
+				for _, r := range debuginfod.ErrorKinds {
+					o.ObserveInt64(dbgErrors, ds.Errors[r], reason(r))
+				}
+				o.ObserveInt64(dbgCache, ds.CacheBytes)
 			}
 			o.ObserveInt64(rss, residentBytes())
 			o.ObserveInt64(sheds, nonNegative(p.pressure.shed.Load()))

@@ -87,7 +87,7 @@ func render(t *testing.T, vals map[string]any) (string, error) {
 }
 
 func TestHelmLint(t *testing.T) {
-	for name, vals := range map[string]string{"default": "", "non-default": nonDefault} {
+	for name, vals := range map[string]string{"default": "", "non-default": nonDefault, "debuginfod": `debuginfod: {urls: "https://d.example", headersSecret: auth}`} {
 		t.Run(name, func(t *testing.T) {
 			lint := action.NewLint()
 			lint.Strict = true
@@ -214,4 +214,59 @@ func find[T runtime.Object](t *testing.T, objs []runtime.Object) T {
 	var zero T
 	t.Fatalf("no %T rendered", zero)
 	return zero
+}
+
+// With debuginfod servers, the chart passes them, mounts a writable state directory
+// from the node for the cache and a headers Secret; without, neither.
+func TestHelmTemplateDebuginfod(t *testing.T) {
+	manifest, err := render(t, values(t, `debuginfod: {urls: "https://debuginfod.example https://b.example", cacheSize: 1GiB, headersSecret: dbg-auth}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := decodeAll(t, "helm template", []byte(manifest))
+	config := checkObjects(t, objs, "monitoring", 9464)
+	if config["debuginfod-cache-size"] != "1GiB" {
+		t.Errorf("sonde.yaml debuginfod-cache-size = %v", config["debuginfod-cache-size"])
+	}
+	spec := find[*appsv1.DaemonSet](t, objs).Spec.Template.Spec
+	c := spec.Containers[0]
+	env := map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.Value
+	}
+	for k, v := range map[string]string{"DEBUGINFOD_URLS": "https://debuginfod.example https://b.example", "STATE_DIRECTORY": "/var/lib/sonde",
+		"DEBUGINFOD_HEADERS_FILE": "/etc/sonde/debuginfod/headers", "SSL_CERT_FILE": "/etc/sonde/ca/ca.crt"} {
+		if env[k] != v {
+			t.Errorf("env %s = %q, want %q", k, env[k], v)
+		}
+	}
+	mounts := map[string]corev1.VolumeMount{}
+	for _, m := range c.VolumeMounts {
+		mounts[m.Name] = m
+	}
+	if m := mounts["state"]; m.MountPath != "/var/lib/sonde" || m.ReadOnly {
+		t.Errorf("state mount %+v: want /var/lib/sonde, writable (the root file system is read-only)", m)
+	}
+	volumes := map[string]corev1.Volume{}
+	for _, v := range spec.Volumes {
+		volumes[v.Name] = v
+	}
+	if v := volumes["state"]; v.HostPath == nil || v.HostPath.Path != "/var/lib/sonde" || v.HostPath.Type == nil || *v.HostPath.Type != corev1.HostPathDirectoryOrCreate {
+		t.Errorf("state volume %+v: want the node's /var/lib/sonde, created if missing", v)
+	}
+	if v := volumes["debuginfod-headers"]; v.Secret == nil || v.Secret.SecretName != "dbg-auth" {
+		t.Errorf("headers volume %+v", v)
+	}
+	// The image has no CA certificates: https:// servers need the node's.
+	if v := volumes["ca"]; v.HostPath == nil || v.HostPath.Path != "/etc/ssl/certs/ca-certificates.crt" || mounts["ca"].MountPath != env["SSL_CERT_FILE"] {
+		t.Errorf("CA bundle volume %+v mounted at %q, SSL_CERT_FILE %q", v, mounts["ca"].MountPath, env["SSL_CERT_FILE"])
+	}
+
+	manifest, err = render(t, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(manifest, "DEBUGINFOD") || strings.Contains(manifest, "/var/lib/sonde") || strings.Contains(manifest, "SSL_CERT_FILE") {
+		t.Error("the default chart passes debuginfod settings or mounts the state directory")
+	}
 }

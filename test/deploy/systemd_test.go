@@ -73,7 +73,7 @@ func TestSystemdUnitCapabilities(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes",
-		"EnvironmentFile=", "Restart=on-failure", "MemoryMax="} {
+		"EnvironmentFile=", "Restart=on-failure", "MemoryMax=", "StateDirectory=sonde"} {
 		if !strings.Contains(text, "\n"+want) {
 			t.Errorf("unit lacks %s", want)
 		}

@@ -41,5 +41,6 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if .Values.otlp.insecure }}{{ $_ := set $c "otlp-insecure" true }}{{ end -}}
 {{- with .Values.filters.namespaces }}{{ $_ := set $c "k8s-namespaces" (join "," .) }}{{ end -}}
 {{- with .Values.filters.podSelector }}{{ $_ := set $c "k8s-pod-selector" . }}{{ end -}}
+{{- if .Values.debuginfod.urls }}{{ $_ := set $c "debuginfod-cache-size" .Values.debuginfod.cacheSize }}{{ end -}}
 {{- toYaml (merge (deepCopy .Values.config) $c) -}}
 {{- end -}}
