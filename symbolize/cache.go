@@ -45,6 +45,13 @@ func (c *lru[K, V]) Len() int { return len(c.index) }
 // Bytes is the sum of the sizes of the entries held.
 func (c *lru[K, V]) Bytes() int64 { return c.bytes }
 
+// Each calls f with every entry, in no order, leaving the order of use as it is.
+func (c *lru[K, V]) Each(f func(K, V)) {
+	for k, i := range c.index {
+		f(k, c.slots[i].val)
+	}
+}
+
 // Get returns the value for k and makes it the most recently used.
 func (c *lru[K, V]) Get(k K) (V, bool) {
 	i, ok := c.index[k]

@@ -46,6 +46,7 @@ type objFile struct {
 	// being dropped. lookupFailed says a lookup's error was returned already.
 	faulted, lookupFailed bool
 	releasedAt            time.Time // when the mappings' resident pages were last given back
+	usedAt                time.Time // the last lookup, which may have needed the DWARF
 	// awaitID is the build ID whose debug file the DebugFetcher was asked for and
 	// did not have yet.
 	awaitID string

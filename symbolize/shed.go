@@ -9,5 +9,5 @@ func (s Stats) LogValue() slog.Value {
 		slog.Int("cached_files", s.CachedFiles), slog.Int64("cached_file_bytes", s.CachedFileBytes),
 		slog.Int("locations_named", s.LocationsNamed), slog.Int("locations_unnamed", s.LocationsUnnamed), slog.Int("sheds", s.Sheds), slog.Int64("shed_bytes", s.ShedBytes),
 		slog.Int64("cached_dwarf_bytes", s.CachedDWARFBytes), slog.Int("files_faulted", s.FilesFaulted),
-		slog.Int64("decompressed_peak_bytes", s.DecompressedPeakBytes), slog.Int("decompress_refused", s.DecompressRefused))
+		slog.Int64("decompressed_peak_bytes", s.DecompressedPeakBytes), slog.Int64("decompressed_total_bytes", s.DecompressedTotalBytes), slog.Int("decompress_refused", s.DecompressRefused))
 }

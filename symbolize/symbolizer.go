@@ -158,8 +158,10 @@ type Stats struct {
 	// DecompressedBytes is the memory the decompressed copies of compressed DWARF
 	// sections hold now, DecompressedPeakBytes the most they held at once, and
 	// DecompressRefused counts files whose copies alone would exceed the bound.
-	DecompressedBytes, DecompressedPeakBytes int64
-	DecompressRefused                        int
+	// DecompressedTotalBytes adds up every decompression: what naming spent
+	// inflating sections, again each time their copies had gone.
+	DecompressedBytes, DecompressedPeakBytes, DecompressedTotalBytes int64
+	DecompressRefused                                                int
 	// FilesFaulted counts files dropped because reading their mapping faulted: they
 	// shrank or changed on disk while mapped. They are read afresh when met again.
 	FilesFaulted       int
@@ -515,6 +517,12 @@ func (s *Symbolizer) finish(refs map[*objfile.File]*fileRef) {
 	}
 	clear(s.closing)
 	s.closing = s.closing[:0]
+	// Files this call did not read may hold decompressed DWARF from earlier ones.
+	s.files.Each(func(_ fileID, e fileEntry) {
+		if e.obj != nil && e.obj.dwarf != nil && now.Sub(e.obj.usedAt) >= dwarfIdle {
+			e.obj.dwarf.Trim()
+		}
+	})
 }
 
 // returnAddresses returns the locations p's samples pass as callers: every kernel
@@ -566,6 +574,7 @@ func (s *Symbolizer) fileLines(ref *fileRef, f *objfile.File, off uint64) ([]tra
 		source    string
 		lookupErr error
 	)
+	obj.usedAt = s.now()
 	if fault := mmapfile.Guard(func() { lines, source, lookupErr = obj.lookup(off) }); fault != nil {
 		s.dropFaulted(ref, obj)
 		return nil, SourceNone, errors.Join(err, fmt.Errorf("read %s: %w", f.Path, fault))
@@ -675,7 +684,7 @@ func (s *Symbolizer) Stats() Stats {
 	}
 	st.CachedDWARFBytes = s.units.Bytes()
 	d := s.units.Decompressed()
-	st.DecompressedBytes, st.DecompressedPeakBytes, st.DecompressRefused = d.Bytes, d.PeakBytes, d.Refused
+	st.DecompressedBytes, st.DecompressedPeakBytes, st.DecompressedTotalBytes, st.DecompressRefused = d.Bytes, d.PeakBytes, d.TotalBytes, d.Refused
 	if s.kernel.syms != nil {
 		st.KernelSymbolBytes = s.kernel.syms.SizeBytes()
 	}
@@ -763,20 +772,26 @@ func (obj *objFile) releasePages() {
 	}
 }
 
-// trim lets go of what only a run of lookups needs, if it has not for a while:
-// decompressed DWARF sections, and the pages of the mappings the lookups made
-// resident (they stay in the page cache, and come back at a fault's cost).
+// dwarfIdle is how long a file's decompressed DWARF sections stay after its last lookup.
+// Decompressing them again is what naming costs most (a distribution's debug file of
+// libc is 10 MiB of zlib), and a busy interval needs them every few seconds; the bound on
+// them across files (Options.MaxDecompressedBytes) keeps what they hold in check
+// meanwhile, and a file no longer sampled gives them back.
+const dwarfIdle = time.Minute
+
+// trim lets go of what only a run of lookups needs: the pages of the mappings the
+// lookups made resident (they stay in the page cache, and come back at a fault's cost)
+// if it has not for a while, and decompressed DWARF sections no lookup used for
+// dwarfIdle.
 func (obj *objFile) trim(now time.Time) {
+	if obj.dwarf != nil && now.Sub(obj.usedAt) >= dwarfIdle {
+		obj.dwarf.Trim()
+	}
 	if now.Sub(obj.releasedAt) < releaseInterval {
 		return
 	}
 	obj.releasedAt = now
-	if obj.dwarf != nil {
-		obj.dwarf.Trim()
-	}
-	for _, m := range obj.maps {
-		m.Release(m.Bytes())
-	}
+	obj.releasePages()
 }
 
 // kernelLines names a kernel address, reading kallsyms the first time and again when an

@@ -17,6 +17,7 @@ type Cache struct {
 	scratchMax     int64
 	scratch        int64
 	scratchPeak    int64
+	scratchTotal   int64
 	scratchRefused int
 	holders        map[*Table]bool // tables holding decompressed copies
 	clock          uint64          // orders the holders' last use

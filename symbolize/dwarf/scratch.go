@@ -30,6 +30,7 @@ func (c *Cache) LimitDecompressed(maxBytes int64) {
 // once, and the tables refused for needing more than the bound alone.
 type DecompressedStats struct {
 	Bytes, PeakBytes int64
+	TotalBytes       int64 // every decompression added up
 	Refused          int
 }
 
@@ -40,7 +41,7 @@ func (c *Cache) Decompressed() DecompressedStats {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return DecompressedStats{Bytes: c.scratch, PeakBytes: c.scratchPeak, Refused: c.scratchRefused}
+	return DecompressedStats{Bytes: c.scratch, PeakBytes: c.scratchPeak, TotalBytes: c.scratchTotal, Refused: c.scratchRefused}
 }
 
 // admit checks at load time that a table's compressed sections fit the bound at all.
@@ -85,6 +86,7 @@ func (c *Cache) reserve(t *Table, n int64) {
 	}
 	defer c.mu.Unlock()
 	c.scratch += n
+	c.scratchTotal += n
 	c.scratchPeak = max(c.scratchPeak, c.scratch)
 	if c.holders == nil {
 		c.holders = map[*Table]bool{}
@@ -106,6 +108,7 @@ func (c *Cache) unreserve(n int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.scratch -= n
+	c.scratchTotal -= n
 }
 
 // touch marks t's copies as just used.

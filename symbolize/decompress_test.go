@@ -1,0 +1,65 @@
+package symbolize
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sonde-profiler/sonde/internal/objfile"
+	"github.com/sonde-profiler/sonde/internal/testprog"
+	"github.com/sonde-profiler/sonde/trace"
+)
+
+// Naming passes over a file with compressed DWARF decompress it once: a second pass over
+// the same addresses finds them named, and a pass over new addresses an interval or two
+// later finds the sections still inflated. Inflating them again at every pass was most of
+// a busy agent's steady CPU.
+func TestNamingPassesDecompressOnce(t *testing.T) {
+	bin := testprog.BuildCXX(t, "-O2", "-gdwarf-4", "-gz")
+	s := New(Options{})
+	now := time.Unix(1_000_000, 0)
+	s.now = func() time.Time { return now }
+	m := wholeFile(t, bin, objfile.Key{Dev: 1, Inode: 77})
+	addrs := spreadText(t, bin, 40)
+	pass := func(vaddrs []uint64) (named int) {
+		t.Helper()
+		locs := locationsAt(t, m, vaddrs)
+		if errs := s.Symbolize(&trace.Profile{Locations: locs}); len(errs) > 0 {
+			t.Fatalf("symbolize: %v", errs)
+		}
+		for _, l := range locs {
+			if l.NameSource == SourceDWARF {
+				named++
+			}
+		}
+		return named
+	}
+	if n := pass(addrs[:20]); n == 0 {
+		t.Fatal("nothing named from DWARF: the test does not exercise it")
+	}
+	first := s.Stats().DecompressedTotalBytes
+	if first == 0 {
+		t.Fatal("nothing decompressed: the -gz build has no compressed section")
+	}
+	pass(addrs[:20])
+	if got := s.Stats().DecompressedTotalBytes; got != first {
+		t.Errorf("a second pass over the same addresses decompressed %d bytes more", got-first)
+	}
+	for range 3 {
+		now = now.Add(10 * time.Second) // intervals, past the pages' release
+		pass(addrs[20:])
+	}
+	if got := s.Stats().DecompressedTotalBytes; got != first {
+		t.Errorf("passes over new addresses 10 s apart decompressed %d bytes more", got-first)
+	}
+	// A file no pass uses for a while gives its copies back, at a pass that names
+	// something else.
+	if st := s.Stats(); st.DecompressedBytes == 0 {
+		t.Fatal("the copies went before the file was idle")
+	}
+	now = now.Add(dwarfIdle)
+	kernel := &trace.Location{Kind: trace.FrameKernel, Address: 0xffffffff81000000}
+	s.Symbolize(&trace.Profile{Locations: []*trace.Location{kernel}})
+	if st := s.Stats(); st.DecompressedBytes != 0 {
+		t.Errorf("%d bytes of decompressed DWARF held by a file idle for %v", st.DecompressedBytes, dwarfIdle)
+	}
+}
