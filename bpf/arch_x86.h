@@ -41,8 +41,8 @@ static const __u8 ptregs_offset[DWARF_GPRS] = {80, 96, 88, 40, 104, 112, 32, 152
 static const __u8 ucontext_offset[DWARF_GPRS] = {144, 136, 152, 128, 112, 104, 120, 160, 40, 48, 56, 64, 72, 80, 88, 96};
 
 /* The thread pointer, where TLS (a thread's trace context, a Go thread's g) is found, and
- * what glibc's pthread_self returns, which CPython keeps in each PyThreadState as thread_id
- * (python.h): the task's FS base, which arch_prctl(ARCH_SET_FS), as glibc, musl and the Go
+ * what glibc's pthread_self returns, by which an interpreter's thread states name their
+ * threads (a runtime's walker finds the sampled thread's so): the task's FS base, which arch_prctl(ARCH_SET_FS), as glibc, musl and the Go
  * runtime set it, writes to the task's thread_struct; only a program writing FS with
  * WRFSBASE itself would leave it stale until its next context switch. A CO-RE flavour of
  * the kernel's types, so that an object built for arm64 never names them. */

@@ -23,11 +23,11 @@ const (
 	PythonMaxFrameRead = uint16(samplerPyLimitsPY_MAX_FRAME_READ)
 )
 
-// How the kernel writes a Python frame among a sample's user frames (enum
-// py_frame_encoding); package trace decodes it.
+// PythonRuntime is Python's number among the runtimes, in its frames and regions; its
+// frames pack a code object's address >> PythonCodeAlignShift above the instruction's
+// offset in 2-byte code units, in PythonOffsetBits (python.h, enum py_frame_encoding).
 const (
-	PythonFrameTagShift  = uint(samplerPyFrameEncodingPY_FRAME_TAG_SHIFT)
-	PythonFrameTag       = uint64(samplerPyFrameEncodingPY_FRAME_TAG)
+	PythonRuntime        = uint8(samplerPyFrameEncodingPY_RUNTIME)
 	PythonCodeAlignShift = uint(samplerPyFrameEncodingPY_CODE_ALIGN_SHIFT)
 	PythonOffsetBits     = uint(samplerPyFrameEncodingPY_OFFSET_BITS)
 )
@@ -65,25 +65,53 @@ func (e PythonEnd) String() string {
 // with more Python threads than this searches a thread list now and then.
 const pythonThreads = 16384
 
+func init() {
+	kernelRuntimes = append(kernelRuntimes, kernelRuntime{size: func(spec *ebpf.CollectionSpec, maxProcs uint32) {
+		spec.Maps["py_procs"].MaxEntries = maxProcs
+		spec.Maps["py_threads"].MaxEntries = pythonThreads
+	}})
+}
+
 // SetPython tells the kernel a process runs CPython, as of its exec p.ExecId: its samples
 // in the eval loop get the Python frames of the sampled thread.
 func (s *Sampler) SetPython(pid uint32, p *PythonProc) error {
-	if s.objs.PyProcs == nil {
-		return errors.New("set python process: this architecture's kernel program does not walk Python")
-	}
 	if err := s.objs.PyProcs.Put(pid, p); err != nil {
 		return fmt.Errorf("set python state of pid %d: %w", pid, err)
+	}
+	eval := []Region{{p.EvalStart, p.EvalEnd}, {p.ColdStart, p.ColdEnd}}
+	if err := s.setRegions(pid, p.ExecId, PythonRuntime, eval); err != nil {
+		s.objs.PyProcs.Delete(pid)
+		return fmt.Errorf("set python state: %w", err)
 	}
 	return nil
 }
 
 // DeletePython forgets a process's interpreter.
 func (s *Sampler) DeletePython(pid uint32) error {
-	if s.objs.PyProcs == nil {
-		return nil
+	var p PythonProc
+	if err := s.objs.PyProcs.Lookup(pid, &p); err == nil {
+		if err := s.setRegions(pid, p.ExecId, PythonRuntime, nil); err != nil {
+			return fmt.Errorf("delete python state: %w", err)
+		}
 	}
 	if err := s.objs.PyProcs.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("delete python state of pid %d: %w", pid, err)
 	}
 	return nil
+}
+
+// PythonEnds counts the kernel's walks of Python frames by how they ended, summed over
+// CPUs and indexed by PythonEnd.
+func (s *Sampler) PythonEnds() ([PythonEndCount]uint64, error) {
+	var out [PythonEndCount]uint64
+	for i := range out {
+		var perCPU []uint64
+		if err := s.objs.PyCounters.Lookup(uint32(i), &perCPU); err != nil {
+			return out, fmt.Errorf("read python counter %d: %w", i, err)
+		}
+		for _, v := range perCPU {
+			out[i] += v
+		}
+	}
+	return out, nil
 }

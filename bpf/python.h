@@ -15,6 +15,77 @@
 #ifndef SONDE_PYTHON_H
 #define SONDE_PYTHON_H
 
+/* Python's number among the runtimes (types.h, enum interp_frame_encoding), and how its
+ * 58 bits of a frame hold a code object and an instruction in it: the code object's
+ * address >> PY_CODE_ALIGN_SHIFT (objects are 16-byte aligned and user addresses below
+ * 2^47: 43 bits), then the instruction's offset in the code object's bytecode, in 2-byte
+ * code units, saturated at PY_OFFSET_MASK. */
+enum py_frame_encoding {
+	PY_RUNTIME = 1,
+	PY_CODE_ALIGN_SHIFT = 4,
+	PY_OFFSET_BITS = 15,
+	PY_OFFSET_MASK = (1 << 15) - 1,
+};
+
+/* How the walk of a CPython thread's frames ended . */
+enum py_end {
+	PY_COMPLETE = 0,  /* every eval-loop activation got its frames */
+	PY_NO_THREAD = 1, /* no thread state of the interpreter belongs to the sampled thread */
+	PY_BAD_READ = 2,  /* reading the interpreter's memory failed */
+	PY_TRUNCATED = 3, /* MAX_USER_DEPTH frames and Python frames left */
+	PY_INVALID = 4,   /* a frame the walk cannot follow: a misaligned code object, a loop */
+	PY_END_MAX,
+};
+
+enum py_limits {
+	PY_NO_OFFSET = 0xffff,     /* a py_proc offset the version does not have */
+	PY_MAX_FRAME_READ = 128,   /* py_proc.frame_size at most */
+	PY_MAX_THREADS = 512,      /* thread states searched for the sampled thread's */
+	PY_MAX_FRAMES = 192,       /* Python frames walked per sample, shim frames included */
+};
+
+/* How an interpreter version lays out its frames and ties them to eval-loop activations. */
+enum py_frame_model {
+	PY_MODEL_NONE = 0,
+	PY_MODEL_FRAME_OBJECT = 1, /* 3.9, 3.10: PyFrameObject, one per activation; f_lasti an int */
+	PY_MODEL_ENTRY_FLAG = 2,   /* 3.11: _PyInterpreterFrame; an activation ends at is_entry */
+	PY_MODEL_SHIM_FRAME = 3,   /* 3.12+: an activation ends at a frame owned by the C stack */
+	PY_MODEL_MAX,
+};
+
+/* Where a CPython process keeps what its threads run, and how to read it: offsets from
+ * the interpreter's own _Py_DebugOffsets, its debug info or sonde's table. Addresses are
+ * the process's. */
+struct py_proc {
+	__u64 exec_id;                /* the exec the addresses belong to; 0: unknown */
+	__u64 runtime;                /* &_PyRuntime */
+	__u64 eval_start, eval_end;   /* _PyEval_EvalFrameDefault */
+	__u64 cold_start, cold_end;   /* its .cold part split out by the compiler, or 0, 0 */
+	__u64 skip_code;              /* a shim's code object, whose frames are not shown; 0: none known */
+	__u32 model;                  /* enum py_frame_model */
+	__u16 interp_head;            /* _PyRuntime: interpreters.head */
+	__u16 threads_head;           /* PyInterpreterState: the first thread state */
+	__u16 tstate_next;            /* PyThreadState: next */
+	__u16 tstate_thread_id;       /* PyThreadState: thread_id, the thread's pthread_t */
+	__u16 tstate_frame;           /* PyThreadState: frame, cframe or current_frame */
+	__u16 cframe_frame;           /* _PyCFrame: current_frame; PY_NO_OFFSET without a cframe */
+	__u16 frame_previous;         /* f_back or previous */
+	__u16 frame_code;             /* f_code or f_executable */
+	__u16 frame_instr;            /* f_lasti, prev_instr or instr_ptr */
+	__u16 frame_owner;            /* owner; PY_NO_OFFSET before 3.11 */
+	__u16 frame_is_entry;         /* is_entry (3.11); PY_NO_OFFSET otherwise */
+	__u16 frame_size;             /* bytes read of a frame: past every offset above */
+	__u16 code_adaptive;          /* PyCodeObject: co_code_adaptive (3.11+) */
+	__u16 lasti_bytes;            /* 1: f_lasti counts bytes (3.9), 0: code units (3.10) */
+};
+
+/* For bpf2go -type. */
+const struct py_proc *unused_py_proc __attribute__((unused));
+const enum py_end *unused_py_end __attribute__((unused));
+const enum py_frame_encoding *unused_py_frame_encoding __attribute__((unused));
+const enum py_frame_model *unused_py_frame_model __attribute__((unused));
+const enum py_limits *unused_py_limits __attribute__((unused));
+
 /* Per-process interpreter state, written by user space (package interp/python) when it
  * finds a CPython interpreter mapped, deleted at exec and exit like proc_maps. */
 struct {
@@ -72,6 +143,29 @@ struct {
 	__type(key, __u32);
 	__type(value, struct py_scratch);
 } py_scratch_map SEC(".maps");
+
+/* How the walks ended, per CPU, one per enum py_end. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, PY_END_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} py_counters SEC(".maps");
+
+static __always_inline void py_count(__u32 end)
+{
+	if (end >= PY_END_MAX)
+		end = PY_INVALID;
+	__u64 *c = bpf_map_lookup_elem(&py_counters, &end);
+	if (c)
+		(*c)++;
+}
+
+/* python_forget drops a process's interpreter at its exec or exit. */
+static __always_inline void python_forget(__u32 tgid)
+{
+	bpf_map_delete_elem(&py_procs, &tgid);
+}
 
 #if ARCH_TABLE_UNWIND
 
@@ -199,7 +293,7 @@ static __always_inline long py_step(struct py_walk *w)
 	}
 	if (units > PY_OFFSET_MASK)
 		units = PY_OFFSET_MASK;
-	py_emit(w, (__u64)PY_FRAME_TAG << PY_FRAME_TAG_SHIFT | (code >> PY_CODE_ALIGN_SHIFT) << PY_OFFSET_BITS | units);
+	py_emit(w, INTERP_FRAME(PY_RUNTIME, (code >> PY_CODE_ALIGN_SHIFT) << PY_OFFSET_BITS | units));
 	st->emitted = 1;
 	if (last && !st->tail)
 		py_close(w);
@@ -232,17 +326,6 @@ static long py_merge_step(__u32 i, void *ctx)
 		return 0;
 	}
 	py_emit(w, pc);
-	return 0;
-}
-
-/* py_find_eval opens the walk if a native frame is in the eval loop. */
-static long py_find_eval(__u32 i, void *ctx)
-{
-	struct py_walk *w = ctx;
-	if (py_in_eval(w->proc, w->s->native[i & (MAX_USER_DEPTH - 1)])) {
-		w->s->st.open = 1;
-		return 1;
-	}
 	return 0;
 }
 
@@ -296,9 +379,10 @@ static __always_inline __u64 py_current_frame(struct py_walk *w, __u32 tid, __u3
 }
 
 /* python_frames rewrites the sample's n user frames with the Python frames of each eval
- * loop activation among them and returns how many there are now. complete says the native
- * walk reached the outermost frame; if not, Python frames its activations left over go at
- * the root end. A process user space has not described costs one lookup. */
+ * loop activation among them and returns how many there are now. The dispatch calls it
+ * when a native frame lies in the eval loop (or the native walk stopped short of the
+ * outermost frame, complete 0: then Python frames its activations left over go at the
+ * root end). */
 __noinline int python_frames(struct sample_event *e, __u32 n, __u32 complete)
 {
 	if (!e)
@@ -322,14 +406,10 @@ __noinline int python_frames(struct sample_event *e, __u32 n, __u32 complete)
 	st->n_in = n;
 	st->tail = !complete;
 	struct py_walk w = {.proc = p, .s = s, .out = e->frames};
-	bpf_loop(n, py_find_eval, &w, 0);
-	if (!st->open && complete)
-		return n;
-	st->open = 0;
 	__u32 end = PY_COMPLETE;
 	st->frame = py_current_frame(&w, e->tid, &end);
 	if (!st->frame) {
-		count(COUNTER_PYTHON_BASE + end);
+		py_count(end);
 		return n;
 	}
 	bpf_loop(MAX_USER_DEPTH + PY_MAX_FRAMES + 1, py_merge_step, &w, 0);
@@ -337,7 +417,7 @@ __noinline int python_frames(struct sample_event *e, __u32 n, __u32 complete)
 	if (out > MAX_USER_DEPTH)
 		out = MAX_USER_DEPTH;
 	end = st->end;
-	count(COUNTER_PYTHON_BASE + (end < PY_END_MAX ? end : PY_INVALID));
+	py_count(end);
 	return out;
 }
 

@@ -177,11 +177,8 @@ const struct go_runtime *unused_go_runtime __attribute__((unused));
 const struct process_event *unused_process_event __attribute__((unused));
 const struct vma_event *unused_vma_event __attribute__((unused));
 const enum vma_limits *unused_vma_limits __attribute__((unused));
-const struct py_proc *unused_py_proc __attribute__((unused));
-const enum py_end *unused_py_end __attribute__((unused));
-const enum py_frame_encoding *unused_py_frame_encoding __attribute__((unused));
-const enum py_frame_model *unused_py_frame_model __attribute__((unused));
-const enum py_limits *unused_py_limits __attribute__((unused));
+const struct interp_proc *unused_interp_proc __attribute__((unused));
+const enum interp_frame_encoding *unused_interp_frame_encoding __attribute__((unused));
 
 static __always_inline void count(__u32 which)
 {
@@ -255,7 +252,78 @@ static __always_inline struct unwind_row *walker_row(void *table, __u32 i)
 
 #include "unwinder.h"
 #endif
+
+/* The language runtimes' walkers, each in its own header with its own maps; the dispatch
+ * below is the only code that knows them all. */
 #include "python.h"
+
+_Static_assert(PY_RUNTIME > 0 && PY_RUNTIME <= INTERP_RUNTIME_MAX, "runtime numbers fit their 4 bits");
+
+/* Which runtimes a process runs, and the code regions that are theirs: one lookup per
+ * sample tells a process without any. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, struct interp_proc);
+} interp_procs SEC(".maps");
+
+/* interp_forget drops what user space said of a process's runtimes, at its exec or exit. */
+static __always_inline void interp_forget(__u32 tgid)
+{
+	bpf_map_delete_elem(&interp_procs, &tgid);
+	python_forget(tgid);
+}
+
+#if ARCH_TABLE_UNWIND
+struct interp_scan {
+	struct interp_proc *proc;
+	__u64 *frames;
+	__u32 n;
+	__u32 hit; /* a bit per runtime some native frame lies in */
+};
+
+static long interp_scan_step(__u32 i, void *ctx)
+{
+	struct interp_scan *s = ctx;
+	if (i >= s->n)
+		return 1;
+	__u64 pc = s->frames[i & (MAX_USER_DEPTH - 1)];
+	for (__u32 r = 0; r < MAX_INTERP_REGIONS; r++) {
+		if (r >= s->proc->count)
+			break;
+		struct interp_region *reg = &s->proc->regions[r];
+		/* A return address points after its call, which may be the region's last byte. */
+		if (pc >= reg->start && pc <= reg->end)
+			s->hit |= 1U << (reg->runtime & INTERP_RUNTIME_MAX);
+	}
+	return 0;
+}
+
+/* interp_frames hands the sample's n native frames to the walker of each runtime whose
+ * code one of them runs, which puts the runtime's frames in, and returns how many frames
+ * there are then. A walk that stopped short of the outermost frame (complete 0) may have
+ * left a runtime's frames beyond it: every runtime of the process is asked then. Each
+ * walker is a global function, verified once on its own. */
+static __always_inline __u32 interp_frames(struct sample_event *e, __u32 n, __u32 complete)
+{
+	__u32 pid = e->pid;
+	struct interp_proc *p = bpf_map_lookup_elem(&interp_procs, &pid);
+	/* exec_id 0: user space read the process before it knew its exec. */
+	if (!p || (p->exec_id && p->exec_id != e->exec_id) || n == 0)
+		return n;
+	if (n > MAX_USER_DEPTH)
+		n = MAX_USER_DEPTH;
+	struct interp_scan s = {.proc = p, .frames = e->frames, .n = n};
+	bpf_loop(n, interp_scan_step, &s, 0);
+	if (!complete)
+		s.hit |= p->runtimes;
+	if (s.hit & (1U << PY_RUNTIME))
+		n = python_frames(e, n, complete);
+	return n;
+}
+#endif
 
 /* unwind_user walks the user stack from the registers the task entered the kernel with.
  * It returns whether the process's unwinder mappings were usable, so that the first sample
@@ -283,8 +351,8 @@ static __always_inline int unwind_user(struct sample_event *e, struct task_struc
 	__u32 end = UNWIND_INVALID;
 	__u32 n = walk_user((struct user_frames *)e->frames, proc, ARCH_PC(&regs), ARCH_SP(&regs), ARCH_FP(&regs), pt_regs, tls, &end);
 	/* A walk that reached the outermost frame, by tables or by frame pointer, leaves no
-	 * Python frames over to put at the root. */
-	n = python_frames(e, n, end == UNWIND_COMPLETE || end == UNWIND_COMPLETE_FP);
+	 * runtime's frames over to put at the root. */
+	n = interp_frames(e, n, end == UNWIND_COMPLETE || end == UNWIND_COMPLETE_FP);
 	e->user_len = n * sizeof(__u64);
 	e->unwind_end = end;
 	return proc != NULL;
@@ -337,7 +405,7 @@ static long frame_check_step(__u32 i, void *ctx)
 	if (idx >= c->frames || idx >= MAX_VMA_CHECKS)
 		return 1;
 	__u64 addr = c->e->frames[idx];
-	if (addr >> PY_FRAME_TAG_SHIFT == PY_FRAME_TAG)
+	if (addr >> INTERP_FRAME_TAG_SHIFT == INTERP_FRAME_TAG)
 		return 0;
 	if (addr < MIN_CODE_ADDR || addr >= c->task_size || (addr >= c->sp && addr < c->stack_top)) {
 		c->keep = idx;
@@ -517,7 +585,7 @@ static __always_inline int emit_process_event(__u32 kind)
 	/* The old image's mappings are wrong from here on, whatever user space has queued. */
 	bpf_map_delete_elem(&proc_maps, &tgid);
 	tracectx_forget(tgid);
-	bpf_map_delete_elem(&py_procs, &tgid);
+	interp_forget(tgid);
 	if (kind == EVENT_EXEC)
 		bpf_map_update_elem(&exec_ids, &tgid, &exec_id, BPF_ANY);
 	else

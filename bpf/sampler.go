@@ -121,8 +121,6 @@ type Counters struct {
 	UnwindEnds [UnwindEndCount]uint64
 	// Context counts the trace contexts read.
 	Context ContextCounters
-	// PythonEnds counts the walks of Python frames by how they ended, indexed by PythonEnd.
-	PythonEnds [PythonEndCount]uint64
 }
 
 // ProgramStats is the kernel's accounting of the sampling program (needs CollectStats).
@@ -148,6 +146,7 @@ type Sampler struct {
 	polls     atomic.Uint64 // reads of the ring buffer that worked, records or not
 	lastPoll  atomic.Int64  // unix nanoseconds of the latest
 
+	interp   interpRegions
 	tablesMu sync.Mutex
 	slots    tableSlots
 
@@ -211,9 +210,9 @@ func Load(cfg Config) (*Sampler, error) {
 	spec.Maps["proc_maps"].MaxEntries = maxProcs
 	spec.Maps["exec_ids"].MaxEntries = maxProcs
 	spec.Maps["tracectx_procs"].MaxEntries = maxProcs
-	if m := spec.Maps["py_procs"]; m != nil { // the architecture's object walks Python
-		m.MaxEntries = maxProcs
-		spec.Maps["py_threads"].MaxEntries = pythonThreads
+	spec.Maps["interp_procs"].MaxEntries = maxProcs
+	for _, r := range kernelRuntimes {
+		r.size(spec, maxProcs)
 	}
 	ringSize := cfg.RingBufferBytes
 	if ringSize == 0 {
@@ -480,10 +479,7 @@ func (s *Sampler) Counters() (Counters, error) {
 	for i := range out.UnwindEnds {
 		fields[samplerCounterCOUNTER_UNWIND_BASE+samplerCounter(i)] = &out.UnwindEnds[i]
 	}
-	for i := range out.PythonEnds {
-		fields[samplerCounterCOUNTER_PYTHON_BASE+samplerCounter(i)] = &out.PythonEnds[i]
-	}
-	// The keys span the whole map: COUNTER_MAX is PYTHON_BASE plus the Python ends.
+	// The keys span the whole map: COUNTER_MAX is UNWIND_BASE plus the unwind ends.
 	for i, field := range fields {
 		var perCPU []uint64
 		if err := s.objs.Counters.Lookup(uint32(i), &perCPU); err != nil {

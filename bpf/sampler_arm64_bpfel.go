@@ -41,8 +41,7 @@ const (
 	samplerCounterCOUNTER_PROCESS_EVENTS   samplerCounter = 4
 	samplerCounterCOUNTER_STALE_MAPPINGS   samplerCounter = 5
 	samplerCounterCOUNTER_UNWIND_BASE      samplerCounter = 6
-	samplerCounterCOUNTER_PYTHON_BASE      samplerCounter = 20
-	samplerCounterCOUNTER_MAX              samplerCounter = 25
+	samplerCounterCOUNTER_MAX              samplerCounter = 20
 )
 
 type samplerCtxSource uint32
@@ -122,6 +121,32 @@ type samplerGoRuntime struct {
 	_         [2]byte
 }
 
+type samplerInterpFrameEncoding uint32
+
+const (
+	samplerInterpFrameEncodingINTERP_FRAME_TAG_SHIFT samplerInterpFrameEncoding = 62
+	samplerInterpFrameEncodingINTERP_FRAME_TAG       samplerInterpFrameEncoding = 1
+	samplerInterpFrameEncodingINTERP_RUNTIME_SHIFT   samplerInterpFrameEncoding = 58
+	samplerInterpFrameEncodingINTERP_RUNTIME_MAX     samplerInterpFrameEncoding = 15
+	samplerInterpFrameEncodingINTERP_PAYLOAD_BITS    samplerInterpFrameEncoding = 58
+)
+
+type samplerInterpProc struct {
+	_        structs.HostLayout
+	ExecId   uint64
+	Runtimes uint32
+	Count    uint32
+	Regions  [8]samplerInterpRegion
+}
+
+type samplerInterpRegion struct {
+	_       structs.HostLayout
+	Start   uint64
+	End     uint64
+	Runtime uint32
+	Pad     uint32
+}
+
 type samplerProcInfo struct {
 	_      structs.HostLayout
 	ExecId uint64
@@ -152,11 +177,10 @@ const (
 type samplerPyFrameEncoding uint32
 
 const (
-	samplerPyFrameEncodingPY_FRAME_TAG_SHIFT  samplerPyFrameEncoding = 62
-	samplerPyFrameEncodingPY_FRAME_TAG        samplerPyFrameEncoding = 1
+	samplerPyFrameEncodingPY_RUNTIME          samplerPyFrameEncoding = 1
 	samplerPyFrameEncodingPY_CODE_ALIGN_SHIFT samplerPyFrameEncoding = 4
-	samplerPyFrameEncodingPY_OFFSET_BITS      samplerPyFrameEncoding = 19
-	samplerPyFrameEncodingPY_OFFSET_MASK      samplerPyFrameEncoding = 524287
+	samplerPyFrameEncodingPY_OFFSET_BITS      samplerPyFrameEncoding = 15
+	samplerPyFrameEncodingPY_OFFSET_MASK      samplerPyFrameEncoding = 32767
 )
 
 type samplerPyFrameModel uint32
@@ -365,58 +389,62 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	samplerMapCounters              = "counters"
-	samplerMapEvents                = "events"
-	samplerMapExecIds               = "exec_ids"
-	samplerMapGoRuntimes            = "go_runtimes"
-	samplerMapProcMaps              = "proc_maps"
-	samplerMapPyProcs               = "py_procs"
-	samplerMapPyScratchMap          = "py_scratch_map"
-	samplerMapPyThreads             = "py_threads"
-	samplerMapScratch               = "scratch"
-	samplerMapTargetCgroups         = "target_cgroups"
-	samplerMapTargetPids            = "target_pids"
-	samplerMapTracectxCounters      = "tracectx_counters"
-	samplerMapTracectxProcs         = "tracectx_procs"
-	samplerMapTracectxScratch       = "tracectx_scratch"
-	samplerMapUnwindTables          = "unwind_tables"
-	samplerMapVmaScratch            = "vma_scratch"
-	samplerProgOnExec               = "on_exec"
-	samplerProgOnExit               = "on_exit"
-	samplerProgOnFork               = "on_fork"
-	samplerProgSample               = "sample"
-	samplerVarCollectKernel         = "collect_kernel"
-	samplerVarFilterCgroups         = "filter_cgroups"
-	samplerVarFilterPids            = "filter_pids"
-	samplerVarFollowForks           = "follow_forks"
-	samplerVarRingWakeupBytes       = "ring_wakeup_bytes"
-	samplerVarTableUnwinding        = "table_unwinding"
-	samplerVarTracectxStats         = "tracectx_stats"
-	samplerVarUnusedCfaRule         = "unused_cfa_rule"
-	samplerVarUnusedCounter         = "unused_counter"
-	samplerVarUnusedCtxSource       = "unused_ctx_source"
-	samplerVarUnusedEventKind       = "unused_event_kind"
-	samplerVarUnusedFpRule          = "unused_fp_rule"
-	samplerVarUnusedGoFunc          = "unused_go_func"
-	samplerVarUnusedGoLabelsLayout  = "unused_go_labels_layout"
-	samplerVarUnusedGoRuntime       = "unused_go_runtime"
-	samplerVarUnusedProcInfo        = "unused_proc_info"
-	samplerVarUnusedProcessEvent    = "unused_process_event"
-	samplerVarUnusedPyEnd           = "unused_py_end"
-	samplerVarUnusedPyFrameEncoding = "unused_py_frame_encoding"
-	samplerVarUnusedPyFrameModel    = "unused_py_frame_model"
-	samplerVarUnusedPyLimits        = "unused_py_limits"
-	samplerVarUnusedPyProc          = "unused_py_proc"
-	samplerVarUnusedSampleEvent     = "unused_sample_event"
-	samplerVarUnusedTlsModel        = "unused_tls_model"
-	samplerVarUnusedTracectxCounter = "unused_tracectx_counter"
-	samplerVarUnusedTracectxEvent   = "unused_tracectx_event"
-	samplerVarUnusedTracectxProc    = "unused_tracectx_proc"
-	samplerVarUnusedUnwindEnd       = "unused_unwind_end"
-	samplerVarUnusedUnwindRow       = "unused_unwind_row"
-	samplerVarUnusedVmaEvent        = "unused_vma_event"
-	samplerVarUnusedVmaLimits       = "unused_vma_limits"
-	samplerVarVmaHints              = "vma_hints"
+	samplerMapCounters                  = "counters"
+	samplerMapEvents                    = "events"
+	samplerMapExecIds                   = "exec_ids"
+	samplerMapGoRuntimes                = "go_runtimes"
+	samplerMapInterpProcs               = "interp_procs"
+	samplerMapProcMaps                  = "proc_maps"
+	samplerMapPyCounters                = "py_counters"
+	samplerMapPyProcs                   = "py_procs"
+	samplerMapPyScratchMap              = "py_scratch_map"
+	samplerMapPyThreads                 = "py_threads"
+	samplerMapScratch                   = "scratch"
+	samplerMapTargetCgroups             = "target_cgroups"
+	samplerMapTargetPids                = "target_pids"
+	samplerMapTracectxCounters          = "tracectx_counters"
+	samplerMapTracectxProcs             = "tracectx_procs"
+	samplerMapTracectxScratch           = "tracectx_scratch"
+	samplerMapUnwindTables              = "unwind_tables"
+	samplerMapVmaScratch                = "vma_scratch"
+	samplerProgOnExec                   = "on_exec"
+	samplerProgOnExit                   = "on_exit"
+	samplerProgOnFork                   = "on_fork"
+	samplerProgSample                   = "sample"
+	samplerVarCollectKernel             = "collect_kernel"
+	samplerVarFilterCgroups             = "filter_cgroups"
+	samplerVarFilterPids                = "filter_pids"
+	samplerVarFollowForks               = "follow_forks"
+	samplerVarRingWakeupBytes           = "ring_wakeup_bytes"
+	samplerVarTableUnwinding            = "table_unwinding"
+	samplerVarTracectxStats             = "tracectx_stats"
+	samplerVarUnusedCfaRule             = "unused_cfa_rule"
+	samplerVarUnusedCounter             = "unused_counter"
+	samplerVarUnusedCtxSource           = "unused_ctx_source"
+	samplerVarUnusedEventKind           = "unused_event_kind"
+	samplerVarUnusedFpRule              = "unused_fp_rule"
+	samplerVarUnusedGoFunc              = "unused_go_func"
+	samplerVarUnusedGoLabelsLayout      = "unused_go_labels_layout"
+	samplerVarUnusedGoRuntime           = "unused_go_runtime"
+	samplerVarUnusedInterpFrameEncoding = "unused_interp_frame_encoding"
+	samplerVarUnusedInterpProc          = "unused_interp_proc"
+	samplerVarUnusedProcInfo            = "unused_proc_info"
+	samplerVarUnusedProcessEvent        = "unused_process_event"
+	samplerVarUnusedPyEnd               = "unused_py_end"
+	samplerVarUnusedPyFrameEncoding     = "unused_py_frame_encoding"
+	samplerVarUnusedPyFrameModel        = "unused_py_frame_model"
+	samplerVarUnusedPyLimits            = "unused_py_limits"
+	samplerVarUnusedPyProc              = "unused_py_proc"
+	samplerVarUnusedSampleEvent         = "unused_sample_event"
+	samplerVarUnusedTlsModel            = "unused_tls_model"
+	samplerVarUnusedTracectxCounter     = "unused_tracectx_counter"
+	samplerVarUnusedTracectxEvent       = "unused_tracectx_event"
+	samplerVarUnusedTracectxProc        = "unused_tracectx_proc"
+	samplerVarUnusedUnwindEnd           = "unused_unwind_end"
+	samplerVarUnusedUnwindRow           = "unused_unwind_row"
+	samplerVarUnusedVmaEvent            = "unused_vma_event"
+	samplerVarUnusedVmaLimits           = "unused_vma_limits"
+	samplerVarVmaHints                  = "vma_hints"
 )
 
 // loadSampler returns the embedded CollectionSpec for sampler.
@@ -475,7 +503,9 @@ type samplerMapSpecs struct {
 	Events           *ebpf.MapSpec `ebpf:"events"`
 	ExecIds          *ebpf.MapSpec `ebpf:"exec_ids"`
 	GoRuntimes       *ebpf.MapSpec `ebpf:"go_runtimes"`
+	InterpProcs      *ebpf.MapSpec `ebpf:"interp_procs"`
 	ProcMaps         *ebpf.MapSpec `ebpf:"proc_maps"`
+	PyCounters       *ebpf.MapSpec `ebpf:"py_counters"`
 	PyProcs          *ebpf.MapSpec `ebpf:"py_procs"`
 	PyScratchMap     *ebpf.MapSpec `ebpf:"py_scratch_map"`
 	PyThreads        *ebpf.MapSpec `ebpf:"py_threads"`
@@ -493,38 +523,40 @@ type samplerMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type samplerVariableSpecs struct {
-	CollectKernel         *ebpf.VariableSpec `ebpf:"collect_kernel"`
-	FilterCgroups         *ebpf.VariableSpec `ebpf:"filter_cgroups"`
-	FilterPids            *ebpf.VariableSpec `ebpf:"filter_pids"`
-	FollowForks           *ebpf.VariableSpec `ebpf:"follow_forks"`
-	RingWakeupBytes       *ebpf.VariableSpec `ebpf:"ring_wakeup_bytes"`
-	TableUnwinding        *ebpf.VariableSpec `ebpf:"table_unwinding"`
-	TracectxStats         *ebpf.VariableSpec `ebpf:"tracectx_stats"`
-	UnusedCfaRule         *ebpf.VariableSpec `ebpf:"unused_cfa_rule"`
-	UnusedCounter         *ebpf.VariableSpec `ebpf:"unused_counter"`
-	UnusedCtxSource       *ebpf.VariableSpec `ebpf:"unused_ctx_source"`
-	UnusedEventKind       *ebpf.VariableSpec `ebpf:"unused_event_kind"`
-	UnusedFpRule          *ebpf.VariableSpec `ebpf:"unused_fp_rule"`
-	UnusedGoFunc          *ebpf.VariableSpec `ebpf:"unused_go_func"`
-	UnusedGoLabelsLayout  *ebpf.VariableSpec `ebpf:"unused_go_labels_layout"`
-	UnusedGoRuntime       *ebpf.VariableSpec `ebpf:"unused_go_runtime"`
-	UnusedProcInfo        *ebpf.VariableSpec `ebpf:"unused_proc_info"`
-	UnusedProcessEvent    *ebpf.VariableSpec `ebpf:"unused_process_event"`
-	UnusedPyEnd           *ebpf.VariableSpec `ebpf:"unused_py_end"`
-	UnusedPyFrameEncoding *ebpf.VariableSpec `ebpf:"unused_py_frame_encoding"`
-	UnusedPyFrameModel    *ebpf.VariableSpec `ebpf:"unused_py_frame_model"`
-	UnusedPyLimits        *ebpf.VariableSpec `ebpf:"unused_py_limits"`
-	UnusedPyProc          *ebpf.VariableSpec `ebpf:"unused_py_proc"`
-	UnusedSampleEvent     *ebpf.VariableSpec `ebpf:"unused_sample_event"`
-	UnusedTlsModel        *ebpf.VariableSpec `ebpf:"unused_tls_model"`
-	UnusedTracectxCounter *ebpf.VariableSpec `ebpf:"unused_tracectx_counter"`
-	UnusedTracectxEvent   *ebpf.VariableSpec `ebpf:"unused_tracectx_event"`
-	UnusedTracectxProc    *ebpf.VariableSpec `ebpf:"unused_tracectx_proc"`
-	UnusedUnwindEnd       *ebpf.VariableSpec `ebpf:"unused_unwind_end"`
-	UnusedUnwindRow       *ebpf.VariableSpec `ebpf:"unused_unwind_row"`
-	UnusedVmaEvent        *ebpf.VariableSpec `ebpf:"unused_vma_event"`
-	UnusedVmaLimits       *ebpf.VariableSpec `ebpf:"unused_vma_limits"`
-	VmaHints              *ebpf.VariableSpec `ebpf:"vma_hints"`
+	CollectKernel             *ebpf.VariableSpec `ebpf:"collect_kernel"`
+	FilterCgroups             *ebpf.VariableSpec `ebpf:"filter_cgroups"`
+	FilterPids                *ebpf.VariableSpec `ebpf:"filter_pids"`
+	FollowForks               *ebpf.VariableSpec `ebpf:"follow_forks"`
+	RingWakeupBytes           *ebpf.VariableSpec `ebpf:"ring_wakeup_bytes"`
+	TableUnwinding            *ebpf.VariableSpec `ebpf:"table_unwinding"`
+	TracectxStats             *ebpf.VariableSpec `ebpf:"tracectx_stats"`
+	UnusedCfaRule             *ebpf.VariableSpec `ebpf:"unused_cfa_rule"`
+	UnusedCounter             *ebpf.VariableSpec `ebpf:"unused_counter"`
+	UnusedCtxSource           *ebpf.VariableSpec `ebpf:"unused_ctx_source"`
+	UnusedEventKind           *ebpf.VariableSpec `ebpf:"unused_event_kind"`
+	UnusedFpRule              *ebpf.VariableSpec `ebpf:"unused_fp_rule"`
+	UnusedGoFunc              *ebpf.VariableSpec `ebpf:"unused_go_func"`
+	UnusedGoLabelsLayout      *ebpf.VariableSpec `ebpf:"unused_go_labels_layout"`
+	UnusedGoRuntime           *ebpf.VariableSpec `ebpf:"unused_go_runtime"`
+	UnusedInterpFrameEncoding *ebpf.VariableSpec `ebpf:"unused_interp_frame_encoding"`
+	UnusedInterpProc          *ebpf.VariableSpec `ebpf:"unused_interp_proc"`
+	UnusedProcInfo            *ebpf.VariableSpec `ebpf:"unused_proc_info"`
+	UnusedProcessEvent        *ebpf.VariableSpec `ebpf:"unused_process_event"`
+	UnusedPyEnd               *ebpf.VariableSpec `ebpf:"unused_py_end"`
+	UnusedPyFrameEncoding     *ebpf.VariableSpec `ebpf:"unused_py_frame_encoding"`
+	UnusedPyFrameModel        *ebpf.VariableSpec `ebpf:"unused_py_frame_model"`
+	UnusedPyLimits            *ebpf.VariableSpec `ebpf:"unused_py_limits"`
+	UnusedPyProc              *ebpf.VariableSpec `ebpf:"unused_py_proc"`
+	UnusedSampleEvent         *ebpf.VariableSpec `ebpf:"unused_sample_event"`
+	UnusedTlsModel            *ebpf.VariableSpec `ebpf:"unused_tls_model"`
+	UnusedTracectxCounter     *ebpf.VariableSpec `ebpf:"unused_tracectx_counter"`
+	UnusedTracectxEvent       *ebpf.VariableSpec `ebpf:"unused_tracectx_event"`
+	UnusedTracectxProc        *ebpf.VariableSpec `ebpf:"unused_tracectx_proc"`
+	UnusedUnwindEnd           *ebpf.VariableSpec `ebpf:"unused_unwind_end"`
+	UnusedUnwindRow           *ebpf.VariableSpec `ebpf:"unused_unwind_row"`
+	UnusedVmaEvent            *ebpf.VariableSpec `ebpf:"unused_vma_event"`
+	UnusedVmaLimits           *ebpf.VariableSpec `ebpf:"unused_vma_limits"`
+	VmaHints                  *ebpf.VariableSpec `ebpf:"vma_hints"`
 }
 
 // samplerObjects contains all objects after they have been loaded into the kernel.
@@ -551,7 +583,9 @@ type samplerMaps struct {
 	Events           *ebpf.Map `ebpf:"events"`
 	ExecIds          *ebpf.Map `ebpf:"exec_ids"`
 	GoRuntimes       *ebpf.Map `ebpf:"go_runtimes"`
+	InterpProcs      *ebpf.Map `ebpf:"interp_procs"`
 	ProcMaps         *ebpf.Map `ebpf:"proc_maps"`
+	PyCounters       *ebpf.Map `ebpf:"py_counters"`
 	PyProcs          *ebpf.Map `ebpf:"py_procs"`
 	PyScratchMap     *ebpf.Map `ebpf:"py_scratch_map"`
 	PyThreads        *ebpf.Map `ebpf:"py_threads"`
@@ -571,7 +605,9 @@ func (m *samplerMaps) Close() error {
 		m.Events,
 		m.ExecIds,
 		m.GoRuntimes,
+		m.InterpProcs,
 		m.ProcMaps,
+		m.PyCounters,
 		m.PyProcs,
 		m.PyScratchMap,
 		m.PyThreads,
@@ -590,38 +626,40 @@ func (m *samplerMaps) Close() error {
 //
 // It can be passed to loadSamplerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type samplerVariables struct {
-	CollectKernel         *ebpf.Variable `ebpf:"collect_kernel"`
-	FilterCgroups         *ebpf.Variable `ebpf:"filter_cgroups"`
-	FilterPids            *ebpf.Variable `ebpf:"filter_pids"`
-	FollowForks           *ebpf.Variable `ebpf:"follow_forks"`
-	RingWakeupBytes       *ebpf.Variable `ebpf:"ring_wakeup_bytes"`
-	TableUnwinding        *ebpf.Variable `ebpf:"table_unwinding"`
-	TracectxStats         *ebpf.Variable `ebpf:"tracectx_stats"`
-	UnusedCfaRule         *ebpf.Variable `ebpf:"unused_cfa_rule"`
-	UnusedCounter         *ebpf.Variable `ebpf:"unused_counter"`
-	UnusedCtxSource       *ebpf.Variable `ebpf:"unused_ctx_source"`
-	UnusedEventKind       *ebpf.Variable `ebpf:"unused_event_kind"`
-	UnusedFpRule          *ebpf.Variable `ebpf:"unused_fp_rule"`
-	UnusedGoFunc          *ebpf.Variable `ebpf:"unused_go_func"`
-	UnusedGoLabelsLayout  *ebpf.Variable `ebpf:"unused_go_labels_layout"`
-	UnusedGoRuntime       *ebpf.Variable `ebpf:"unused_go_runtime"`
-	UnusedProcInfo        *ebpf.Variable `ebpf:"unused_proc_info"`
-	UnusedProcessEvent    *ebpf.Variable `ebpf:"unused_process_event"`
-	UnusedPyEnd           *ebpf.Variable `ebpf:"unused_py_end"`
-	UnusedPyFrameEncoding *ebpf.Variable `ebpf:"unused_py_frame_encoding"`
-	UnusedPyFrameModel    *ebpf.Variable `ebpf:"unused_py_frame_model"`
-	UnusedPyLimits        *ebpf.Variable `ebpf:"unused_py_limits"`
-	UnusedPyProc          *ebpf.Variable `ebpf:"unused_py_proc"`
-	UnusedSampleEvent     *ebpf.Variable `ebpf:"unused_sample_event"`
-	UnusedTlsModel        *ebpf.Variable `ebpf:"unused_tls_model"`
-	UnusedTracectxCounter *ebpf.Variable `ebpf:"unused_tracectx_counter"`
-	UnusedTracectxEvent   *ebpf.Variable `ebpf:"unused_tracectx_event"`
-	UnusedTracectxProc    *ebpf.Variable `ebpf:"unused_tracectx_proc"`
-	UnusedUnwindEnd       *ebpf.Variable `ebpf:"unused_unwind_end"`
-	UnusedUnwindRow       *ebpf.Variable `ebpf:"unused_unwind_row"`
-	UnusedVmaEvent        *ebpf.Variable `ebpf:"unused_vma_event"`
-	UnusedVmaLimits       *ebpf.Variable `ebpf:"unused_vma_limits"`
-	VmaHints              *ebpf.Variable `ebpf:"vma_hints"`
+	CollectKernel             *ebpf.Variable `ebpf:"collect_kernel"`
+	FilterCgroups             *ebpf.Variable `ebpf:"filter_cgroups"`
+	FilterPids                *ebpf.Variable `ebpf:"filter_pids"`
+	FollowForks               *ebpf.Variable `ebpf:"follow_forks"`
+	RingWakeupBytes           *ebpf.Variable `ebpf:"ring_wakeup_bytes"`
+	TableUnwinding            *ebpf.Variable `ebpf:"table_unwinding"`
+	TracectxStats             *ebpf.Variable `ebpf:"tracectx_stats"`
+	UnusedCfaRule             *ebpf.Variable `ebpf:"unused_cfa_rule"`
+	UnusedCounter             *ebpf.Variable `ebpf:"unused_counter"`
+	UnusedCtxSource           *ebpf.Variable `ebpf:"unused_ctx_source"`
+	UnusedEventKind           *ebpf.Variable `ebpf:"unused_event_kind"`
+	UnusedFpRule              *ebpf.Variable `ebpf:"unused_fp_rule"`
+	UnusedGoFunc              *ebpf.Variable `ebpf:"unused_go_func"`
+	UnusedGoLabelsLayout      *ebpf.Variable `ebpf:"unused_go_labels_layout"`
+	UnusedGoRuntime           *ebpf.Variable `ebpf:"unused_go_runtime"`
+	UnusedInterpFrameEncoding *ebpf.Variable `ebpf:"unused_interp_frame_encoding"`
+	UnusedInterpProc          *ebpf.Variable `ebpf:"unused_interp_proc"`
+	UnusedProcInfo            *ebpf.Variable `ebpf:"unused_proc_info"`
+	UnusedProcessEvent        *ebpf.Variable `ebpf:"unused_process_event"`
+	UnusedPyEnd               *ebpf.Variable `ebpf:"unused_py_end"`
+	UnusedPyFrameEncoding     *ebpf.Variable `ebpf:"unused_py_frame_encoding"`
+	UnusedPyFrameModel        *ebpf.Variable `ebpf:"unused_py_frame_model"`
+	UnusedPyLimits            *ebpf.Variable `ebpf:"unused_py_limits"`
+	UnusedPyProc              *ebpf.Variable `ebpf:"unused_py_proc"`
+	UnusedSampleEvent         *ebpf.Variable `ebpf:"unused_sample_event"`
+	UnusedTlsModel            *ebpf.Variable `ebpf:"unused_tls_model"`
+	UnusedTracectxCounter     *ebpf.Variable `ebpf:"unused_tracectx_counter"`
+	UnusedTracectxEvent       *ebpf.Variable `ebpf:"unused_tracectx_event"`
+	UnusedTracectxProc        *ebpf.Variable `ebpf:"unused_tracectx_proc"`
+	UnusedUnwindEnd           *ebpf.Variable `ebpf:"unused_unwind_end"`
+	UnusedUnwindRow           *ebpf.Variable `ebpf:"unused_unwind_row"`
+	UnusedVmaEvent            *ebpf.Variable `ebpf:"unused_vma_event"`
+	UnusedVmaLimits           *ebpf.Variable `ebpf:"unused_vma_limits"`
+	VmaHints                  *ebpf.Variable `ebpf:"vma_hints"`
 }
 
 // samplerPrograms contains all programs after they have been loaded into the kernel.

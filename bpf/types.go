@@ -153,11 +153,6 @@ func (c Counters) LogValue() slog.Value {
 			attrs = append(attrs, slog.Uint64("unwind_"+e.String(), n))
 		}
 	}
-	for end, n := range c.PythonEnds {
-		if n > 0 {
-			attrs = append(attrs, slog.Uint64("python_"+PythonEnd(end).String(), n))
-		}
-	}
 	if c.Context != (ContextCounters{}) {
 		attrs = append(attrs, slog.Any("context", c.Context))
 	}

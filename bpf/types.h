@@ -42,16 +42,6 @@ enum unwind_end {
 	UNWIND_END_MAX,
 };
 
-/* How the walk of a CPython thread's frames ended (python.h). */
-enum py_end {
-	PY_COMPLETE = 0,  /* every eval-loop activation got its frames */
-	PY_NO_THREAD = 1, /* no thread state of the interpreter belongs to the sampled thread */
-	PY_BAD_READ = 2,  /* reading the interpreter's memory failed */
-	PY_TRUNCATED = 3, /* MAX_USER_DEPTH frames and Python frames left */
-	PY_INVALID = 4,   /* a frame the walk cannot follow: a misaligned code object, a loop */
-	PY_END_MAX,
-};
-
 /* Indices of the per-CPU counters map: the fixed counters, then one per enum unwind_end. */
 enum counter {
 	COUNTER_SAMPLES = 0,
@@ -62,9 +52,7 @@ enum counter {
 	/* Samples of a process whose unwinder mappings belong to an earlier exec: walked by frame pointer. */
 	COUNTER_STALE_MAPPINGS = 5,
 	COUNTER_UNWIND_BASE = 6,
-	/* Then one per enum py_end: how the Python walks of samples in eval loops ended. */
-	COUNTER_PYTHON_BASE = COUNTER_UNWIND_BASE + UNWIND_END_MAX,
-	COUNTER_MAX = COUNTER_PYTHON_BASE + PY_END_MAX,
+	COUNTER_MAX = COUNTER_UNWIND_BASE + UNWIND_END_MAX,
 };
 
 /* How the canonical frame address of a row is found; package unwind documents each rule. */
@@ -169,58 +157,39 @@ struct sample_event {
 	__u64 frames[MAX_USER_DEPTH + MAX_STACK_DEPTH];
 };
 
-/* A CPython frame in the user frames of a sample: bits 63-62 hold 01, which no user or
- * kernel address has; then the code object's address >> PY_CODE_ALIGN_SHIFT (objects are
- * 16-byte aligned and user addresses below 2^47: 43 bits); then the instruction's offset in
- * the code object's bytecode, in 2-byte code units, saturated at PY_OFFSET_MASK. */
-enum py_frame_encoding {
-	PY_FRAME_TAG_SHIFT = 62,
-	PY_FRAME_TAG = 1,
-	PY_CODE_ALIGN_SHIFT = 4,
-	PY_OFFSET_BITS = 19,
-	PY_OFFSET_MASK = (1 << 19) - 1,
+/* A language runtime's frame among a sample's user frames (interpreted code, or code its
+ * JIT compiled): bits 63-62 hold 01, which no canonical user or kernel address has; bits
+ * 61-58 the runtime, as its walker's header numbers it (1 to INTERP_RUNTIME_MAX); the
+ * other 58 bits are the runtime's own: which code and where in it, packed as its header
+ * says and decoded only by its package in user space. */
+enum interp_frame_encoding {
+	INTERP_FRAME_TAG_SHIFT = 62,
+	INTERP_FRAME_TAG = 1,
+	INTERP_RUNTIME_SHIFT = 58,
+	INTERP_RUNTIME_MAX = 15,
+	INTERP_PAYLOAD_BITS = 58,
 };
 
-enum py_limits {
-	PY_NO_OFFSET = 0xffff,     /* a py_proc offset the version does not have */
-	PY_MAX_FRAME_READ = 128,   /* py_proc.frame_size at most */
-	PY_MAX_THREADS = 512,      /* thread states searched for the sampled thread's */
-	PY_MAX_FRAMES = 192,       /* Python frames walked per sample, shim frames included */
+#define INTERP_FRAME(runtime, payload)                                                                   \
+	((__u64)INTERP_FRAME_TAG << INTERP_FRAME_TAG_SHIFT | (__u64)(runtime) << INTERP_RUNTIME_SHIFT | \
+	 ((__u64)(payload) & ((1ULL << INTERP_PAYLOAD_BITS) - 1)))
+
+/* Code regions of a process that belong to a language runtime: an interpreter's eval loop,
+ * a JIT's code cache. A native frame in one hands the sample over to that runtime's
+ * walker. Written by user space per tgid for each runtime it finds in the process. */
+#define MAX_INTERP_REGIONS 8
+
+struct interp_region {
+	__u64 start, end; /* [start, end) */
+	__u32 runtime;    /* the runtime's number, as in its frames */
+	__u32 pad;
 };
 
-/* How an interpreter version lays out its frames and ties them to eval-loop activations. */
-enum py_frame_model {
-	PY_MODEL_NONE = 0,
-	PY_MODEL_FRAME_OBJECT = 1, /* 3.9, 3.10: PyFrameObject, one per activation; f_lasti an int */
-	PY_MODEL_ENTRY_FLAG = 2,   /* 3.11: _PyInterpreterFrame; an activation ends at is_entry */
-	PY_MODEL_SHIM_FRAME = 3,   /* 3.12+: an activation ends at a frame owned by the C stack */
-	PY_MODEL_MAX,
-};
-
-/* Where a CPython process keeps what its threads run, and how to read it: offsets from
- * the interpreter's own _Py_DebugOffsets, its debug info or sonde's table. Addresses are
- * the process's. */
-struct py_proc {
-	__u64 exec_id;                /* the exec the addresses belong to; 0: unknown */
-	__u64 runtime;                /* &_PyRuntime */
-	__u64 eval_start, eval_end;   /* _PyEval_EvalFrameDefault */
-	__u64 cold_start, cold_end;   /* its .cold part split out by the compiler, or 0, 0 */
-	__u64 skip_code;              /* a shim's code object, whose frames are not shown; 0: none known */
-	__u32 model;                  /* enum py_frame_model */
-	__u16 interp_head;            /* _PyRuntime: interpreters.head */
-	__u16 threads_head;           /* PyInterpreterState: the first thread state */
-	__u16 tstate_next;            /* PyThreadState: next */
-	__u16 tstate_thread_id;       /* PyThreadState: thread_id, the thread's pthread_t */
-	__u16 tstate_frame;           /* PyThreadState: frame, cframe or current_frame */
-	__u16 cframe_frame;           /* _PyCFrame: current_frame; PY_NO_OFFSET without a cframe */
-	__u16 frame_previous;         /* f_back or previous */
-	__u16 frame_code;             /* f_code or f_executable */
-	__u16 frame_instr;            /* f_lasti, prev_instr or instr_ptr */
-	__u16 frame_owner;            /* owner; PY_NO_OFFSET before 3.11 */
-	__u16 frame_is_entry;         /* is_entry (3.11); PY_NO_OFFSET otherwise */
-	__u16 frame_size;             /* bytes read of a frame: past every offset above */
-	__u16 code_adaptive;          /* PyCodeObject: co_code_adaptive (3.11+) */
-	__u16 lasti_bytes;            /* 1: f_lasti counts bytes (3.9), 0: code units (3.10) */
+struct interp_proc {
+	__u64 exec_id;  /* the exec the regions belong to; 0: unknown */
+	__u32 runtimes; /* a bit per runtime of the process, 1 << its number */
+	__u32 count;    /* regions in use */
+	struct interp_region regions[MAX_INTERP_REGIONS];
 };
 
 /* exec and exit of a thread group, so user space can drop stale mappings at once. */

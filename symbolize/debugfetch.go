@@ -61,7 +61,7 @@ func (s *Symbolizer) renameFetched(p *trace.Profile) {
 	checked := map[*objfile.File]bool{} // whether the file's debug file was fetched
 	var renames map[*trace.Location]*trace.Location
 	for _, loc := range p.Locations {
-		if loc == nil || loc.Mapping == nil || loc.Mapping.File == nil || loc.Kind == trace.FrameKernel || loc.Kind == trace.FramePython {
+		if loc == nil || loc.Mapping == nil || loc.Mapping.File == nil || loc.Kind == trace.FrameKernel || loc.Kind == trace.FrameInterp {
 			continue
 		}
 		f := loc.Mapping.File

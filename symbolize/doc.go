@@ -18,8 +18,9 @@
 //     FDE's start), so that the samples of one function add up under one name.
 //   - Kernel frames: /proc/kallsyms, modules included, reread when an address
 //     misses and the last read is old enough.
-//   - Interpreted frames (CPython): the InterpNamer of Options, which reads code
-//     objects from the process (package interp/python), in every mode.
+//   - Frames of language runtimes: the InterpNamer of the frame's runtime in Options,
+//     which reads the runtime's code from the process (a package under interp/), in
+//     every mode.
 //
 // Mode "symtab" leaves DWARF out, "none" all of it. Locations that stay unnamed
 // keep their address, mapping and build ID, from which a backend with better

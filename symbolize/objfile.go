@@ -16,14 +16,14 @@ import (
 	"github.com/sonde-profiler/sonde/trace"
 )
 
-// Where a location's name came from, as trace.Location.NameSource records it.
+// Where a location's name came from, as trace.Location.NameSource records it. A runtime's
+// frame names its source by the runtime's frame type: its code, read from its process.
 const (
 	SourceSymtab    = "symtab"    // the ELF .symtab, of the file or of its separate debug file
 	SourceDynsym    = "dynsym"    // the ELF .dynsym: exported names only
 	SourceDWARF     = "dwarf"     // DWARF line tables and inlined subroutines
 	SourceGopclntab = "gopclntab" // Go's runtime tables
 	SourceKallsyms  = "kallsyms"  // /proc/kallsyms
-	SourceCPython   = "cpython"   // a CPython code object read from its process
 	SourceNone      = "none"      // nothing named it: the frame keeps its address and build ID
 )
 

@@ -123,8 +123,9 @@ type Options struct {
 	// DebugDirs are searched for separate debug files, by build ID and by
 	// .gnu_debuglink; nil means DefaultDebugDirs, an empty slice none.
 	DebugDirs []string
-	// Interp names interpreted frames (trace.FramePython); without it they stay unnamed.
-	Interp InterpNamer
+	// Runtimes name the frames of language runtimes (trace.FrameInterp), by the runtime's
+	// number in the frame; a runtime's frames without a namer stay unnamed.
+	Runtimes map[uint8]InterpNamer
 	// MaxDebugInfoSize bounds the DWARF read for one file, in uncompressed bytes;
 	// 0 means DefaultMaxDebugInfoSize, less than 0 no bound.
 	MaxDebugInfoSize int64
@@ -137,9 +138,25 @@ type Options struct {
 }
 
 // InterpNamer names the frames of an interpreter, whose code lives in the process's
-// memory rather than in a file (package interp/python for CPython).
+// memory rather than in a file (a package under interp/ for each runtime).
 type InterpNamer interface {
 	Name(loc *trace.Location) ([]trace.Line, bool)
+}
+
+// interpNamer returns the namer of a runtime's frame, or nil.
+func (s *Symbolizer) interpNamer(loc *trace.Location) InterpNamer {
+	if loc.Kind != trace.FrameInterp || loc.Interp == nil {
+		return nil
+	}
+	return s.runtimes[loc.Interp.Runtime]
+}
+
+// interpLines names a runtime's frame by its runtime's namer.
+func (s *Symbolizer) interpLines(loc *trace.Location) ([]trace.Line, bool) {
+	if n := s.interpNamer(loc); n != nil {
+		return n.Name(loc)
+	}
+	return nil, false
 }
 
 // Stats count a Symbolizer's work over its lifetime.
@@ -206,7 +223,7 @@ type Symbolizer struct {
 	shedding bool // evictions are Shed's, not the bounds'
 	reported map[fileID]struct{}
 	kernel   kernelState
-	interp   InterpNamer // names interpreted frames; nil: they stay unnamed
+	runtimes map[uint8]InterpNamer // name runtimes' frames, by the runtime's number
 	stats    Stats
 	// awaiting are the files read before the DebugFetcher had their debug files, and
 	// arrived those that have them since; fetched holds the copies of their locations
@@ -264,7 +281,7 @@ func New(opts Options) *Symbolizer {
 		now:          time.Now,
 		seed:         maphash.MakeSeed(),
 		reported:     map[fileID]struct{}{},
-		interp:       opts.Interp,
+		runtimes:     opts.Runtimes,
 	}
 	switch s.mode {
 	case ModeFull, ModeSymtab, ModeNone:
@@ -395,14 +412,12 @@ func (s *Symbolizer) Symbolize(p *trace.Profile) []error {
 	if s.mode == ModeNone {
 		for _, loc := range p.Locations {
 			if loc != nil && loc.NameSource == "" && len(loc.Lines) == 0 {
-				// A code object's address means nothing once its process is gone: no
-				// backend could name it later, so interpreted frames are named anyway.
-				if loc.Kind == trace.FramePython && s.interp != nil {
-					if lines, ok := s.interp.Name(loc); ok {
-						loc.Lines, loc.NameSource = lines, SourceCPython
-						s.stats.LocationsNamed++
-						continue
-					}
+				// A runtime's code means nothing once its process is gone: no backend
+				// could name it later, so runtimes' frames are named anyway.
+				if lines, ok := s.interpLines(loc); ok {
+					loc.Lines, loc.NameSource = lines, loc.KindName()
+					s.stats.LocationsNamed++
+					continue
 				}
 				loc.NameSource = SourceNone
 				s.stats.LocationsUnnamed++
@@ -437,12 +452,12 @@ func (s *Symbolizer) Symbolize(p *trace.Profile) []error {
 			source = SourceNone
 			err    error
 		)
-		if loc.Kind == trace.FramePython {
-			// Interpreted code has no address to look a byte back from: the frame names
-			// its instruction.
-			if s.interp != nil {
-				lines, _ = s.interp.Name(loc)
-				source = SourceCPython
+		if loc.Kind == trace.FrameInterp {
+			// A runtime's frame has no address to look a byte back from: it names its
+			// instruction.
+			if s.interpNamer(loc) != nil {
+				lines, _ = s.interpLines(loc)
+				source = loc.KindName()
 			}
 		} else if loc.Kind == trace.FrameKernel {
 			if loc.Address >= back {

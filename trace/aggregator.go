@@ -41,8 +41,9 @@ type Config struct {
 	Kernel *Mapping
 	// KeepTimestamps records each sample's time, not only counts.
 	KeepTimestamps bool
-	// Interp, when set, hears of interpreted frames in each stack new to an interval.
-	Interp InterpObserver
+	// Runtimes decode the frames of language runtimes the kernel wrote, and hear of their
+	// code in each stack new to an interval.
+	Runtimes Runtimes
 	// ChunkSize and ChunkCapacity tune the interning of stack chunks: frames per chunk and
 	// chunks kept in the hash-LRU; zero means DefaultChunkSize and DefaultChunkCapacity.
 	ChunkSize, ChunkCapacity int
@@ -204,10 +205,13 @@ func (a *Aggregator) aggregate(img *image, s RawSample) {
 	if img != nil && a.hasUnknownAddress(img, s.User) {
 		a.procs.reread(img)
 	}
-	if a.cfg.Interp != nil && img != nil {
+	if len(a.cfg.Runtimes) > 0 && img != nil {
 		for _, v := range s.User {
-			if code, _, ok := PythonFrame(v); ok {
-				a.cfg.Interp.SeenCode(s.PID, space, code)
+			if id, payload, ok := DecodeInterpFrame(v); ok {
+				if rt := a.cfg.Runtimes[id]; rt != nil {
+					code, _ := rt.DecodeFrame(payload)
+					rt.SeenCode(s.PID, space, code)
+				}
 			}
 		}
 	}
@@ -314,7 +318,7 @@ func (a *Aggregator) hasUnknownAddress(img *image, addrs []uint64) bool {
 		return false // its first reading is on its way
 	}
 	for _, addr := range addrs {
-		if _, _, py := PythonFrame(addr); !py && snap.find(addr) == nil {
+		if _, _, interp := DecodeInterpFrame(addr); !interp && snap.find(addr) == nil {
 			return true
 		}
 	}
@@ -375,20 +379,20 @@ func (a *Aggregator) resolve(p *Profile, ch *chunk, img *image) []*Location {
 		}
 		ch.unresolved, ch.resolvedWith = 0, snap
 		for i, addr := range ch.frames {
-			if l := ch.locs[i]; l != nil && (l.Kind == FrameKernel || l.Kind == FramePython || l.Mapping != nil) {
+			if l := ch.locs[i]; l != nil && (l.Kind == FrameKernel || l.Kind == FrameInterp || l.Mapping != nil) {
 				continue
 			}
-			if code, off, ok := PythonFrame(addr); ok {
-				// A code object's address means something in its image only.
+			if id, payload, ok := DecodeInterpFrame(addr); ok {
+				// A runtime's code means something in its image only.
 				var pid uint32
 				if img != nil {
 					pid = img.pid
 				}
-				k := locationKey{addr: addr, kind: FramePython, space: ch.space}
+				k := locationKey{addr: addr, kind: FrameInterp, space: ch.space}
 				ch.locs[i] = a.location(k, ch.cached)
 				if ch.locs[i].Interp == nil {
-					ch.locs[i].Address = code
-					ch.locs[i].Interp = &InterpFrame{PID: pid, Image: ch.space, Code: code, Offset: off, raw: addr}
+					ch.locs[i].Interp = a.interpFrame(id, payload, pid, ch.space, addr)
+					ch.locs[i].Address = ch.locs[i].Interp.Code
 				}
 				continue
 			}
@@ -524,6 +528,17 @@ func (l *Location) key() locationKey {
 		return locationKey{addr: l.Interp.raw, kind: l.Kind, space: l.Interp.Image}
 	}
 	return locationKey{addr: l.Address, mapping: l.Mapping, kind: l.Kind}
+}
+
+// interpFrame describes a runtime's frame by its runtime's own decoding; a runtime no one
+// registered keeps its payload as the code's identity, under the generic kind.
+func (a *Aggregator) interpFrame(id uint8, payload uint64, pid uint32, space, raw uint64) *InterpFrame {
+	f := &InterpFrame{Runtime: id, PID: pid, Image: space, Code: payload, raw: raw}
+	if rt := a.cfg.Runtimes[id]; rt != nil {
+		f.Type = rt.FrameType()
+		f.Code, f.Offset = rt.DecodeFrame(payload)
+	}
+	return f
 }
 
 // RenewImage gives pid's image a new space for interning if space is still its own, so

@@ -14,8 +14,9 @@ const (
 	FrameNative FrameKind = iota + 1
 	FrameKernel
 	FrameGo
-	// FramePython is a CPython frame: a code object and an instruction in it.
-	FramePython
+	// FrameInterp is a frame of a language runtime's own code, interpreted or compiled by
+	// its JIT: Location.Interp says which runtime and which code.
+	FrameInterp
 )
 
 func (k FrameKind) String() string {
@@ -26,8 +27,8 @@ func (k FrameKind) String() string {
 		return "kernel"
 	case FrameGo:
 		return "go"
-	case FramePython:
-		return "cpython"
+	case FrameInterp:
+		return "interpreted"
 	default:
 		return "unknown"
 	}
@@ -74,8 +75,8 @@ type Location struct {
 	Address uint64   // runtime address in its address space
 	Mapping *Mapping // nil when no mapping covers Address
 	Lines   []Line   // filled by symbolization
-	// Interp identifies the code of an interpreted frame (FramePython), whose Address is
-	// its code object's; nil for native and kernel frames.
+	// Interp identifies the code of a runtime's frame (FrameInterp), whose Address is its
+	// code's identity; nil for native, Go and kernel frames.
 	Interp *InterpFrame
 	// NameSource says where symbolization found the name: "symtab", "dynsym",
 	// "dwarf", "gopclntab", "kallsyms", "plt" (a PLT entry, name@plt), "fde" (code of a
@@ -90,15 +91,30 @@ type Location struct {
 	listed uint64
 }
 
-// InterpFrame is the code an interpreted frame runs: a code object of an image (one exec
-// of a process) and an instruction in it.
+// InterpFrame is the code a runtime's frame runs: code of an image (one exec of a process)
+// and a position in it, both as the runtime's package decoded them from the frame.
 type InterpFrame struct {
-	PID   uint32
-	Image uint64 // numbers the image within this run; a new exec of PID is another
-	Code  uint64 // the code object's address in the process
-	// Offset is the instruction's offset in the bytecode, in bytes.
+	// Type is the runtime's name for its frames, its OpenTelemetry profile.frame.type
+	// value.
+	Type string
+	// Runtime is the runtime's number in the kernel's frames; 0 for a frame read back
+	// from a profile.
+	Runtime uint8
+	PID     uint32
+	Image   uint64 // numbers the image within this run; a new exec of PID is another
+	Code    uint64 // the code's identity in the process, e.g. a code object's address
+	// Offset is the position in the code, in the runtime's own unit.
 	Offset uint32
 	raw    uint64 // the frame as the kernel wrote it
+}
+
+// KindName names the location's kind of code for people and for OpenTelemetry's
+// profile.frame.type: "native", "kernel", "go", or a runtime's own name for its frames.
+func (l *Location) KindName() string {
+	if l.Kind == FrameInterp && l.Interp != nil && l.Interp.Type != "" {
+		return l.Interp.Type
+	}
+	return l.Kind.String()
 }
 
 // FileOffset is the location's offset in its mapped file, the address symbolization needs.

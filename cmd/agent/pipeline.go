@@ -14,7 +14,6 @@ import (
 	"github.com/sonde-profiler/sonde/bpf"
 	"github.com/sonde-profiler/sonde/internal/kube"
 	"github.com/sonde-profiler/sonde/internal/objfile"
-	"github.com/sonde-profiler/sonde/interp/python"
 	"github.com/sonde-profiler/sonde/reporter/merge"
 	"github.com/sonde-profiler/sonde/reporter/otlp"
 	"github.com/sonde-profiler/sonde/reporter/top"
@@ -43,9 +42,8 @@ type pipeline struct {
 	sampler    *bpf.Sampler
 	procs      *trace.Processes
 	agg        *trace.Aggregator
-	tables     *unwind.Maintainer // nil when walking by frame pointer
-	python     *python.Tracker    // nil when walking by frame pointer
-	pyNamer    *python.Namer
+	tables     *unwind.Maintainer  // nil when walking by frame pointer
+	runtimes   []registeredRuntime // none when walking by frame pointer
 	symbolizer *symbolize.Symbolizer
 	debuginfod *debuginfod.Client // nil without --debuginfod-urls
 	exporter   *otlp.Exporter
@@ -155,21 +153,15 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 				log.Info("no unwind table; frames there are walked by frame pointer", "file", what, "err", err)
 			},
 		})
-		// CPython's frames are walked in the kernel beside the native ones, which the
-		// table walker finds the interpreter's eval loop among.
-		p.python = python.NewTracker(python.TrackerConfig{
-			Kernel: kernelPython{p.sampler},
-			OnError: func(path string, err error) {
-				log.Info("python interpreter whose frames sonde cannot walk; its stacks show the interpreter's", "file", path, "err", err)
-			},
-		})
-		p.pyNamer = python.NewNamer(python.NamerConfig{
-			Images: p.python,
-			// The aggregator exists before the namer runs.
-			OnReuse: func(pid uint32, image uint64) { p.agg.RenewImage(pid, image) },
-			OnShim:  p.python.SkipCode,
-		})
-		observer = trace.MappingObservers{p.tables, p.python}
+		// Language runtimes' frames are walked in the kernel beside the native ones, which
+		// the table walker finds the runtime's code among. The aggregator exists before
+		// any runtime's reader runs.
+		p.runtimes = newRuntimes(p.sampler, func(pid uint32, image uint64) { p.agg.RenewImage(pid, image) }, log)
+		observers := trace.MappingObservers{p.tables}
+		for _, r := range p.runtimes {
+			observers = append(observers, r.rt)
+		}
+		observer = observers
 	}
 	if p.watcher, err = newWatcher(cfg, log); err != nil {
 		p.sampler.Close()
@@ -201,7 +193,7 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 		KeepTimestamps: cfg.timestamps,
 		ChunkSize:      cfg.chunkSize,
 		ChunkCapacity:  p.budget.chunkCache,
-		Interp:         interpObserver(p.pyNamer),
+		Runtimes:       p.frameDecoders(),
 	}, p.procs, p.runStart); err != nil {
 		p.sampler.Close()
 		return nil, usageError{err}
@@ -211,9 +203,7 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 	symOpts.DWARFCacheBytes = p.budget.dwarfCacheBytes
 	symOpts.MaxDecompressedBytes = p.budget.decompressedBytes
 	symOpts.AddressCacheBytes = p.budget.addressCacheBytes
-	if p.pyNamer != nil {
-		symOpts.Interp = p.pyNamer
-	}
+	symOpts.Runtimes = p.namers()
 	if p.debuginfod = newDebuginfod(cfg.debuginfod, log); p.debuginfod != nil {
 		symOpts.DebugFetcher = p.debuginfod
 	}
@@ -283,8 +273,8 @@ func (p *pipeline) run(ctx context.Context) error {
 	if p.tables != nil {
 		stages.Go(func() { p.tables.Run(stageCtx) })
 	}
-	if p.pyNamer != nil {
-		stages.Go(func() { p.pyNamer.Run(stageCtx) })
+	for _, r := range p.runtimes {
+		stages.Go(func() { r.rt.Run(stageCtx) })
 	}
 	stages.Go(func() { p.pressure.run(stageCtx, time.Second) })
 	if p.debuginfod != nil {
@@ -496,8 +486,8 @@ func (p *pipeline) logSummary() {
 	if p.tables != nil {
 		attrs = append(attrs, "unwind", p.tables.Stats())
 	}
-	if p.python != nil {
-		attrs = append(attrs, "python", p.python.Stats(), "python_names", p.pyNamer.Stats())
+	for _, r := range p.runtimes {
+		attrs = append(attrs, r.name, r.rt)
 	}
 	attrs = append(attrs, "symbols", p.symbolizer.Stats())
 	if p.debuginfod != nil {
@@ -548,11 +538,20 @@ func contextKind(s bpf.ContextSource) trace.ContextKind {
 	return trace.ContextNone
 }
 
-// interpObserver is the namer as the aggregator's observer, or none: a nil *Namer in the
-// interface would be called.
-func interpObserver(n *python.Namer) trace.InterpObserver {
-	if n == nil {
-		return nil
+// frameDecoders are the runtimes as the aggregator decodes their frames, by number.
+func (p *pipeline) frameDecoders() trace.Runtimes {
+	out := trace.Runtimes{}
+	for _, r := range p.runtimes {
+		out[r.number] = r.rt
 	}
-	return n
+	return out
+}
+
+// namers are the runtimes as the symbolizer names their frames, by number.
+func (p *pipeline) namers() map[uint8]symbolize.InterpNamer {
+	out := map[uint8]symbolize.InterpNamer{}
+	for _, r := range p.runtimes {
+		out[r.number] = r.rt
+	}
+	return out
 }

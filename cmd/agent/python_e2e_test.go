@@ -76,7 +76,7 @@ type pyFrame struct {
 func pythonFrames(s *trace.Sample) []pyFrame {
 	var out []pyFrame
 	for i, l := range s.Locations {
-		if l.Kind == trace.FramePython && len(l.Lines) > 0 {
+		if l.KindName() == "cpython" && len(l.Lines) > 0 {
 			out = append(out, pyFrame{name: l.Lines[0].Function, file: l.Lines[0].File, line: l.Lines[0].Line, index: i})
 		}
 	}

@@ -109,7 +109,7 @@ func (f *fakeImages) Image(pid uint32) *Image {
 }
 
 func loc(pid uint32, image, code uint64, offset uint32) *trace.Location {
-	return &trace.Location{Kind: trace.FramePython, Address: code, Interp: &trace.InterpFrame{PID: pid, Image: image, Code: code, Offset: offset}}
+	return &trace.Location{Kind: trace.FrameInterp, Address: code, Interp: &trace.InterpFrame{Type: FrameType, Runtime: Number, PID: pid, Image: image, Code: code, Offset: offset}}
 }
 
 // TestNamer names code objects read at first sight, and names them afresh once another

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"html"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -96,10 +97,11 @@ type processJSON struct {
 	Samples int64  `json:"samples"`
 }
 
-var kinds = []string{"", "native", "kernel", "go", "process", "cpython"}
+// kinds are the frame kinds every page knows; a language runtime's frames add their own.
+var kinds = []string{"", "native", "kernel", "go", "process"}
 
 func newPageData(t *Tree, f Facts) *pageData {
-	d := &pageData{Kinds: kinds, Facts: newFactsJSON(f)}
+	d := &pageData{Kinds: slices.Clone(kinds), Facts: newFactsJSON(f)}
 	strs := map[string]int64{}
 	str := func(s string) int64 {
 		i, ok := strs[s]
@@ -116,7 +118,13 @@ func newPageData(t *Tree, f Facts) *pageData {
 		kindIndex[k] = int64(i)
 	}
 	walk(t.Root, func(n *Node, depth int) {
-		d.Nodes = append(d.Nodes, str(n.Name), str(n.File), n.Line, kindIndex[n.Kind], n.Self, n.Total, int64(depth))
+		k, ok := kindIndex[n.Kind]
+		if !ok {
+			k = int64(len(d.Kinds))
+			kindIndex[n.Kind] = k
+			d.Kinds = append(d.Kinds, frames.Clean(n.Kind))
+		}
+		d.Nodes = append(d.Nodes, str(n.Name), str(n.File), n.Line, k, n.Self, n.Total, int64(depth))
 	})
 	top := t.Top()
 	if len(top) > maxTopRows {

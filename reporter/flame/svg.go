@@ -192,6 +192,23 @@ func esc(s string) string {
 	return b.String()
 }
 
+// runtimeKind tells a language runtime's frames from the kinds every profile has.
+func runtimeKind(kind string) bool {
+	switch kind {
+	case "", "native", "kernel", "go", "process":
+		return false
+	}
+	return true
+}
+
+// runtimeHue gives each runtime's frames greens and teals of their own, between the
+// native reds and Go's blues: 70 to 150 by the hash of the runtime's name, as flame.js.
+func runtimeHue(kind string) float64 {
+	h := fnv.New32a()
+	h.Write([]byte(kind))
+	return 70 + 80*float64(h.Sum32())/(1<<32)
+}
+
 func svgColour(n *Node, depth int) string {
 	h := fnv.New32a()
 	h.Write([]byte(n.Name))
@@ -205,8 +222,8 @@ func svgColour(n *Node, depth int) string {
 		return fmt.Sprintf("hsl(%.1f,80%%,%.1f%%)", 22+14*v, 60+8*v)
 	case n.Kind == "go":
 		return fmt.Sprintf("hsl(%.1f,55%%,%.1f%%)", 180+25*v, 62+10*v)
-	case n.Kind == "cpython":
-		return fmt.Sprintf("hsl(%.1f,50%%,%.1f%%)", 95+30*v, 60+10*v)
+	case runtimeKind(n.Kind):
+		return fmt.Sprintf("hsl(%.1f,50%%,%.1f%%)", runtimeHue(n.Kind)+30*v, 60+10*v)
 	default:
 		return fmt.Sprintf("hsl(%.1f,82%%,%.1f%%)", 2+52*v, 62+8*v)
 	}

@@ -15,8 +15,9 @@ type Node struct {
 	// node may be at different lines of it: Line is the one with the most samples.
 	File string
 	Line int64
-	// Kind is "native", "kernel", "go", "cpython", "process" (the root frame of a process's
-	// stacks), or "" when the frame's kind is unknown.
+	// Kind is "native", "kernel", "go", a language runtime's frame type (its
+	// OpenTelemetry profile.frame.type value), "process" (the root frame of a process's stacks), or "" when the frame's kind is
+	// unknown.
 	Kind string
 	// Self counts the samples that stop at this frame; Total those that pass it.
 	Self, Total int64
@@ -60,9 +61,7 @@ func NewTree(p *trace.Profile) *Tree {
 			n := children[k]
 			if n == nil {
 				n = &Node{Name: f.Name, File: f.File}
-				if f.Kind != frames.KindUnknown {
-					n.Kind = f.Kind.String()
-				}
+				n.Kind = string(f.Kind)
 				children[k] = n
 				cur.Children = append(cur.Children, n)
 			}

@@ -322,15 +322,18 @@ func (t *dict) location(i int32) (*trace.Location, error) {
 		}
 		switch key {
 		case keyFrameType:
-			switch v.GetStringValue() {
+			switch typ := v.GetStringValue(); typ {
 			case "native":
 				l.Kind = trace.FrameNative
 			case "kernel":
 				l.Kind = trace.FrameKernel
 			case "go":
 				l.Kind = trace.FrameGo
-			case "cpython":
-				l.Kind = trace.FramePython
+			case "":
+			default:
+				// Any other type is a language runtime's, whose frames keep its name.
+				l.Kind = trace.FrameInterp
+				l.Interp = &trace.InterpFrame{Type: typ, Code: l.Address}
 			}
 		case keySymbolSource:
 			l.NameSource = v.GetStringValue()

@@ -711,8 +711,8 @@ func (d *dictBuilder) location(l *trace.Location) int32 {
 	}
 	k := locationKey{mapping: d.mapping(l.Mapping), address: l.Address}
 	switch l.Kind {
-	case trace.FrameNative, trace.FrameKernel, trace.FrameGo, trace.FramePython:
-		k.kind = d.attrString(keyFrameType, l.Kind.String())
+	case trace.FrameNative, trace.FrameKernel, trace.FrameGo, trace.FrameInterp:
+		k.kind = d.attrString(keyFrameType, l.KindName())
 	}
 	if l.NameSource != "" {
 		k.source = d.attrString(keySymbolSource, l.NameSource)

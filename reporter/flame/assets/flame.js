@@ -56,7 +56,7 @@
   }
   var colours = [];
   function colour(i) {
-    var c = colours[nameOf[i] * 8 + kindOf[i]];
+    var c = colours[nameOf[i] * kinds.length + kindOf[i]];
     if (c) return c;
     var v = hash(strs[nameOf[i]]);
     switch (i === 0 ? "root" : kinds[kindOf[i]]) {
@@ -64,10 +64,12 @@
       case "process": c = "hsl(220,14%," + (74 + 8 * v).toFixed(1) + "%)"; break;
       case "kernel": c = "hsl(" + (22 + 14 * v).toFixed(1) + ",80%," + (60 + 8 * v).toFixed(1) + "%)"; break;
       case "go": c = "hsl(" + (180 + 25 * v).toFixed(1) + ",55%," + (62 + 10 * v).toFixed(1) + "%)"; break;
-      case "cpython": c = "hsl(" + (95 + 30 * v).toFixed(1) + ",50%," + (60 + 10 * v).toFixed(1) + "%)"; break;
-      default: c = "hsl(" + (2 + 52 * v).toFixed(1) + ",82%," + (62 + 8 * v).toFixed(1) + "%)";
+      case "":
+      case "native": c = "hsl(" + (2 + 52 * v).toFixed(1) + ",82%," + (62 + 8 * v).toFixed(1) + "%)"; break;
+      // A language runtime's frames: greens and teals, a hue of its own by its name.
+      default: c = "hsl(" + (70 + 80 * hash(kinds[kindOf[i]]) + 30 * v).toFixed(1) + ",50%," + (60 + 10 * v).toFixed(1) + "%)";
     }
-    colours[nameOf[i] * 8 + kindOf[i]] = c;
+    colours[nameOf[i] * kinds.length + kindOf[i]] = c;
     return c;
   }
 

@@ -11,49 +11,31 @@ import (
 	"github.com/sonde-profiler/sonde/trace"
 )
 
-// Kind tells a frame's origin, for colouring; it extends trace.FrameKind with the
-// process pseudo-frame at the root of each process's stacks.
-type Kind uint8
+// Kind tells a frame's origin, for colouring: trace.Location.KindName ("native", "kernel",
+// "go", or a language runtime's own name for its frames), or "process"
+// for the pseudo-frame at the root of each process's stacks; empty when unknown.
+type Kind string
 
 const (
-	KindUnknown Kind = iota
-	KindNative
-	KindKernel
-	KindGo
-	KindProcess
-	KindPython
+	KindUnknown Kind = ""
+	KindNative  Kind = "native"
+	KindKernel  Kind = "kernel"
+	KindGo      Kind = "go"
+	KindProcess Kind = "process"
 )
 
 func (k Kind) String() string {
-	switch k {
-	case KindNative:
-		return "native"
-	case KindKernel:
-		return "kernel"
-	case KindGo:
-		return "go"
-	case KindProcess:
-		return "process"
-	case KindPython:
-		return "cpython"
-	default:
+	if k == KindUnknown {
 		return "unknown"
 	}
+	return string(k)
 }
 
-func kindOf(k trace.FrameKind) Kind {
-	switch k {
-	case trace.FrameNative:
-		return KindNative
-	case trace.FrameKernel:
-		return KindKernel
-	case trace.FrameGo:
-		return KindGo
-	case trace.FramePython:
-		return KindPython
-	default:
+func kindOf(l *trace.Location) Kind {
+	if l.Kind == 0 {
 		return KindUnknown
 	}
+	return Kind(l.KindName())
 }
 
 // Frame is one function of a stack as people read it.
@@ -117,7 +99,7 @@ func Stack(dst []Frame, s *trace.Sample, process bool) []Frame {
 		if l == nil {
 			continue
 		}
-		k := kindOf(l.Kind)
+		k := kindOf(l)
 		if len(l.Lines) == 0 {
 			dst = append(dst, Frame{Name: Clean(Unnamed(l)), Kind: k})
 			continue

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/sonde-profiler/sonde/bpf"
+	"github.com/sonde-profiler/sonde/interp/python"
+	"github.com/sonde-profiler/sonde/symbolize"
+	"github.com/sonde-profiler/sonde/trace"
+)
+
+// langRuntime is a language runtime on the host as the pipeline drives it; a package under
+// interp/ makes one. It recognises the processes that run it among their mappings and
+// tells the kernel how to walk them, decodes the frames the kernel writes and hears of
+// their code, names them, runs its own reader until shutdown, and logs what it counted.
+type langRuntime interface {
+	trace.MappingObserver
+	trace.Runtime
+	symbolize.InterpNamer
+	Run(ctx context.Context) error
+	slog.LogValuer
+}
+
+// registeredRuntime is a runtime and the names it goes by: its number in the kernel's
+// frames, and its key in the summary.
+type registeredRuntime struct {
+	number uint8
+	name   string
+	rt     langRuntime
+}
+
+// newRuntimes makes the language runtimes whose frames the kernel walks beside the native
+// ones: the one place that names them. renew is the aggregator's RenewImage, which exists
+// only later.
+func newRuntimes(s *bpf.Sampler, renew func(pid uint32, image uint64), log *slog.Logger) []registeredRuntime {
+	return []registeredRuntime{{
+		number: python.Number,
+		name:   "python",
+		rt: python.New(python.Config{
+			Kernel: kernelPython{s},
+			OnError: func(path string, err error) {
+				log.Info("python interpreter whose frames sonde cannot walk; its stacks show the interpreter's", "file", path, "err", err)
+			},
+			OnReuse: renew,
+		}),
+	}}
+}
+
+// kernelPython lets package python write the sampler's py_procs map without knowing BPF.
+type kernelPython struct{ s *bpf.Sampler }
+
+func (k kernelPython) SetPython(pid uint32, st *python.KernelState) error {
+	return k.s.SetPython(pid, &bpf.PythonProc{
+		ExecId:         st.ExecID,
+		Runtime:        st.Runtime,
+		EvalStart:      st.Eval[0],
+		EvalEnd:        st.Eval[1],
+		ColdStart:      st.EvalCold[0],
+		ColdEnd:        st.EvalCold[1],
+		SkipCode:       st.SkipCode,
+		Model:          st.Model,
+		InterpHead:     st.InterpretersHead,
+		ThreadsHead:    st.ThreadsHead,
+		TstateNext:     st.ThreadNext,
+		TstateThreadId: st.ThreadID,
+		TstateFrame:    st.ThreadFrame,
+		CframeFrame:    st.CFrameFrame,
+		FramePrevious:  st.FramePrevious,
+		FrameCode:      st.FrameCode,
+		FrameInstr:     st.FrameInstr,
+		FrameOwner:     st.FrameOwner,
+		FrameIsEntry:   st.FrameIsEntry,
+		FrameSize:      st.FrameSize,
+		CodeAdaptive:   st.CodeAdaptive,
+		LastiBytes:     st.LastiBytes,
+	})
+}
+
+func (k kernelPython) DeletePython(pid uint32) error { return k.s.DeletePython(pid) }
+
+// WalkEnds counts the kernel's walks of Python frames by how they ended.
+func (k kernelPython) WalkEnds() (map[string]uint64, error) {
+	ends, err := k.s.PythonEnds()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]uint64, len(ends))
+	for i, n := range ends {
+		out[bpf.PythonEnd(i).String()] = n
+	}
+	return out, nil
+}
