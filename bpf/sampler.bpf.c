@@ -21,6 +21,9 @@ struct mm_struct {
 struct task_struct {
 	__u64 self_exec_id;
 	struct mm_struct *mm;
+	int pid;
+	int tgid;
+	unsigned int flags;
 } __attribute__((preserve_access_index));
 
 /* Opaque: only passed to helpers. */
@@ -178,6 +181,8 @@ const struct process_event *unused_process_event __attribute__((unused));
 const struct vma_event *unused_vma_event __attribute__((unused));
 const enum vma_limits *unused_vma_limits __attribute__((unused));
 const struct interp_proc *unused_interp_proc __attribute__((unused));
+const struct offcpu_start *unused_offcpu_start __attribute__((unused));
+const struct offcpu_end_event *unused_offcpu_end_event __attribute__((unused));
 const enum interp_frame_encoding *unused_interp_frame_encoding __attribute__((unused));
 
 static __always_inline void count(__u32 which)
@@ -480,22 +485,14 @@ static __always_inline void hint_leaf(struct sample_event *e, struct task_struct
 	bpf_ringbuf_output(&events, v, __builtin_offsetof(struct vma_event, hints) + sizeof(struct vma_hint), BPF_RB_NO_WAKEUP);
 }
 
-SEC("perf_event")
-int sample(struct bpf_perf_event_data *ctx)
+/* fill_sample records the current thread and its user and kernel stacks in e and returns
+ * the record's size. known says whether user space had described the process to the kernel
+ * (see unwind_user); hints, whether a process it had not may have its leaf's mapping named;
+ * kernel_skip, how many kernel frames at the leaf are the caller's own, not the thread's. */
+static __always_inline __u64 fill_sample(void *ctx, struct sample_event *e, __u64 id, int *known, int hints, __u64 kernel_skip)
 {
-	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32;
-	__u32 zero = 0;
-
-	/* The idle task is not work anyone can act on. */
-	if (tgid == 0 || !wanted(tgid))
-		return 0;
-
-	struct sample_event *e = bpf_map_lookup_elem(&scratch, &zero);
-	if (!e)
-		return 0;
 	struct task_struct *task = bpf_get_current_task_btf();
-	e->kind = EVENT_SAMPLE;
 	e->pid = tgid;
 	e->tid = (__u32)id;
 	e->cpu = bpf_get_smp_processor_id();
@@ -503,10 +500,10 @@ int sample(struct bpf_perf_event_data *ctx)
 	e->exec_id = task->self_exec_id;
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 
-	int known = 1;
+	*known = 1;
 	if (table_unwinding && ARCH_TABLE_UNWIND) {
-		known = unwind_user(e, task, tgid);
-		if (vma_hints && !known) {
+		*known = unwind_user(e, task, tgid);
+		if (hints && vma_hints && !*known) {
 			check_frames(e, task);
 			hint_leaf(e, task);
 		}
@@ -526,7 +523,7 @@ int sample(struct bpf_perf_event_data *ctx)
 		user_frames = MAX_USER_DEPTH;
 	e->kernel_len = 0;
 	if (collect_kernel) {
-		e->kernel_len = bpf_get_stack(ctx, &e->frames[user_frames], MAX_STACK_DEPTH * sizeof(__u64), 0);
+		e->kernel_len = bpf_get_stack(ctx, &e->frames[user_frames], MAX_STACK_DEPTH * sizeof(__u64), kernel_skip & BPF_F_SKIP_FIELD_MASK);
 		if (e->kernel_len < 0)
 			count(COUNTER_KERNEL_STACK_ERR);
 	}
@@ -536,6 +533,26 @@ int sample(struct bpf_perf_event_data *ctx)
 	__u64 size = __builtin_offsetof(struct sample_event, frames) + (user_frames + kernel_frames) * sizeof(__u64);
 	if (size > sizeof(*e))
 		size = sizeof(*e);
+	return size;
+}
+
+SEC("perf_event")
+int sample(struct bpf_perf_event_data *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+	__u32 zero = 0;
+
+	/* The idle task is not work anyone can act on. */
+	if (tgid == 0 || !wanted(tgid))
+		return 0;
+
+	struct sample_event *e = bpf_map_lookup_elem(&scratch, &zero);
+	if (!e)
+		return 0;
+	e->kind = EVENT_SAMPLE;
+	int known = 1;
+	__u64 size = fill_sample(ctx, e, id, &known, 1, 0);
 	tracectx_emit(tgid, e->exec_id, e->cpu, e->ktime_ns); /* its record goes first */
 	/* Waking the reader for every sample costs more than the sample; it polls instead, and
 	 * is woken when the ring starts to fill, or when a process it does not know yet runs:
@@ -550,6 +567,8 @@ int sample(struct bpf_perf_event_data *ctx)
 	count(COUNTER_SAMPLES);
 	return 0;
 }
+
+#include "offcpu.h"
 
 /* Flavours of the kernel's structs (CO-RE drops the ___ suffix): only what is read here. */
 struct signal_struct___follow {

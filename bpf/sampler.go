@@ -51,6 +51,17 @@ type Config struct {
 	// FollowForks makes the children of PIDs targets too, from the fork on, and their
 	// children in turn, at most MaxFollowed alive at once: a command and all it starts.
 	FollowForks bool
+	// OffCPU records where threads wait (off-CPU samples) beside the CPU samples.
+	OffCPU bool
+	// OffCPUMin is the shortest wait recorded; 0 means DefaultOffCPUMin.
+	OffCPUMin time.Duration
+	// OffCPUWalksPerSecond is how many switch-outs each CPU walks per second before it
+	// walks a random sample of them, weighted to keep totals right; 0 means
+	// DefaultOffCPUWalks, less than 0 walks every one.
+	OffCPUWalksPerSecond int
+	// OffCPUThreads bounds the waiting threads the kernel follows at once; 0 means
+	// DefaultOffCPUThreads.
+	OffCPUThreads int
 }
 
 // MaxFollowed bounds the targets alive at once with FollowForks: the PID filter is a
@@ -85,6 +96,10 @@ type Sample struct {
 	// VMAs are the mappings the user frames lie in, named by the kernel when user space
 	// had not described the image to it yet; nil otherwise.
 	VMAs []VMA
+	// OffCPU, when not 0, makes this an off-CPU sample: the stacks as the thread went off
+	// the CPU at Time, and the nanoseconds it waited (scaled when switch-outs were
+	// sampled). A CPU sample has 0.
+	OffCPU uint64
 }
 
 // ProcessEventKind says what happened to a process.
@@ -121,6 +136,8 @@ type Counters struct {
 	UnwindEnds [UnwindEndCount]uint64
 	// Context counts the trace contexts read.
 	Context ContextCounters
+	// OffCPU counts the off-CPU program's work.
+	OffCPU OffCPUCounters
 }
 
 // ProgramStats is the kernel's accounting of the sampling program (needs CollectStats).
@@ -147,6 +164,10 @@ type Sampler struct {
 	lastPoll  atomic.Int64  // unix nanoseconds of the latest
 
 	interp   interpRegions
+	offCPU   offCPUPending // the reader's only
+	// offPending and offUnmatched publish offCPU's figures to other goroutines.
+	offPending   atomic.Int64
+	offUnmatched atomic.Uint64
 	tablesMu sync.Mutex
 	slots    tableSlots
 
@@ -226,6 +247,9 @@ func Load(cfg Config) (*Sampler, error) {
 	if err := spec.Variables["tracectx_stats"].Set(boolByte(cfg.CollectStats)); err != nil {
 		return nil, fmt.Errorf("set tracectx_stats: %w", err)
 	}
+	if err := setOffCPU(spec, cfg, uint32(os.Getpid())); err != nil {
+		return nil, err
+	}
 	s := &Sampler{slots: tableSlots{max: uint32(maxTables)}}
 	if cfg.CollectStats {
 		if s.stats, err = ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME)); err != nil {
@@ -263,6 +287,12 @@ func Load(cfg Config) (*Sampler, error) {
 			return nil, classify("attach raw tracepoint "+name, err)
 		}
 		s.links = append(s.links, l)
+	}
+	if cfg.OffCPU {
+		if err := s.attachOffCPU(); err != nil {
+			s.Close()
+			return nil, err
+		}
 	}
 	if cfg.FollowForks {
 		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sched_process_fork", Program: s.objs.OnFork})
@@ -371,8 +401,8 @@ func (s *Sampler) dispatch(raw []byte, sample *Sample, h Handler) {
 	if len(raw) < 4 {
 		return
 	}
-	switch samplerEventKind(*(*uint32)(unsafe.Pointer(&raw[0]))) {
-	case samplerEventKindEVENT_SAMPLE:
+	switch kind := samplerEventKind(*(*uint32)(unsafe.Pointer(&raw[0]))); kind {
+	case samplerEventKindEVENT_SAMPLE, samplerEventKindEVENT_OFFCPU:
 		// Records end after their last frame: only the header is sure to be there.
 		if len(raw) < headerSize {
 			return
@@ -392,7 +422,21 @@ func (s *Sampler) dispatch(raw []byte, sample *Sample, h Handler) {
 		sample.UnwindEnd = UnwindEnd(e.UnwindEnd)
 		sample.ContextSource, sample.Context = s.takeContext(e.Cpu, e.KtimeNs)
 		sample.VMAs = s.takeVMAs(e.Cpu, e.KtimeNs)
+		if kind == samplerEventKindEVENT_OFFCPU {
+			// Held until the thread runs again and says how long it waited.
+			s.offCPU.hold(sample, e.KtimeNs)
+			s.offPending.Store(int64(len(s.offCPU.byTID)))
+			return
+		}
 		h.HandleSample(sample)
+	case samplerEventKindEVENT_OFFCPU_END:
+		off, weight := s.offCPU.end(raw)
+		s.offPending.Store(int64(len(s.offCPU.byTID)))
+		s.offUnmatched.Store(s.offCPU.unmatched)
+		if off != nil && weight > 0 {
+			off.OffCPU = weight
+			h.HandleSample(off)
+		}
 	case samplerEventKindEVENT_CONTEXT:
 		s.holdContext(raw)
 	case samplerEventKindEVENT_VMAS:
@@ -406,6 +450,7 @@ func (s *Sampler) dispatch(raw []byte, sample *Sample, h Handler) {
 		if samplerEventKind(e.Kind) == samplerEventKindEVENT_EXIT {
 			kind = ProcessExit
 		}
+		s.offCPU.forget(e.Pid)
 		h.HandleProcessEvent(ProcessEvent{Kind: kind, PID: e.Pid, Time: s.wallTime(e.KtimeNs), ExecID: e.ExecId})
 	}
 }
@@ -475,11 +520,15 @@ func (s *Sampler) Counters() (Counters, error) {
 		samplerCounterCOUNTER_KERNEL_STACK_ERR: &out.KernelStackErrors,
 		samplerCounterCOUNTER_PROCESS_EVENTS:   &out.ProcessEvents,
 		samplerCounterCOUNTER_STALE_MAPPINGS:   &out.StaleMappings,
+		samplerCounterCOUNTER_OFFCPU_SWITCHES:  &out.OffCPU.Switches,
+		samplerCounterCOUNTER_OFFCPU_WALKED:    &out.OffCPU.Walked,
+		samplerCounterCOUNTER_OFFCPU_SAMPLES:   &out.OffCPU.Samples,
+		samplerCounterCOUNTER_OFFCPU_SHORT:     &out.OffCPU.Short,
+		samplerCounterCOUNTER_OFFCPU_LOST:      &out.OffCPU.Lost,
 	}
 	for i := range out.UnwindEnds {
 		fields[samplerCounterCOUNTER_UNWIND_BASE+samplerCounter(i)] = &out.UnwindEnds[i]
 	}
-	// The keys span the whole map: COUNTER_MAX is UNWIND_BASE plus the unwind ends.
 	for i, field := range fields {
 		var perCPU []uint64
 		if err := s.objs.Counters.Lookup(uint32(i), &perCPU); err != nil {

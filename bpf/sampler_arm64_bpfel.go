@@ -41,7 +41,12 @@ const (
 	samplerCounterCOUNTER_PROCESS_EVENTS   samplerCounter = 4
 	samplerCounterCOUNTER_STALE_MAPPINGS   samplerCounter = 5
 	samplerCounterCOUNTER_UNWIND_BASE      samplerCounter = 6
-	samplerCounterCOUNTER_MAX              samplerCounter = 20
+	samplerCounterCOUNTER_OFFCPU_SWITCHES  samplerCounter = 20
+	samplerCounterCOUNTER_OFFCPU_WALKED    samplerCounter = 21
+	samplerCounterCOUNTER_OFFCPU_SAMPLES   samplerCounter = 22
+	samplerCounterCOUNTER_OFFCPU_SHORT     samplerCounter = 23
+	samplerCounterCOUNTER_OFFCPU_LOST      samplerCounter = 24
+	samplerCounterCOUNTER_MAX              samplerCounter = 25
 )
 
 type samplerCtxSource uint32
@@ -56,12 +61,14 @@ const (
 type samplerEventKind uint32
 
 const (
-	samplerEventKindEVENT_SAMPLE   samplerEventKind = 1
-	samplerEventKindEVENT_EXEC     samplerEventKind = 2
-	samplerEventKindEVENT_EXIT     samplerEventKind = 3
-	samplerEventKindEVENT_CONTEXT  samplerEventKind = 4
-	samplerEventKindEVENT_VMAS     samplerEventKind = 5
-	samplerEventKindEVENT_KIND_MAX samplerEventKind = 6
+	samplerEventKindEVENT_SAMPLE     samplerEventKind = 1
+	samplerEventKindEVENT_EXEC       samplerEventKind = 2
+	samplerEventKindEVENT_EXIT       samplerEventKind = 3
+	samplerEventKindEVENT_CONTEXT    samplerEventKind = 4
+	samplerEventKindEVENT_VMAS       samplerEventKind = 5
+	samplerEventKindEVENT_OFFCPU     samplerEventKind = 6
+	samplerEventKindEVENT_OFFCPU_END samplerEventKind = 7
+	samplerEventKindEVENT_KIND_MAX   samplerEventKind = 8
 )
 
 type samplerExecMapping struct {
@@ -145,6 +152,31 @@ type samplerInterpRegion struct {
 	End     uint64
 	Runtime uint32
 	Pad     uint32
+}
+
+type samplerOffcpuEndEvent struct {
+	_        structs.HostLayout
+	Kind     uint32
+	Pid      uint32
+	Tid      uint32
+	Cpu      uint32
+	StartNs  uint64
+	EndNs    uint64
+	WeightNs uint64
+}
+
+type samplerOffcpuRate struct {
+	_           structs.HostLayout
+	WindowStart uint64
+	Seen        uint32
+	Last        uint32
+}
+
+type samplerOffcpuStart struct {
+	_       structs.HostLayout
+	StartNs uint64
+	Scale   uint32
+	Pid     uint32
 }
 
 type samplerProcInfo struct {
@@ -394,6 +426,8 @@ const (
 	samplerMapExecIds                   = "exec_ids"
 	samplerMapGoRuntimes                = "go_runtimes"
 	samplerMapInterpProcs               = "interp_procs"
+	samplerMapOffcpuRates               = "offcpu_rates"
+	samplerMapOffcpuStarts              = "offcpu_starts"
 	samplerMapProcMaps                  = "proc_maps"
 	samplerMapPyCounters                = "py_counters"
 	samplerMapPyProcs                   = "py_procs"
@@ -410,12 +444,16 @@ const (
 	samplerProgOnExec                   = "on_exec"
 	samplerProgOnExit                   = "on_exit"
 	samplerProgOnFork                   = "on_fork"
+	samplerProgOnSwitch                 = "on_switch"
 	samplerProgSample                   = "sample"
 	samplerVarCollectKernel             = "collect_kernel"
 	samplerVarFilterCgroups             = "filter_cgroups"
 	samplerVarFilterPids                = "filter_pids"
 	samplerVarFollowForks               = "follow_forks"
+	samplerVarOffcpuMinNs               = "offcpu_min_ns"
+	samplerVarOffcpuWalksPerWindow      = "offcpu_walks_per_window"
 	samplerVarRingWakeupBytes           = "ring_wakeup_bytes"
+	samplerVarSelfTgid                  = "self_tgid"
 	samplerVarTableUnwinding            = "table_unwinding"
 	samplerVarTracectxStats             = "tracectx_stats"
 	samplerVarUnusedCfaRule             = "unused_cfa_rule"
@@ -428,6 +466,8 @@ const (
 	samplerVarUnusedGoRuntime           = "unused_go_runtime"
 	samplerVarUnusedInterpFrameEncoding = "unused_interp_frame_encoding"
 	samplerVarUnusedInterpProc          = "unused_interp_proc"
+	samplerVarUnusedOffcpuEndEvent      = "unused_offcpu_end_event"
+	samplerVarUnusedOffcpuStart         = "unused_offcpu_start"
 	samplerVarUnusedProcInfo            = "unused_proc_info"
 	samplerVarUnusedProcessEvent        = "unused_process_event"
 	samplerVarUnusedPyEnd               = "unused_py_end"
@@ -489,10 +529,11 @@ type samplerSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type samplerProgramSpecs struct {
-	OnExec *ebpf.ProgramSpec `ebpf:"on_exec"`
-	OnExit *ebpf.ProgramSpec `ebpf:"on_exit"`
-	OnFork *ebpf.ProgramSpec `ebpf:"on_fork"`
-	Sample *ebpf.ProgramSpec `ebpf:"sample"`
+	OnExec   *ebpf.ProgramSpec `ebpf:"on_exec"`
+	OnExit   *ebpf.ProgramSpec `ebpf:"on_exit"`
+	OnFork   *ebpf.ProgramSpec `ebpf:"on_fork"`
+	OnSwitch *ebpf.ProgramSpec `ebpf:"on_switch"`
+	Sample   *ebpf.ProgramSpec `ebpf:"sample"`
 }
 
 // samplerMapSpecs contains maps before they are loaded into the kernel.
@@ -504,6 +545,8 @@ type samplerMapSpecs struct {
 	ExecIds          *ebpf.MapSpec `ebpf:"exec_ids"`
 	GoRuntimes       *ebpf.MapSpec `ebpf:"go_runtimes"`
 	InterpProcs      *ebpf.MapSpec `ebpf:"interp_procs"`
+	OffcpuRates      *ebpf.MapSpec `ebpf:"offcpu_rates"`
+	OffcpuStarts     *ebpf.MapSpec `ebpf:"offcpu_starts"`
 	ProcMaps         *ebpf.MapSpec `ebpf:"proc_maps"`
 	PyCounters       *ebpf.MapSpec `ebpf:"py_counters"`
 	PyProcs          *ebpf.MapSpec `ebpf:"py_procs"`
@@ -527,7 +570,10 @@ type samplerVariableSpecs struct {
 	FilterCgroups             *ebpf.VariableSpec `ebpf:"filter_cgroups"`
 	FilterPids                *ebpf.VariableSpec `ebpf:"filter_pids"`
 	FollowForks               *ebpf.VariableSpec `ebpf:"follow_forks"`
+	OffcpuMinNs               *ebpf.VariableSpec `ebpf:"offcpu_min_ns"`
+	OffcpuWalksPerWindow      *ebpf.VariableSpec `ebpf:"offcpu_walks_per_window"`
 	RingWakeupBytes           *ebpf.VariableSpec `ebpf:"ring_wakeup_bytes"`
+	SelfTgid                  *ebpf.VariableSpec `ebpf:"self_tgid"`
 	TableUnwinding            *ebpf.VariableSpec `ebpf:"table_unwinding"`
 	TracectxStats             *ebpf.VariableSpec `ebpf:"tracectx_stats"`
 	UnusedCfaRule             *ebpf.VariableSpec `ebpf:"unused_cfa_rule"`
@@ -540,6 +586,8 @@ type samplerVariableSpecs struct {
 	UnusedGoRuntime           *ebpf.VariableSpec `ebpf:"unused_go_runtime"`
 	UnusedInterpFrameEncoding *ebpf.VariableSpec `ebpf:"unused_interp_frame_encoding"`
 	UnusedInterpProc          *ebpf.VariableSpec `ebpf:"unused_interp_proc"`
+	UnusedOffcpuEndEvent      *ebpf.VariableSpec `ebpf:"unused_offcpu_end_event"`
+	UnusedOffcpuStart         *ebpf.VariableSpec `ebpf:"unused_offcpu_start"`
 	UnusedProcInfo            *ebpf.VariableSpec `ebpf:"unused_proc_info"`
 	UnusedProcessEvent        *ebpf.VariableSpec `ebpf:"unused_process_event"`
 	UnusedPyEnd               *ebpf.VariableSpec `ebpf:"unused_py_end"`
@@ -584,6 +632,8 @@ type samplerMaps struct {
 	ExecIds          *ebpf.Map `ebpf:"exec_ids"`
 	GoRuntimes       *ebpf.Map `ebpf:"go_runtimes"`
 	InterpProcs      *ebpf.Map `ebpf:"interp_procs"`
+	OffcpuRates      *ebpf.Map `ebpf:"offcpu_rates"`
+	OffcpuStarts     *ebpf.Map `ebpf:"offcpu_starts"`
 	ProcMaps         *ebpf.Map `ebpf:"proc_maps"`
 	PyCounters       *ebpf.Map `ebpf:"py_counters"`
 	PyProcs          *ebpf.Map `ebpf:"py_procs"`
@@ -606,6 +656,8 @@ func (m *samplerMaps) Close() error {
 		m.ExecIds,
 		m.GoRuntimes,
 		m.InterpProcs,
+		m.OffcpuRates,
+		m.OffcpuStarts,
 		m.ProcMaps,
 		m.PyCounters,
 		m.PyProcs,
@@ -630,7 +682,10 @@ type samplerVariables struct {
 	FilterCgroups             *ebpf.Variable `ebpf:"filter_cgroups"`
 	FilterPids                *ebpf.Variable `ebpf:"filter_pids"`
 	FollowForks               *ebpf.Variable `ebpf:"follow_forks"`
+	OffcpuMinNs               *ebpf.Variable `ebpf:"offcpu_min_ns"`
+	OffcpuWalksPerWindow      *ebpf.Variable `ebpf:"offcpu_walks_per_window"`
 	RingWakeupBytes           *ebpf.Variable `ebpf:"ring_wakeup_bytes"`
+	SelfTgid                  *ebpf.Variable `ebpf:"self_tgid"`
 	TableUnwinding            *ebpf.Variable `ebpf:"table_unwinding"`
 	TracectxStats             *ebpf.Variable `ebpf:"tracectx_stats"`
 	UnusedCfaRule             *ebpf.Variable `ebpf:"unused_cfa_rule"`
@@ -643,6 +698,8 @@ type samplerVariables struct {
 	UnusedGoRuntime           *ebpf.Variable `ebpf:"unused_go_runtime"`
 	UnusedInterpFrameEncoding *ebpf.Variable `ebpf:"unused_interp_frame_encoding"`
 	UnusedInterpProc          *ebpf.Variable `ebpf:"unused_interp_proc"`
+	UnusedOffcpuEndEvent      *ebpf.Variable `ebpf:"unused_offcpu_end_event"`
+	UnusedOffcpuStart         *ebpf.Variable `ebpf:"unused_offcpu_start"`
 	UnusedProcInfo            *ebpf.Variable `ebpf:"unused_proc_info"`
 	UnusedProcessEvent        *ebpf.Variable `ebpf:"unused_process_event"`
 	UnusedPyEnd               *ebpf.Variable `ebpf:"unused_py_end"`
@@ -666,10 +723,11 @@ type samplerVariables struct {
 //
 // It can be passed to loadSamplerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type samplerPrograms struct {
-	OnExec *ebpf.Program `ebpf:"on_exec"`
-	OnExit *ebpf.Program `ebpf:"on_exit"`
-	OnFork *ebpf.Program `ebpf:"on_fork"`
-	Sample *ebpf.Program `ebpf:"sample"`
+	OnExec   *ebpf.Program `ebpf:"on_exec"`
+	OnExit   *ebpf.Program `ebpf:"on_exit"`
+	OnFork   *ebpf.Program `ebpf:"on_fork"`
+	OnSwitch *ebpf.Program `ebpf:"on_switch"`
+	Sample   *ebpf.Program `ebpf:"sample"`
 }
 
 func (p *samplerPrograms) Close() error {
@@ -677,6 +735,7 @@ func (p *samplerPrograms) Close() error {
 		p.OnExec,
 		p.OnExit,
 		p.OnFork,
+		p.OnSwitch,
 		p.Sample,
 	)
 }

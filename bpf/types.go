@@ -153,6 +153,10 @@ func (c Counters) LogValue() slog.Value {
 			attrs = append(attrs, slog.Uint64("unwind_"+e.String(), n))
 		}
 	}
+	if c.OffCPU != (OffCPUCounters{}) {
+		o := c.OffCPU
+		attrs = append(attrs, slog.Group("off_cpu", "switches", o.Switches, "walked", o.Walked, "samples", o.Samples, "short", o.Short, "lost", o.Lost))
+	}
 	if c.Context != (ContextCounters{}) {
 		attrs = append(attrs, slog.Any("context", c.Context))
 	}

@@ -19,6 +19,8 @@ enum event_kind {
 	EVENT_EXIT = 3,
 	EVENT_CONTEXT = 4, /* struct tracectx_event: the trace context of the sample that follows */
 	EVENT_VMAS = 5,    /* struct vma_event: where the frames of the sample that follows lie */
+	EVENT_OFFCPU = 6,  /* struct sample_event: the stacks of a thread as it went off the CPU */
+	EVENT_OFFCPU_END = 7, /* struct offcpu_end_event: it came back after a long enough wait */
 	EVENT_KIND_MAX,
 };
 
@@ -52,7 +54,15 @@ enum counter {
 	/* Samples of a process whose unwinder mappings belong to an earlier exec: walked by frame pointer. */
 	COUNTER_STALE_MAPPINGS = 5,
 	COUNTER_UNWIND_BASE = 6,
-	COUNTER_MAX = COUNTER_UNWIND_BASE + UNWIND_END_MAX,
+	/* Off-CPU (on_switch): threads going off the CPU to wait, those whose stacks were
+	 * walked (all, or a sample of them when they come too fast), waits reported, waits
+	 * shorter than the minimum, and records lost for want of room in the ring. */
+	COUNTER_OFFCPU_SWITCHES = COUNTER_UNWIND_BASE + UNWIND_END_MAX,
+	COUNTER_OFFCPU_WALKED,
+	COUNTER_OFFCPU_SAMPLES,
+	COUNTER_OFFCPU_SHORT,
+	COUNTER_OFFCPU_LOST,
+	COUNTER_MAX,
 };
 
 /* How the canonical frame address of a row is found; package unwind documents each rule. */
@@ -190,6 +200,26 @@ struct interp_proc {
 	__u32 runtimes; /* a bit per runtime of the process, 1 << its number */
 	__u32 count;    /* regions in use */
 	struct interp_region regions[MAX_INTERP_REGIONS];
+};
+
+/* A thread off the CPU whose stacks were sent (EVENT_OFFCPU), by thread id, until it runs
+ * again. */
+struct offcpu_start {
+	__u64 start_ns; /* CLOCK_MONOTONIC at the switch-out: the EVENT_OFFCPU record's ktime_ns */
+	__u32 scale;    /* 256 times the switch-outs each walked one stands for */
+	__u32 pid;
+};
+
+/* A thread back on the CPU after a wait of at least the minimum: pairs with the
+ * EVENT_OFFCPU record of tid whose ktime_ns is start_ns. */
+struct offcpu_end_event {
+	__u32 kind; /* EVENT_OFFCPU_END */
+	__u32 pid;
+	__u32 tid;
+	__u32 cpu;
+	__u64 start_ns;
+	__u64 end_ns;
+	__u64 weight_ns; /* end_ns - start_ns times the walk's scale */
 };
 
 /* exec and exit of a thread group, so user space can drop stale mappings at once. */

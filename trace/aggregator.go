@@ -31,6 +31,9 @@ type RawSample struct {
 	// Mappings are those the kernel named for the user frames, when user space had not
 	// described the image to it yet.
 	Mappings []SampledMapping
+	// OffCPU, when positive, makes this an off-CPU sample: the thread waited this long
+	// with these stacks, rather than running on a CPU for a period.
+	OffCPU time.Duration
 }
 
 // Config tunes an Aggregator.
@@ -191,11 +194,11 @@ func (a *Aggregator) aggregate(img *image, s RawSample) {
 		id.Lo ^= h.Lo ^ mix(uint64(s.ContextKind))
 	}
 	if sl := a.agg.find(id); sl != nil {
-		sl.count++
+		sl.add(s)
 		if !sl.e.link.IsZero() {
 			a.stats.Linked++
 		}
-		if a.cfg.KeepTimestamps {
+		if a.cfg.KeepTimestamps && s.OffCPU <= 0 {
 			sl.e.times = append(sl.e.times, s.Time)
 		}
 		return
@@ -224,10 +227,10 @@ func (a *Aggregator) aggregate(img *image, s RawSample) {
 		run := frames[b[0]:b[1]]
 		e.chunks[i] = a.chunks.intern(space, a.chunks.hashFrames(space, run), run)
 	}
-	if a.cfg.KeepTimestamps {
+	if a.cfg.KeepTimestamps && s.OffCPU <= 0 {
 		e.times = []time.Time{s.Time}
 	}
-	a.agg.insert(id, e)
+	a.agg.insert(id, e).add(s)
 }
 
 // traceID identifies a stack of a thread in an interval. It is not checked frame by frame:
@@ -262,8 +265,17 @@ type traceTable struct {
 
 type traceSlot struct {
 	id    traceID
-	count int64
+	count int64 // CPU samples
+	off   int64 // nanoseconds off the CPU
 	e     *entry
+}
+
+func (sl *traceSlot) add(s RawSample) {
+	if s.OffCPU > 0 {
+		sl.off += int64(s.OffCPU)
+	} else {
+		sl.count++
+	}
 }
 
 func newTraceTable(expect int) traceTable {
@@ -287,7 +299,7 @@ func (t *traceTable) find(id traceID) *traceSlot {
 	}
 }
 
-func (t *traceTable) insert(id traceID, e *entry) {
+func (t *traceTable) insert(id traceID, e *entry) *traceSlot {
 	if 2*(t.n+1) > len(t.slots) {
 		old := t.slots
 		*t = newTraceTable(t.n + 1)
@@ -298,8 +310,10 @@ func (t *traceTable) insert(id traceID, e *entry) {
 			}
 		}
 	}
-	*t.place(id) = traceSlot{id: id, count: 1, e: e}
+	sl := t.place(id)
+	*sl = traceSlot{id: id, e: e}
 	t.n++
+	return sl
 }
 
 // place returns the free slot where id belongs.
@@ -346,7 +360,9 @@ func (a *Aggregator) Flush(end time.Time) *Profile {
 	seen := map[*image]bool{}
 	for _, sl := range agg.slots {
 		if sl.e != nil {
-			p.Samples = append(p.Samples, a.sample(p, sl.e, sl.count))
+			smp := a.sample(p, sl.e, sl.count)
+			smp.OffCPU = sl.off
+			p.Samples = append(p.Samples, smp)
 			seen[sl.e.img] = true
 		}
 	}

@@ -135,7 +135,11 @@ type Sample struct {
 	// chunk's slice is shared by every sample in the profile that contains the chunk, so
 	// consumers can do per-chunk work once (see reporter/otlp). Empty for hand-built samples.
 	Chunks [][]*Location
-	Count  int64
+	// Count is how many CPU samples took the stack, each standing for the profile's Period.
+	Count int64
+	// OffCPU is how long, in nanoseconds, the thread waited off the CPU with this stack
+	// (off-CPU profiling); 0 in a CPU-only profile.
+	OffCPU int64
 	// Timestamps of each sample, when the collector keeps them.
 	Timestamps []time.Time
 	// Link is the span the samples were taken in, from their thread's trace context;
@@ -153,6 +157,85 @@ type Profile struct {
 	Period    time.Duration
 	Samples   []*Sample
 	Locations []*Location // every location the samples use, once each
+}
+
+// HasOffCPU tells whether any sample waited off the CPU.
+func (p *Profile) HasOffCPU() bool {
+	for _, s := range p.Samples {
+		if s.OffCPU > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// TotalOffCPU is how long the profile's threads waited off the CPU, in all.
+func (p *Profile) TotalOffCPU() time.Duration {
+	var n int64
+	for _, s := range p.Samples {
+		n += s.OffCPU
+	}
+	return time.Duration(n)
+}
+
+// View is what a local view of a profile (flame graph, top table, folded stacks) weighs
+// its stacks by.
+type View uint8
+
+const (
+	ViewCPU    View = iota // CPU samples
+	ViewOffCPU             // time waited off the CPU
+	ViewWall               // both: time on the CPU and off it
+)
+
+func (v View) String() string {
+	switch v {
+	case ViewOffCPU:
+		return "off-cpu"
+	case ViewWall:
+		return "wall"
+	}
+	return "cpu"
+}
+
+// ViewUnit is the time one sample of an off-CPU or wall view stands for.
+const ViewUnit = time.Millisecond
+
+// ForView returns the profile as a view weighs it, for outputs that count samples:
+// ViewCPU keeps the CPU samples; ViewOffCPU and ViewWall count time, each sample standing
+// for ViewUnit (the profile's Period then), a CPU sample for its period, a wait for its
+// length, rounded to the nearest unit. A profile without off-CPU samples is its own CPU
+// view. The samples are new; their locations are shared.
+func (p *Profile) ForView(v View) *Profile {
+	if v == ViewCPU && !p.HasOffCPU() {
+		return p
+	}
+	out := *p
+	out.Samples = make([]*Sample, 0, len(p.Samples))
+	if v != ViewCPU {
+		out.Period = ViewUnit
+	}
+	for _, s := range p.Samples {
+		var n int64
+		switch v {
+		case ViewCPU:
+			n = s.Count
+		case ViewOffCPU:
+			n = (s.OffCPU + int64(ViewUnit)/2) / int64(ViewUnit)
+		case ViewWall:
+			n = (s.Count*int64(p.Period) + s.OffCPU + int64(ViewUnit)/2) / int64(ViewUnit)
+		}
+		if n <= 0 {
+			continue
+		}
+		c := *s
+		c.Count, c.OffCPU = n, 0
+		if v != ViewCPU {
+			c.Timestamps = nil
+		}
+		out.Samples = append(out.Samples, &c)
+	}
+	return &out
 }
 
 // TotalCount is the number of samples in the profile.

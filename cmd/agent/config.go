@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sonde-profiler/sonde/bpf"
 	"github.com/sonde-profiler/sonde/reporter/otlp"
 	"github.com/sonde-profiler/sonde/symbolize"
 	"github.com/sonde-profiler/sonde/symbolize/debuginfod"
@@ -38,6 +39,11 @@ type config struct {
 	unwindRows   int
 	interval     time.Duration
 	timestamps   bool
+	// offCPU records where threads wait too; view is what local outputs weigh stacks by.
+	offCPU       bool
+	offCPUMin    time.Duration
+	offCPURate   int
+	view         trace.View
 	traceContext bool
 	memoryLimit  int64
 	metricsAddr  string
@@ -154,6 +160,11 @@ func agentFlags(getenv func(string) string) (*flag.FlagSet, func(set *flag.FlagS
 	fs.IntVar(&c.unwindRows, "unwind-rows", 0, "rows (16 bytes of kernel memory each) all files' unwind tables may hold together; tables of files no process maps are freed to make room (0: sized from --memory-limit)")
 	fs.DurationVar(&c.interval, "interval", 10*time.Second, "how often collected samples are symbolized and sent (±10% jitter)")
 	fs.BoolVar(&c.timestamps, "timestamps", false, "send each sample's time, not only counts per stack")
+	fs.BoolVar(&c.offCPU, "off-cpu", false, "also record where threads wait off the CPU (locks, I/O, sleeps), by stack, weighted by the time waited: a second profile (off_cpu, nanoseconds) beside the CPU one")
+	fs.DurationVar(&c.offCPUMin, "off-cpu-min", bpf.DefaultOffCPUMin, "with --off-cpu, the shortest wait recorded")
+	fs.IntVar(&c.offCPURate, "off-cpu-rate", bpf.DefaultOffCPUWalks, "with --off-cpu, the switch-outs each CPU walks per second before it walks a random sample of them, weighted to keep totals right (`N`; 0: every one)")
+	var view string
+	fs.StringVar(&view, "view", "", "what the flame graph, top table and folded stacks weigh stacks by: `cpu`, off-cpu (time waited) or wall (both, as time) (default cpu; off-cpu with --off-cpu)")
 	fs.BoolVar(&c.traceContext, "trace-context", true, "link samples to the span their thread was in: read OpenTelemetry thread and process contexts (OTEPs 4947, 4719) and Go pprof labels")
 	fs.StringVar(&memoryLimit, "memory-limit", "256MiB", "memory sonde may use (`SIZE`, e.g. 128MiB, 1GiB), its own and its BPF maps': caches, queues and maps are sized from it, and under pressure caches and queued intervals are dropped first")
 	var endpoint string
@@ -246,6 +257,12 @@ func agentFlags(getenv func(string) string) (*flag.FlagSet, func(set *flag.FlagS
 		if c.metricsOTLP && !c.export {
 			return nil, usageError{errors.New("--metrics-otlp: no collector to push to; set --otlp-endpoint")}
 		}
+		if c.offCPUMin < 0 || c.offCPURate < 0 {
+			return nil, usageError{fmt.Errorf("--off-cpu-min %v and --off-cpu-rate %d must not be negative", c.offCPUMin, c.offCPURate)}
+		}
+		if c.view, err = parseView(view, c.offCPU); err != nil {
+			return nil, usageError{err}
+		}
 		return c, nil
 	}
 	return fs, check, nil
@@ -285,6 +302,30 @@ func parsePIDs(s string) ([]uint32, error) {
 
 // checkFrequency refuses rates above sonde's ceiling or the kernel's, before anything is
 // loaded.
+// parseView reads --view; without one, a run recording off-CPU time shows it.
+func parseView(s string, offCPU bool) (trace.View, error) {
+	switch s {
+	case "":
+		if offCPU {
+			return trace.ViewOffCPU, nil
+		}
+		return trace.ViewCPU, nil
+	case "cpu":
+		return trace.ViewCPU, nil
+	case "off-cpu":
+		if !offCPU {
+			return 0, errors.New("--view off-cpu: needs --off-cpu")
+		}
+		return trace.ViewOffCPU, nil
+	case "wall":
+		if !offCPU {
+			return 0, errors.New("--view wall: needs --off-cpu")
+		}
+		return trace.ViewWall, nil
+	}
+	return 0, fmt.Errorf("--view %q: want cpu, off-cpu or wall", s)
+}
+
 func checkFrequency(hz int) error {
 	limit := maxFrequency
 	if b, err := os.ReadFile("/proc/sys/kernel/perf_event_max_sample_rate"); err == nil {

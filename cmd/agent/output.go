@@ -90,6 +90,9 @@ type runFacts struct {
 	lostSamples int64
 	command     []string
 	note        string // a word to the reader about the run, such as an idle host's
+	// view is what the flame graphs and folded stacks weigh stacks by; pprof and OTLP
+	// files keep every sample type.
+	view trace.View
 }
 
 // write writes p to the output, replacing the file atomically: readers never see half
@@ -101,19 +104,32 @@ func (o output) write(p *trace.Profile, facts runFacts) error {
 			req := otlp.Encode([]*trace.Profile{p}, facts.resource, facts.encode)
 			return otlp.Write(w, otlp.IsJSON(strings.ToLower(o.path)), req)
 		case formatHTML, formatSVG:
+			p := p.ForView(facts.view)
 			f := flame.FactsFrom(p)
 			f.Host, f.Frequency, f.LostSamples = facts.resource.HostName, float64(facts.frequency), facts.lostSamples
 			f.Version, f.CommandLine, f.Note = facts.encode.Version, facts.command, facts.note
+			if facts.view != trace.ViewCPU {
+				f.Note = strings.TrimSpace(f.Note + " " + viewNote(facts.view))
+			}
 			if o.format == formatHTML {
 				return flame.WriteHTML(w, p, f)
 			}
 			return flame.WriteSVG(w, p, f)
 		case formatFolded:
-			return folded.Write(w, p)
+			return folded.Write(w, p.ForView(facts.view))
 		default:
 			return pprof.Write(w, p)
 		}
 	})
+}
+
+// viewNote tells the reader of a flame graph what its samples are in a time view.
+func viewNote(v trace.View) string {
+	what := "time waited off the CPU"
+	if v == trace.ViewWall {
+		what = "time on the CPU and off it"
+	}
+	return fmt.Sprintf("This view weighs stacks by %s: each sample is %v.", what, trace.ViewUnit)
 }
 
 // writeAtomically writes a new file at path with write. The file is made unnamed

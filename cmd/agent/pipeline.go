@@ -122,17 +122,20 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 		return nil, usageError{err}
 	}
 	bcfg := bpf.Config{
-		PIDs:              cfg.pids,
-		Cgroups:           cgroupIDs,
-		CgroupFilter:      cfg.kube.filterByPod,
-		MaxCgroups:        maxFilteredPods,
-		Frequency:         cfg.frequency,
-		KernelStacks:      cfg.kernelStacks,
-		CollectStats:      cfg.bpfStats,
-		FramePointersOnly: cfg.unwind == "fp",
-		MaxProcesses:      p.budget.maxProcesses,
-		RingBufferBytes:   p.budget.ringBytes,
-		FollowForks:       cfg.followForks,
+		PIDs:                 cfg.pids,
+		Cgroups:              cgroupIDs,
+		CgroupFilter:         cfg.kube.filterByPod,
+		MaxCgroups:           maxFilteredPods,
+		Frequency:            cfg.frequency,
+		KernelStacks:         cfg.kernelStacks,
+		CollectStats:         cfg.bpfStats,
+		FramePointersOnly:    cfg.unwind == "fp",
+		MaxProcesses:         p.budget.maxProcesses,
+		RingBufferBytes:      p.budget.ringBytes,
+		FollowForks:          cfg.followForks,
+		OffCPU:               cfg.offCPU,
+		OffCPUMin:            cfg.offCPUMin,
+		OffCPUWalksPerSecond: offCPUWalks(cfg.offCPURate),
 	}
 	if cfg.unwind == "tables" && !bcfg.TableUnwinding() {
 		log.Info("unwind tables are not supported on this architecture yet; user stacks are walked by frame pointer")
@@ -236,10 +239,11 @@ func (p *pipeline) makeSinks() []sink {
 			start:    p.runStart,
 			period:   p.period,
 			hostWide: p.cfg.hostWide(),
+			view:     p.cfg.view,
 		})
 	}
 	if p.cfg.top > 0 {
-		sinks = append(sinks, &topSink{table: top.NewTable(), n: p.cfg.top, out: os.Stdout, hostWide: p.cfg.hostWide()})
+		sinks = append(sinks, &topSink{table: top.NewTable(), n: p.cfg.top, out: os.Stdout, hostWide: p.cfg.hostWide(), view: p.cfg.view})
 	}
 	return sinks
 }
@@ -395,7 +399,7 @@ func (p *pipeline) HandleSample(b *bpf.Sample) {
 		mappings = p.vmas
 	}
 	p.agg.Add(trace.RawSample{PID: b.PID, TID: b.TID, ExecID: b.ExecID, Comm: b.Comm, Time: b.Time, User: b.User, Kernel: b.Kernel,
-		ContextKind: contextKind(b.ContextSource), Context: b.Context, Mappings: mappings})
+		ContextKind: contextKind(b.ContextSource), Context: b.Context, Mappings: mappings, OffCPU: time.Duration(b.OffCPU)})
 }
 
 // HandleProcessEvent tells the process tracker of execs and exits.
@@ -526,6 +530,14 @@ func (k kernelSummary) LogValue() slog.Value {
 		}
 	}
 	return slog.GroupValue(attrs...)
+}
+
+// offCPUWalks turns --off-cpu-rate into the sampler's setting, where 0 is its default.
+func offCPUWalks(rate int) int {
+	if rate == 0 {
+		return -1 // every switch-out
+	}
+	return rate
 }
 
 func contextKind(s bpf.ContextSource) trace.ContextKind {

@@ -30,9 +30,10 @@ type topSink struct {
 	n        int
 	out      io.Writer
 	hostWide bool
+	view     trace.View
 }
 
-func (s *topSink) add(p *trace.Profile) { s.table.Add(p) }
+func (s *topSink) add(p *trace.Profile) { s.table.Add(p.ForView(s.view)) }
 
 func (s *topSink) close(context.Context) error {
 	if err := s.table.Print(s.out, s.n); err != nil {
@@ -57,6 +58,7 @@ type fileSink struct {
 	start    time.Time
 	period   time.Duration
 	hostWide bool
+	view     trace.View
 }
 
 func (s *fileSink) add(p *trace.Profile) { s.merged.Add(p) }
@@ -75,6 +77,7 @@ func (s *fileSink) close(context.Context) error {
 	}
 	facts := s.facts()
 	facts.note = idleNote(s.hostWide, p.TotalCount(), p.Period, p.End.Sub(p.Start), hostCPUs())
+	facts.view = s.view
 	var errs []error
 	for _, o := range s.outputs {
 		if err := o.write(p, facts); err != nil {

@@ -127,6 +127,11 @@ func (m *merger) add(s *trace.Sample, max int) bool {
 		} else {
 			ms.Count += s.Count
 		}
+		if ms.OffCPU > math.MaxInt64-s.OffCPU {
+			ms.OffCPU = math.MaxInt64
+		} else {
+			ms.OffCPU += s.OffCPU
+		}
 		ms.Timestamps = append(ms.Timestamps, s.Timestamps...)
 		return true
 	}
@@ -138,6 +143,7 @@ func (m *merger) add(s *trace.Sample, max int) bool {
 		TID:        s.TID,
 		ThreadName: s.ThreadName,
 		Count:      s.Count,
+		OffCPU:     s.OffCPU,
 		Timestamps: slices.Clone(s.Timestamps),
 		Link:       s.Link,
 		Attributes: s.Attributes,

@@ -117,6 +117,35 @@ type decoder struct {
 	listed map[*trace.Profile]map[*trace.Location]bool
 }
 
+// interval returns the profile of an interval, made on first use. An interval's CPU and
+// off-CPU profiles come apart, in either order, and go into one: the off-CPU one's key has
+// no period.
+func (d *decoder) interval(key intervalKey, off bool) *trace.Profile {
+	p := d.byInterval[key]
+	if p == nil {
+		for k, q := range d.byInterval {
+			if k.time == key.time && k.duration == key.duration && (off || k.period == 0) {
+				p = q
+				break
+			}
+		}
+	}
+	if p == nil {
+		p = &trace.Profile{}
+		if key.time != 0 {
+			p.Start = time.Unix(0, int64(key.time))
+			p.End = p.Start.Add(time.Duration(key.duration))
+		}
+		d.order = append(d.order, p)
+		d.listed[p] = make(map[*trace.Location]bool)
+	}
+	if key.period > 0 && p.Period == 0 {
+		p.Period = time.Duration(key.period)
+	}
+	d.byInterval[key] = p
+	return p
+}
+
 func (d *decoder) result() []*trace.Profile {
 	out := slices.Clone(d.order)
 	slices.SortStableFunc(out, func(a, b *trace.Profile) int { return a.Start.Compare(b.Start) })
@@ -219,36 +248,35 @@ func intValue(v *commonpb.AnyValue) (int64, error) {
 }
 
 func (d *decoder) addProfile(t *dict, proc *trace.Process, prof *profilespb.Profile) error {
-	key := intervalKey{time: prof.GetTimeUnixNano(), duration: prof.GetDurationNano(), period: prof.GetPeriod()}
-	p := d.byInterval[key]
-	if p == nil {
-		p = &trace.Profile{}
-		if key.time != 0 {
-			p.Start = time.Unix(0, int64(key.time))
-			p.End = p.Start.Add(time.Duration(key.duration))
-		}
-		if key.period > 0 {
-			p.Period = time.Duration(key.period)
-		}
-		d.byInterval[key] = p
-		d.order = append(d.order, p)
-		d.listed[p] = make(map[*trace.Location]bool)
-	}
-	// A value in CPU time converts to samples by the period; sonde sends counts.
-	divisor := int64(1)
+	var typ, unit string
 	if st := prof.GetSampleType(); st != nil {
-		unit, err := t.str(st.GetUnitStrindex())
-		if err != nil {
+		var err error
+		if typ, err = t.str(st.GetTypeStrindex()); err != nil {
 			return fmt.Errorf("sample type: %w", err)
 		}
-		if unit == "nanoseconds" && key.period > 0 {
-			divisor = key.period
+		if unit, err = t.str(st.GetUnitStrindex()); err != nil {
+			return fmt.Errorf("sample type: %w", err)
 		}
+	}
+	off := typ == OffCPUType
+	key := intervalKey{time: prof.GetTimeUnixNano(), duration: prof.GetDurationNano(), period: prof.GetPeriod()}
+	if off {
+		key.period = 0 // the interval's CPU profile has the period
+	}
+	p := d.interval(key, off)
+	// A value in CPU time converts to samples by the period; sonde sends counts.
+	divisor := int64(1)
+	if unit == "nanoseconds" && key.period > 0 && !off {
+		divisor = key.period
 	}
 	listed := d.listed[p]
 	for si, ps := range prof.GetSamples() {
 		s := &trace.Sample{Process: proc}
 		switch {
+		case off:
+			if len(ps.GetValues()) > 0 {
+				s.OffCPU = max(ps.GetValues()[0], 0)
+			}
 		case len(ps.GetValues()) > 0:
 			s.Count = ps.GetValues()[0] / divisor
 		default:

@@ -136,6 +136,7 @@ type encoder struct {
 	chunkStacks map[string]int32
 	sampleType  *profilespb.ValueType
 	periodType  *profilespb.ValueType
+	offType     *profilespb.ValueType
 	// Scratch for contextAttributes.
 	ctxIdx   []int32
 	attrsBuf []byte
@@ -160,6 +161,9 @@ type sampleKey struct {
 	link  int32
 	attrs string
 }
+
+// OffCPUType is the sample type of off-CPU profiles, in nanoseconds.
+const OffCPUType = "off_cpu"
 
 func newEncoder(host Resource, opts EncodeOptions) *encoder {
 	e := &encoder{
@@ -250,22 +254,42 @@ func keyOf(p *trace.Process) processKey {
 }
 
 func (e *encoder) addProfile(p *trace.Profile) {
-	// One Profile per process in this interval.
+	// One Profile per process in this interval, and a second one beside it for the time
+	// its threads waited off the CPU, in the same dictionary.
 	profiles := make(map[*trace.Process]*profilespb.Profile)
+	var offProfiles map[*trace.Process]*profilespb.Profile
 	// Slabs: one allocation for all the samples and values of the interval.
 	sampleSlab := make([]profilespb.Sample, len(p.Samples))
 	valueSlab := make([]int64, len(p.Samples))
+	var offValues []int64
+	var offSlab []profilespb.Sample
 	for i, s := range p.Samples {
-		prof := profiles[s.Process]
-		if prof == nil {
-			prof = e.newProfile(s.Process, p)
-			profiles[s.Process] = prof
+		if s.Count > 0 || s.OffCPU <= 0 {
+			prof := profiles[s.Process]
+			if prof == nil {
+				prof = e.newProfile(s.Process, p, false)
+				profiles[s.Process] = prof
+			}
+			e.addSample(prof, s, &sampleSlab[i], valueSlab[i:i+1:i+1], s.Count, true)
 		}
-		e.addSample(prof, s, &sampleSlab[i], valueSlab[i:i+1:i+1])
+		if s.OffCPU > 0 {
+			if offProfiles == nil {
+				offProfiles = make(map[*trace.Process]*profilespb.Profile)
+				offSlab = make([]profilespb.Sample, len(p.Samples))
+				offValues = make([]int64, len(p.Samples))
+			}
+			prof := offProfiles[s.Process]
+			if prof == nil {
+				prof = e.newProfile(s.Process, p, true)
+				offProfiles[s.Process] = prof
+			}
+			e.addSample(prof, s, &offSlab[i], offValues[i:i+1:i+1], s.OffCPU, false)
+		}
 	}
 }
 
-func (e *encoder) newProfile(proc *trace.Process, p *trace.Profile) *profilespb.Profile {
+// newProfile starts a process's CPU profile of the interval, or with off its off-CPU one.
+func (e *encoder) newProfile(proc *trace.Process, p *trace.Profile, off bool) *profilespb.Profile {
 	key := keyOf(proc)
 	sp := e.scopes[key]
 	if sp == nil {
@@ -281,6 +305,14 @@ func (e *encoder) newProfile(proc *trace.Process, p *trace.Profile) *profilespb.
 		PeriodType: e.periodType,
 		Period:     p.Period.Nanoseconds(),
 		ProfileId:  newProfileID(e.rand),
+	}
+	if off {
+		if e.offType == nil {
+			e.offType = &profilespb.ValueType{TypeStrindex: e.d.str(OffCPUType), UnitStrindex: e.d.str("nanoseconds")}
+		}
+		// Values are the nanoseconds waited; every wait is recorded (past a minimum), not
+		// sampled on a period.
+		prof.SampleType, prof.PeriodType, prof.Period = e.offType, e.offType, 1
 	}
 	if !p.Start.IsZero() {
 		prof.TimeUnixNano = uint64(p.Start.UnixNano())
@@ -346,10 +378,12 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-func (e *encoder) addSample(prof *profilespb.Profile, s *trace.Sample, slot *profilespb.Sample, value []int64) {
+// addSample adds v to the sample of s's stack, thread and context in prof; with
+// timestamps, a CPU sample sends its samples' times instead where the options ask.
+func (e *encoder) addSample(prof *profilespb.Profile, s *trace.Sample, slot *profilespb.Sample, value []int64, v int64, timestamps bool) {
 	stack := e.stackOf(s)
 	thread := threadKey{tid: s.TID, name: s.ThreadName}
-	timestamped := e.opts.Timestamps && s.Count > 0 && len(s.Timestamps) == int(s.Count)
+	timestamped := timestamps && e.opts.Timestamps && s.Count > 0 && len(s.Timestamps) == int(s.Count)
 	key := sampleKey{profile: prof, stack: stack, thread: thread, timestamped: timestamped, link: e.d.link(s.Link)}
 	var ctxAttrs []int32
 	if len(s.Attributes) > 0 {
@@ -376,7 +410,7 @@ func (e *encoder) addSample(prof *profilespb.Profile, s *trace.Sample, slot *pro
 			ps.TimestampsUnixNano = append(ps.TimestampsUnixNano, uint64(t.UnixNano()))
 		}
 	} else {
-		ps.Values[0] += s.Count
+		ps.Values[0] += v
 	}
 }
 

@@ -13,6 +13,9 @@ import (
 	"github.com/sonde-profiler/sonde/trace"
 )
 
+// OffCPUType is the sample type of off-CPU time, in nanoseconds.
+const OffCPUType = "off_cpu"
+
 // Build merges profiles (one per interval) into one pprof profile spanning all of them.
 func Build(profiles ...*trace.Profile) (*profile.Profile, error) {
 	if len(profiles) == 0 {
@@ -28,6 +31,15 @@ func Build(profiles ...*trace.Profile) (*profile.Profile, error) {
 		PeriodType: &profile.ValueType{Type: "cpu", Unit: "nanoseconds"},
 		Period:     period,
 	}
+	// With off-CPU samples, a third value: how long each stack waited. go tool pprof
+	// -sample_index=off_cpu shows it.
+	offCPU := false
+	for _, p := range profiles {
+		offCPU = offCPU || p.HasOffCPU()
+	}
+	if offCPU {
+		out.SampleType = append(out.SampleType, &profile.ValueType{Type: OffCPUType, Unit: "nanoseconds"})
+	}
 	// Profiles read from folded stacks have no time: pprof's zero says unknown.
 	if !first.Start.IsZero() {
 		out.TimeNanos = first.Start.UnixNano()
@@ -37,8 +49,12 @@ func Build(profiles ...*trace.Profile) (*profile.Profile, error) {
 	for _, p := range profiles {
 		locs := make(map[*trace.Location]*profile.Location, len(p.Locations))
 		for _, s := range p.Samples {
+			value := []int64{s.Count, s.Count * period}
+			if offCPU {
+				value = append(value, s.OffCPU)
+			}
 			ps := &profile.Sample{
-				Value:    []int64{s.Count, s.Count * period},
+				Value:    value,
 				Location: make([]*profile.Location, len(s.Locations)),
 				Label:    map[string][]string{"thread_name": {s.ThreadName}},
 				NumLabel: map[string][]int64{"tid": {int64(s.TID)}},

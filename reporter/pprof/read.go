@@ -36,6 +36,12 @@ func FromPprof(pp *profile.Profile) (*trace.Profile, error) {
 		return nil, fmt.Errorf("read pprof: no sample types")
 	}
 	vi, divisor := countValue(pp)
+	off := -1
+	for i, st := range pp.SampleType {
+		if st.Type == OffCPUType && st.Unit == "nanoseconds" {
+			off = i
+		}
+	}
 	p := &trace.Profile{}
 	if pp.TimeNanos != 0 {
 		p.Start = time.Unix(0, pp.TimeNanos)
@@ -80,6 +86,9 @@ func FromPprof(pp *profile.Profile) (*trace.Profile, error) {
 			return nil, fmt.Errorf("read pprof: sample %d: %d values, want %d", i, len(ps.Value), len(pp.SampleType))
 		}
 		s := &trace.Sample{Count: ps.Value[vi] / divisor, ThreadName: label(ps, "thread_name")}
+		if off >= 0 && off < len(ps.Value) {
+			s.OffCPU = max(ps.Value[off], 0)
+		}
 		if tid, ok := numLabel(ps, "tid"); ok {
 			s.TID = uint32(tid)
 		}

@@ -1,0 +1,206 @@
+package bpf
+
+import (
+	"errors"
+	"fmt"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/link"
+)
+
+// ErrNoOffCPU: the kernel offers no sched_switch BTF tracepoint, which off-CPU profiles
+// attach to.
+var ErrNoOffCPU = errors.New("kernel lacks the sched_switch BTF tracepoint (tp_btf, 5.5, with BTF) that off-CPU profiles need")
+
+// Off-CPU defaults.
+const (
+	// DefaultOffCPUMin is the shortest wait recorded.
+	DefaultOffCPUMin = time.Millisecond
+	// DefaultOffCPUWalks is how many switch-outs per second each CPU walks before it
+	// samples them.
+	DefaultOffCPUWalks = 1000
+	// DefaultOffCPUThreads is how many waiting threads the kernel follows at once.
+	DefaultOffCPUThreads = 16384
+	// maxOffCPUPending bounds the walked switch-outs user space keeps until they end.
+	maxOffCPUPending = 65536
+)
+
+// ProbeOffCPU tells whether this kernel lets off-CPU profiles attach: it has BTF and a
+// sched_switch BTF tracepoint.
+func ProbeOffCPU() error {
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrNoOffCPU, err)
+	}
+	var fn *btf.Typedef
+	if err := spec.TypeByName("btf_trace_sched_switch", &fn); err != nil {
+		return fmt.Errorf("%w: %w", ErrNoOffCPU, err)
+	}
+	return nil
+}
+
+// setOffCPU writes the off-CPU settings into the spec before it is loaded.
+func setOffCPU(spec *ebpf.CollectionSpec, cfg Config, self uint32) error {
+	minWait := cfg.OffCPUMin
+	if minWait <= 0 {
+		minWait = DefaultOffCPUMin
+	}
+	walks := cfg.OffCPUWalksPerSecond
+	if walks == 0 {
+		walks = DefaultOffCPUWalks
+	}
+	perWindow := uint32(0) // no sampling: every switch-out is walked
+	if walks > 0 {
+		perWindow = uint32(max(walks/10, 1)) // offcpu.h's windows are 100 ms
+	}
+	threads := cfg.OffCPUThreads
+	if threads <= 0 {
+		threads = DefaultOffCPUThreads
+	}
+	for name, v := range map[string]any{"offcpu_min_ns": uint64(minWait), "offcpu_walks_per_window": perWindow, "self_tgid": self} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return fmt.Errorf("set %s: %w", name, err)
+		}
+	}
+	spec.Maps["offcpu_starts"].MaxEntries = uint32(threads)
+	return nil
+}
+
+// attachOffCPU starts following context switches.
+func (s *Sampler) attachOffCPU() error {
+	l, err := link.AttachTracing(link.TracingOptions{Program: s.objs.OnSwitch})
+	if err != nil {
+		if errors.Is(err, ebpf.ErrNotSupported) {
+			return fmt.Errorf("attach sched_switch: %w: %w", ErrNoOffCPU, err)
+		}
+		return classify("attach sched_switch", err)
+	}
+	s.links = append(s.links, l)
+	return nil
+}
+
+// OffCPUCounters count the off-CPU program's work, summed over CPUs.
+type OffCPUCounters struct {
+	Switches uint64 // threads that went off the CPU to wait, of the processes profiled
+	Walked   uint64 // of which had their stacks walked and sent
+	Samples  uint64 // waits of at least the minimum, reported
+	Short    uint64 // waits shorter than the minimum
+	Lost     uint64 // records lost for want of room in the ring
+}
+
+// offCPUStart is a walked switch-out waiting for its thread to come back: the sample, its
+// frames copied out of the ring.
+type offCPUStart struct {
+	sample Sample
+	start  uint64 // ktime_ns
+	frames []uint64
+	ctx    []byte
+}
+
+// offCPUPending pairs walked switch-outs with their ends (the reader's goroutine only).
+type offCPUPending struct {
+	byTID map[uint32]*offCPUStart
+	byPID map[uint32]map[uint32]struct{}
+	// unmatched counts ends whose switch-out was not kept (lost, or evicted).
+	unmatched uint64
+}
+
+// hold keeps a switch-out's sample, replacing the thread's earlier one, whose wait was too
+// short to be reported.
+func (p *offCPUPending) hold(sample *Sample, ktime uint64) {
+	if p.byTID == nil {
+		p.byTID, p.byPID = map[uint32]*offCPUStart{}, map[uint32]map[uint32]struct{}{}
+	}
+	st := p.byTID[sample.TID]
+	if st == nil {
+		if len(p.byTID) >= maxOffCPUPending {
+			for tid := range p.byTID { // any one: its thread has waited since, or is gone
+				p.drop(tid)
+				break
+			}
+		}
+		st = &offCPUStart{}
+		p.byTID[sample.TID] = st
+	} else if st.sample.PID != sample.PID {
+		delete(p.byPID[st.sample.PID], sample.TID)
+	}
+	tids := p.byPID[sample.PID]
+	if tids == nil {
+		tids = map[uint32]struct{}{}
+		p.byPID[sample.PID] = tids
+	}
+	tids[sample.TID] = struct{}{}
+	st.start = ktime
+	st.frames = append(append(st.frames[:0], sample.User...), sample.Kernel...)
+	st.ctx = append(st.ctx[:0], sample.Context...)
+	st.sample = *sample
+	st.sample.User = st.frames[:len(sample.User):len(sample.User)]
+	st.sample.Kernel = st.frames[len(sample.User):]
+	st.sample.Context = st.ctx
+	st.sample.VMAs = nil
+}
+
+func (p *offCPUPending) drop(tid uint32) {
+	st := p.byTID[tid]
+	if st == nil {
+		return
+	}
+	delete(p.byTID, tid)
+	if tids := p.byPID[st.sample.PID]; tids != nil {
+		delete(tids, tid)
+		if len(tids) == 0 {
+			delete(p.byPID, st.sample.PID)
+		}
+	}
+}
+
+// forget drops the switch-outs of a process that exited or exec'd.
+func (p *offCPUPending) forget(pid uint32) {
+	for tid := range p.byPID[pid] {
+		delete(p.byTID, tid)
+	}
+	delete(p.byPID, pid)
+}
+
+// end returns the sample of the switch-out an end record closes, or nil.
+func (p *offCPUPending) end(raw []byte) (*Sample, uint64) {
+	if len(raw) < int(unsafe.Sizeof(samplerOffcpuEndEvent{})) {
+		return nil, 0
+	}
+	e := (*samplerOffcpuEndEvent)(unsafe.Pointer(&raw[0]))
+	st := p.byTID[e.Tid]
+	if st == nil || st.start != e.StartNs || st.sample.PID != e.Pid {
+		p.unmatched++
+		return nil, 0
+	}
+	p.drop(e.Tid)
+	return &st.sample, e.WeightNs
+}
+
+// OffCPUState is how many waiting threads the kernel and user space follow: both go back
+// to where they were when the threads run again, exit or are forgotten.
+type OffCPUState struct {
+	Kernel, User int
+	Unmatched    uint64 // ends whose switch-out user space did not keep
+}
+
+// OffCPUState counts the waiting threads followed now. User is as of the reader's last
+// record: a gauge.
+func (s *Sampler) OffCPUState() (OffCPUState, error) {
+	st := OffCPUState{User: int(s.offPending.Load()), Unmatched: s.offUnmatched.Load()}
+	var (
+		tid uint32
+		v   samplerOffcpuStart
+	)
+	it := s.objs.OffcpuStarts.Iterate()
+	for it.Next(&tid, &v) {
+		st.Kernel++
+	}
+	if err := it.Err(); err != nil {
+		return st, fmt.Errorf("count waiting threads: %w", err)
+	}
+	return st, nil
+}
