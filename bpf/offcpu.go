@@ -1,8 +1,12 @@
 package bpf
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -69,8 +73,54 @@ func setOffCPU(spec *ebpf.CollectionSpec, cfg Config, self uint32) error {
 	return nil
 }
 
+// schedRange finds __schedule in kallsyms: an off-CPU sample's kernel stack starts with the
+// tracepoint's plumbing, which user space cuts off there. Zero when kallsyms hides it.
+func schedRange(path string) (start, end uint64) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 3 {
+			continue
+		}
+		addr, err := strconv.ParseUint(fields[0], 16, 64)
+		if err != nil {
+			continue
+		}
+		if start != 0 {
+			if addr > start {
+				return start, addr
+			}
+			continue
+		}
+		if fields[2] == "__schedule" && (fields[1] == "t" || fields[1] == "T") && len(fields) == 3 {
+			start = addr
+		}
+	}
+	return 0, 0
+}
+
+// trimToSchedule drops the kernel frames above __schedule: the program and the
+// tracepoint's plumbing, not where the thread waits.
+func (p *offCPUPending) trimToSchedule(kernel []uint64) []uint64 {
+	if p.schedStart == 0 {
+		return kernel
+	}
+	for i, pc := range kernel {
+		if pc >= p.schedStart && pc < p.schedEnd {
+			return kernel[i:]
+		}
+	}
+	return kernel
+}
+
 // attachOffCPU starts following context switches.
 func (s *Sampler) attachOffCPU() error {
+	s.offCPU.schedStart, s.offCPU.schedEnd = schedRange("/proc/kallsyms")
 	l, err := link.AttachTracing(link.TracingOptions{Program: s.objs.OnSwitch})
 	if err != nil {
 		if errors.Is(err, ebpf.ErrNotSupported) {
@@ -89,6 +139,7 @@ type OffCPUCounters struct {
 	Samples  uint64 // waits of at least the minimum, reported
 	Short    uint64 // waits shorter than the minimum
 	Lost     uint64 // records lost for want of room in the ring
+	Stale    uint64 // waits of threads that exited with no return to the CPU seen
 }
 
 // offCPUStart is a walked switch-out waiting for its thread to come back: the sample, its
@@ -106,6 +157,8 @@ type offCPUPending struct {
 	byPID map[uint32]map[uint32]struct{}
 	// unmatched counts ends whose switch-out was not kept (lost, or evicted).
 	unmatched uint64
+	// schedStart and schedEnd bound __schedule, where the kernel stacks are cut.
+	schedStart, schedEnd uint64
 }
 
 // hold keeps a switch-out's sample, replacing the thread's earlier one, whose wait was too
@@ -134,11 +187,13 @@ func (p *offCPUPending) hold(sample *Sample, ktime uint64) {
 	}
 	tids[sample.TID] = struct{}{}
 	st.start = ktime
-	st.frames = append(append(st.frames[:0], sample.User...), sample.Kernel...)
+	kernel := p.trimToSchedule(sample.Kernel)
+	st.frames = append(append(st.frames[:0], sample.User...), kernel...)
 	st.ctx = append(st.ctx[:0], sample.Context...)
 	st.sample = *sample
 	st.sample.User = st.frames[:len(sample.User):len(sample.User)]
 	st.sample.Kernel = st.frames[len(sample.User):]
+	st.sample.KernelErr = sample.KernelErr
 	st.sample.Context = st.ctx
 	st.sample.VMAs = nil
 }

@@ -24,7 +24,6 @@ const volatile __u32 offcpu_walks_per_window = 100;
 const volatile __u32 self_tgid = 0;
 
 #define OFFCPU_WINDOW_NS 100000000ULL
-#define OFFCPU_KERNEL_SKIP 2
 #define PF_EXITING 0x00000004
 #define PF_KTHREAD 0x00200000
 
@@ -91,9 +90,9 @@ static __always_inline void offcpu_out(void *ctx, struct task_struct *prev, __u6
 	e->kind = EVENT_OFFCPU;
 	int known = 1;
 	/* No mapping hints: bpf_find_vma's lock release is not to be queued from here. The
-	 * kernel stack starts in this program and bpf_trace_run4, called from __schedule:
-	 * the thread's own stack starts there. */
-	__u64 size = fill_sample(ctx, e, id, &known, 0, OFFCPU_KERNEL_SKIP);
+	 * kernel stack starts with this program and the tracepoint's plumbing, which differs
+	 * between kernels: user space cuts it at __schedule. */
+	__u64 size = fill_sample(ctx, e, id, &known, 0, 0);
 	tracectx_emit(tgid, e->exec_id, e->cpu, e->ktime_ns);
 	__u64 flags = BPF_RB_NO_WAKEUP;
 	if (!known || bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > ring_wakeup_bytes)
@@ -140,6 +139,17 @@ static __always_inline void offcpu_in(struct task_struct *next, __u64 now)
 	ev->weight_ns = (off >> 8) * scale + (((off & 0xff) * scale) >> 8);
 	bpf_ringbuf_submit(ev, 0);
 	count(COUNTER_OFFCPU_SAMPLES);
+}
+
+/* offcpu_exit forgets an exiting thread's wait, should one be left: a thread waits no
+ * more once it exits, whether or not its return to the CPU was seen. */
+static __always_inline void offcpu_exit(void)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	if (bpf_map_lookup_elem(&offcpu_starts, &tid)) {
+		bpf_map_delete_elem(&offcpu_starts, &tid);
+		count(COUNTER_OFFCPU_STALE);
+	}
 }
 
 /* sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next,

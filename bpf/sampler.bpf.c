@@ -651,6 +651,7 @@ int on_exit(void *ctx)
 {
 	emit_process_event(EVENT_EXIT);
 	forget_followed(); /* after the event, which only a target's exit sends */
+	offcpu_exit();
 	return 0;
 }
 

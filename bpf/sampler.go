@@ -163,13 +163,13 @@ type Sampler struct {
 	polls     atomic.Uint64 // reads of the ring buffer that worked, records or not
 	lastPoll  atomic.Int64  // unix nanoseconds of the latest
 
-	interp   interpRegions
-	offCPU   offCPUPending // the reader's only
+	interp interpRegions
+	offCPU offCPUPending // the reader's only
 	// offPending and offUnmatched publish offCPU's figures to other goroutines.
 	offPending   atomic.Int64
 	offUnmatched atomic.Uint64
-	tablesMu sync.Mutex
-	slots    tableSlots
+	tablesMu     sync.Mutex
+	slots        tableSlots
 
 	pending     []pendingContext // by CPU; only Run's goroutine touches it
 	pendingVMAs []pendingVMAs    // by CPU, likewise
@@ -451,6 +451,7 @@ func (s *Sampler) dispatch(raw []byte, sample *Sample, h Handler) {
 			kind = ProcessExit
 		}
 		s.offCPU.forget(e.Pid)
+		s.offPending.Store(int64(len(s.offCPU.byTID)))
 		h.HandleProcessEvent(ProcessEvent{Kind: kind, PID: e.Pid, Time: s.wallTime(e.KtimeNs), ExecID: e.ExecId})
 	}
 }
@@ -525,6 +526,7 @@ func (s *Sampler) Counters() (Counters, error) {
 		samplerCounterCOUNTER_OFFCPU_SAMPLES:   &out.OffCPU.Samples,
 		samplerCounterCOUNTER_OFFCPU_SHORT:     &out.OffCPU.Short,
 		samplerCounterCOUNTER_OFFCPU_LOST:      &out.OffCPU.Lost,
+		samplerCounterCOUNTER_OFFCPU_STALE:     &out.OffCPU.Stale,
 	}
 	for i := range out.UnwindEnds {
 		fields[samplerCounterCOUNTER_UNWIND_BASE+samplerCounter(i)] = &out.UnwindEnds[i]

@@ -46,7 +46,8 @@ const (
 	samplerCounterCOUNTER_OFFCPU_SAMPLES   samplerCounter = 22
 	samplerCounterCOUNTER_OFFCPU_SHORT     samplerCounter = 23
 	samplerCounterCOUNTER_OFFCPU_LOST      samplerCounter = 24
-	samplerCounterCOUNTER_MAX              samplerCounter = 25
+	samplerCounterCOUNTER_OFFCPU_STALE     samplerCounter = 25
+	samplerCounterCOUNTER_MAX              samplerCounter = 26
 )
 
 type samplerCtxSource uint32

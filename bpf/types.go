@@ -155,7 +155,7 @@ func (c Counters) LogValue() slog.Value {
 	}
 	if c.OffCPU != (OffCPUCounters{}) {
 		o := c.OffCPU
-		attrs = append(attrs, slog.Group("off_cpu", "switches", o.Switches, "walked", o.Walked, "samples", o.Samples, "short", o.Short, "lost", o.Lost))
+		attrs = append(attrs, slog.Group("off_cpu", "switches", o.Switches, "walked", o.Walked, "samples", o.Samples, "short", o.Short, "lost", o.Lost, "stale", o.Stale))
 	}
 	if c.Context != (ContextCounters{}) {
 		attrs = append(attrs, slog.Any("context", c.Context))

@@ -62,6 +62,7 @@ enum counter {
 	COUNTER_OFFCPU_SAMPLES,
 	COUNTER_OFFCPU_SHORT,
 	COUNTER_OFFCPU_LOST,
+	COUNTER_OFFCPU_STALE, /* waits of threads that exited without their return seen */
 	COUNTER_MAX,
 };
 

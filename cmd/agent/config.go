@@ -314,12 +314,12 @@ func parseView(s string, offCPU bool) (trace.View, error) {
 		return trace.ViewCPU, nil
 	case "off-cpu":
 		if !offCPU {
-			return 0, errors.New("--view off-cpu: needs --off-cpu")
+			return 0, errors.New("--view off-cpu: no off-CPU samples (record with --off-cpu)")
 		}
 		return trace.ViewOffCPU, nil
 	case "wall":
 		if !offCPU {
-			return 0, errors.New("--view wall: needs --off-cpu")
+			return 0, errors.New("--view wall: no off-CPU samples (record with --off-cpu)")
 		}
 		return trace.ViewWall, nil
 	}

@@ -123,6 +123,17 @@ func (o output) write(p *trace.Profile, facts runFacts) error {
 	})
 }
 
+// viewTime names the time a view's samples stand for, for the top table's summary.
+func viewTime(v trace.View) string {
+	switch v {
+	case trace.ViewOffCPU:
+		return "waiting"
+	case trace.ViewWall:
+		return "wall time"
+	}
+	return "CPU"
+}
+
 // viewNote tells the reader of a flame graph what its samples are in a time view.
 func viewNote(v trace.View) string {
 	what := "time waited off the CPU"

@@ -243,7 +243,9 @@ func (p *pipeline) makeSinks() []sink {
 		})
 	}
 	if p.cfg.top > 0 {
-		sinks = append(sinks, &topSink{table: top.NewTable(), n: p.cfg.top, out: os.Stdout, hostWide: p.cfg.hostWide(), view: p.cfg.view})
+		table := top.NewTable()
+		table.Time = viewTime(p.cfg.view)
+		sinks = append(sinks, &topSink{table: table, n: p.cfg.top, out: os.Stdout, hostWide: p.cfg.hostWide(), view: p.cfg.view})
 	}
 	return sinks
 }

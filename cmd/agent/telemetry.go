@@ -175,7 +175,10 @@ func registerInstruments(m metric.Meter, p *pipeline) error {
 		dbgBytes      = counter("sonde.debuginfod.size", "Bytes of the debug files downloaded and kept.", "By")
 		dbgErrors     = counter("sonde.debuginfod.errors", "Failed debuginfod requests, by reason.", "{request}")
 		dbgCache      = gauge("sonde.debuginfod.cache.size", "Bytes the debuginfod cache directory holds.", "By")
-		observables   = []metric.Observable{samples, lost, walks, stale, unresolved, symFailed, locations, fileRefused, exports, sentBytes, dropped, queue, queueBytes, mapEntries, mapCapacity, rows, rowsBudget, processes, files, rss, symCache, sheds, dbgFetches, dbgNotFound, dbgFiles, dbgBytes, dbgErrors, dbgCache}
+		offSamples    = counter("sonde.offcpu.samples", "Waits off the CPU recorded (--off-cpu): threads back on a CPU after at least --off-cpu-min.", "{sample}")
+		offSwitches   = counter("sonde.offcpu.switches", "Threads going off the CPU to wait (--off-cpu), by outcome: walked (stacks sent) or skipped (sampled out when they come too fast).", "{switch}")
+		offThreads    = gauge("sonde.offcpu.threads", "Waiting threads whose stacks sonde holds until they run again, where: kernel or user.", "{thread}")
+		observables   = []metric.Observable{offSamples, offSwitches, offThreads, samples, lost, walks, stale, unresolved, symFailed, locations, fileRefused, exports, sentBytes, dropped, queue, queueBytes, mapEntries, mapCapacity, rows, rowsBudget, processes, files, rss, symCache, sheds, dbgFetches, dbgNotFound, dbgFiles, dbgBytes, dbgErrors, dbgCache}
 		outcome       = func(v string) metric.ObserveOption { return metric.WithAttributes(attribute.String("outcome", v)) }
 		reason        = func(v string) metric.ObserveOption { return metric.WithAttributes(attribute.String("reason", v)) }
 		mapName       = func(v string) metric.ObserveOption { return metric.WithAttributes(attribute.String("map", v)) }
@@ -187,6 +190,18 @@ func registerInstruments(m metric.Meter, p *pipeline) error {
 				o.ObserveInt64(stale, nonNegative(c.StaleMappings))
 				for end, n := range c.UnwindEnds {
 					o.ObserveInt64(walks, nonNegative(n), outcome(bpf.UnwindEnd(end).String()))
+				}
+				if p.cfg.offCPU {
+					o.ObserveInt64(offSamples, nonNegative(c.OffCPU.Samples))
+					o.ObserveInt64(offSwitches, nonNegative(c.OffCPU.Walked), outcome("walked"))
+					o.ObserveInt64(offSwitches, nonNegative(c.OffCPU.Switches-min(c.OffCPU.Walked, c.OffCPU.Switches)), outcome("skipped"))
+				}
+			}
+			if p.cfg.offCPU {
+				if st, err := p.sampler.OffCPUState(); err == nil {
+					where := func(v string) metric.ObserveOption { return metric.WithAttributes(attribute.String("where", v)) }
+					o.ObserveInt64(offThreads, int64(st.Kernel), where("kernel"))
+					o.ObserveInt64(offThreads, int64(st.User), where("user"))
 				}
 			}
 			if ks, err := p.sampler.KernelState(); err == nil {

@@ -36,6 +36,7 @@ func viewMain(args []string, stdout, stderr io.Writer) int {
 	pidList := s.fs.String("pid", "", "keep only the samples of the processes `PID[,PID...]`")
 	s.share("output", "", "write the merged, filtered profile to `FILE`; the name picks the format: "+formatNames+"; may be given more than once")
 	s.share("top", "", "print the `N` hottest functions (0: none)")
+	viewName := s.fs.String("view", "", "what the top table, flame graphs and folded stacks weigh stacks by: `cpu`, off-cpu (time waited) or wall (both, as time) (default cpu; off-cpu for a profile of waits only)")
 	c, files, err := s.parseInterspersed(args)
 	if err != nil {
 		return usageStatus("view", err, stderr)
@@ -63,15 +64,23 @@ func viewMain(args []string, stdout, stderr io.Writer) int {
 		all = append(all, profiles...)
 	}
 	p := filter.Apply(merge.Merge(all...))
+	v, err := parseView(*viewName, p.HasOffCPU())
+	if err != nil {
+		return usageStatus("view", err, stderr)
+	}
+	if *viewName == "" && (!p.HasOffCPU() || p.TotalCount() > 0) {
+		v = trace.ViewCPU
+	}
 	if c.top > 0 {
 		table := top.NewTable()
-		table.Add(p)
+		table.Time = viewTime(v)
+		table.Add(p.ForView(v))
 		if err := table.Print(stdout, c.top); err != nil {
 			fmt.Fprintf(stderr, "sonde view: print top table: %v\n", err)
 			return 1
 		}
 	}
-	facts := runFacts{encode: otlp.EncodeOptions{Version: version}, command: os.Args, lostSamples: -1}
+	facts := runFacts{encode: otlp.EncodeOptions{Version: version}, command: os.Args, lostSamples: -1, view: v}
 	if p.Period > 0 {
 		facts.frequency = int(time.Second / p.Period)
 	}

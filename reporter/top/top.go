@@ -25,6 +25,9 @@ type Row struct {
 // Table accumulates per-function counts over any number of intervals; its memory grows
 // with the number of distinct functions, not with samples or intervals.
 type Table struct {
+	// Time names what the samples' time is in the summary: "CPU" when empty; "waiting"
+	// or "wall time" for tables of off-CPU or wall views.
+	Time       string
 	byName     map[string]*Row
 	total      int64
 	period     time.Duration
@@ -161,7 +164,7 @@ func (t *Table) Summary() string {
 		fmt.Fprintf(&b, "%d samples", t.total)
 	}
 	if t.total > 0 && t.period > 0 {
-		fmt.Fprintf(&b, " (%.2fs of CPU)", (time.Duration(t.total) * t.period).Seconds())
+		fmt.Fprintf(&b, " (%.2fs of %s)", (time.Duration(t.total) * t.period).Seconds(), cmp.Or(t.Time, "CPU"))
 	}
 	if span := t.Span(); span > 0 {
 		fmt.Fprintf(&b, " over %.1fs", span.Seconds())

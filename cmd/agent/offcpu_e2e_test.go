@@ -1,0 +1,201 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sonde-profiler/sonde/internal/testenv"
+)
+
+// waitersC runs three threads, each computing ~30 ms and then waiting ~70 ms of every
+// 100 ms, each its own way: nanosleep, poll on a pipe no one writes, and a futex (a
+// condition variable no one signals). At exit it prints, per thread, its id, the
+// function it waits in and the nanoseconds it spent inside the blocking calls.
+const waitersC = `#define _GNU_SOURCE
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+#define KEEP __attribute__((noinline))
+static double secs;
+static volatile unsigned long sink;
+static int fds[2];
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static long long ns(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec*1000000000LL+t.tv_nsec;}
+KEEP void crunch(long long d){long long end=ns()+d; while(ns()<end) for(int i=0;i<1000;i++) sink+=i;}
+KEEP void wait_sleep(void){struct timespec t={0,70000000}; nanosleep(&t,0); sink++;}
+KEEP void wait_poll(void){struct pollfd p={fds[0],POLLIN,0}; poll(&p,1,70); sink++;}
+KEEP void wait_futex(void){struct timespec t; clock_gettime(CLOCK_REALTIME,&t); t.tv_nsec+=70000000; if(t.tv_nsec>=1000000000){t.tv_sec++;t.tv_nsec-=1000000000;}
+  pthread_mutex_lock(&mu); pthread_cond_timedwait(&cv,&mu,&t); pthread_mutex_unlock(&mu); sink++;}
+struct job{const char*name; void(*wait)(void); long long blocked; int tid;};
+KEEP void *worker(void *arg){struct job*j=arg; j->tid=syscall(SYS_gettid); long long end=ns()+(long long)(secs*1e9);
+  while(ns()<end){crunch(30000000); long long t=ns(); j->wait(); j->blocked+=ns()-t;} return 0;}
+int main(int argc,char**argv){secs=atof(argv[1]); if(pipe(fds)) return 1;
+  struct job jobs[3]={{"wait_sleep",wait_sleep},{"wait_poll",wait_poll},{"wait_futex",wait_futex}};
+  pthread_t th[3]; for(int i=0;i<3;i++) pthread_create(&th[i],0,worker,&jobs[i]);
+  for(int i=0;i<3;i++) pthread_join(th[i],0);
+  for(int i=0;i<3;i++) printf("%d %s %lld\n",jobs[i].tid,jobs[i].name,jobs[i].blocked);
+  return 0;}
+`
+
+// TestOffCPUWaits: sonde record --off-cpu shows where each thread waited, for as long as
+// it measured itself waiting, under the function it waited in; the CPU samples of the same
+// run still show where they computed.
+func TestOffCPUWaits(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := buildWorkload(t, "waiters", waitersC, "-O1", "-g", "-pthread")
+	dir := t.TempDir()
+	out := filepath.Join(dir, "waiters.pb.gz")
+	status, stdout, stderr := runRecord(t, dir, "--off-cpu", "--output", out, "--output", "waiters.folded", "--top", "5", "--", bin, "6")
+	if status != 0 {
+		t.Fatalf("status %d\n%s", status, stderr)
+	}
+	type thread struct {
+		wait    string
+		blocked time.Duration
+	}
+	threads := map[int64]thread{}
+	sc := bufio.NewScanner(strings.NewReader(stdout))
+	for sc.Scan() {
+		var tid int64
+		var th thread
+		var blocked int64
+		if _, err := fmt.Sscanf(sc.Text(), "%d %s %d", &tid, &th.wait, &blocked); err != nil {
+			t.Fatalf("program output %q: %v", sc.Text(), err)
+		}
+		th.blocked = time.Duration(blocked)
+		threads[tid] = th
+	}
+	if len(threads) != 3 {
+		t.Fatalf("program printed %q", stdout)
+	}
+	p := readProfile(t, out)
+	off, cpu := -1, -1
+	for i, st := range p.SampleType {
+		switch st.Type {
+		case "off_cpu":
+			off = i
+		case "samples":
+			cpu = i
+		}
+	}
+	if off < 0 || cpu < 0 || p.SampleType[off].Unit != "nanoseconds" {
+		t.Fatalf("sample types %v: want samples and off_cpu nanoseconds", p.SampleType)
+	}
+	offTotal, offUnder := map[int64]int64{}, map[int64]int64{}
+	cpuTotal, cpuCrunch := map[int64]int64{}, map[int64]int64{}
+	for _, s := range p.Sample {
+		tid := s.NumLabel["tid"]
+		if len(tid) != 1 {
+			continue
+		}
+		th, ok := threads[tid[0]]
+		if !ok {
+			continue
+		}
+		fns := names(s)
+		offTotal[tid[0]] += s.Value[off]
+		if chainIn(fns, th.wait, "worker") {
+			offUnder[tid[0]] += s.Value[off]
+		}
+		cpuTotal[tid[0]] += s.Value[cpu]
+		if chainIn(fns, "crunch", "worker") {
+			cpuCrunch[tid[0]] += s.Value[cpu]
+		}
+	}
+	for tid, th := range threads {
+		got := time.Duration(offTotal[tid])
+		ratio := float64(got) / float64(th.blocked)
+		under := float64(offUnder[tid]) / float64(max(offTotal[tid], 1))
+		t.Logf("%s (tid %d): waited %v by its own clock, off-CPU %v (%.3f); %.3f under %s <- worker; CPU %d samples, %.3f in crunch",
+			th.wait, tid, th.blocked.Round(time.Millisecond), got.Round(time.Millisecond), ratio, under, th.wait, cpuTotal[tid], float64(cpuCrunch[tid])/float64(max(cpuTotal[tid], 1)))
+		if ratio < 0.85 || ratio > 1.15 {
+			t.Errorf("%s: off-CPU %v for %v waited: not within 15%%", th.wait, got, th.blocked)
+		}
+		if under < 0.9 {
+			t.Errorf("%s: %.3f of the off-CPU time under %s <- worker, want at least 0.9", th.wait, under, th.wait)
+		}
+		if cpuTotal[tid] == 0 || float64(cpuCrunch[tid]) < 0.9*float64(cpuTotal[tid]) {
+			t.Errorf("%s: CPU samples %d, %d of them in crunch: the CPU profile changed", th.wait, cpuTotal[tid], cpuCrunch[tid])
+		}
+	}
+	if !strings.Contains(stderr, "s of waiting)") {
+		t.Errorf("the top table of an off-CPU run does not say its samples are time waited:\n%s", stderr)
+	}
+	folded, err := os.ReadFile(filepath.Join(dir, "waiters.folded"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, th := range threads {
+		if !strings.Contains(string(folded), ";worker;"+th.wait+";") {
+			t.Errorf("the folded stacks (off-CPU view) lack worker;%s:\n%s", th.wait, folded)
+		}
+	}
+}
+
+// chainIn reports whether a stack (leaf first) holds the functions of chain in that order.
+func chainIn(stack []string, chain ...string) bool {
+	i := 0
+	for _, f := range stack {
+		if i < len(chain) && f == chain[i] {
+			i++
+		}
+	}
+	return i == len(chain)
+}
+
+// exitWhileWaitingC starts threads that go to sleep and exit at once when woken, in a
+// loop, so that threads exit soon after coming off a wait and their ids are reused.
+const exitWhileWaitingC = `#include <pthread.h>
+#include <stdlib.h>
+#include <time.h>
+#define KEEP __attribute__((noinline))
+KEEP void *nap_then_exit(void *a){struct timespec t={0,2000000}; nanosleep(&t,0); return 0;}
+int main(int argc,char**argv){struct timespec s,n; clock_gettime(CLOCK_MONOTONIC,&s); double secs=atof(argv[1]);
+  for(;;){clock_gettime(CLOCK_MONOTONIC,&n); if(n.tv_sec-s.tv_sec+(n.tv_nsec-s.tv_nsec)/1e9>secs) break;
+    pthread_t th[8]; for(int i=0;i<8;i++) pthread_create(&th[i],0,nap_then_exit,0); for(int i=0;i<8;i++) pthread_join(th[i],0);}
+  return 0;}
+`
+
+// Threads that wait and exit by the thousand, and processes that come and go: what sonde
+// follows of waiting threads, in the kernel and in user space, goes back to where it was.
+func TestOffCPUStateBounded(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := buildWorkload(t, "exitwait", exitWhileWaitingC, "-O1", "-pthread")
+	cg := churnCgroup(t)
+	a := startAgent(t, "--off-cpu", "--interval", "1s", "--cgroup", cg.Name())
+	base := a.waitMetrics(t, "the agent to serve its metrics", func(m map[string]float64) bool {
+		_, ok := m[`sonde_offcpu_threads{where="kernel"}`]
+		return ok
+	})
+	for range 3 {
+		cmd := exec.Command(bin, "3")
+		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
+		if err := cmd.Run(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	during := a.metrics(t)
+	if during["sonde_offcpu_samples_total"] == 0 {
+		t.Fatalf("no off-CPU samples of the threads' waits: %v", during)
+	}
+	after := a.waitMetrics(t, "followed waiting threads back to the baseline", func(m map[string]float64) bool {
+		return m[`sonde_offcpu_threads{where="kernel"}`] <= base[`sonde_offcpu_threads{where="kernel"}`] &&
+			m[`sonde_offcpu_threads{where="user"}`] <= base[`sonde_offcpu_threads{where="user"}`]+1
+	})
+	t.Logf("off-CPU samples %v; threads followed: kernel %v → %v, user %v → %v", during["sonde_offcpu_samples_total"],
+		base[`sonde_offcpu_threads{where="kernel"}`], after[`sonde_offcpu_threads{where="kernel"}`],
+		base[`sonde_offcpu_threads{where="user"}`], after[`sonde_offcpu_threads{where="user"}`])
+	a.stop(t)
+}
