@@ -85,7 +85,13 @@ func (f FeatureStatus) Available() bool { return f.Err == nil }
 
 // Features reports every feature CheckFeatures probes, kernel BTF first, each with its
 // own status: a bug report then says all that this kernel lacks, not only the first.
-func Features() []FeatureStatus { return featureStatuses(required) }
+func Features() []FeatureStatus { return featureStatuses(append(required[:len(required):len(required)], optional...)) }
+
+// optional lists what only some settings use; their absence turns those off with a
+// message, not sonde.
+var optional = []feature{
+	{"sched_switch BTF tracepoint (--off-cpu)", "5.5", ProbeOffCPU},
+}
 
 func featureStatuses(list []feature) []FeatureStatus {
 	out := []FeatureStatus{{Name: "kernel BTF (/sys/kernel/btf/vmlinux)", Since: "5.4", Err: checkBTF()}}

@@ -37,11 +37,11 @@ const (
 func ProbeOffCPU() error {
 	spec, err := btf.LoadKernelSpec()
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrNoOffCPU, err)
+		return fmt.Errorf("%w: %w: %w", ErrNoOffCPU, ebpf.ErrNotSupported, err)
 	}
 	var fn *btf.Typedef
 	if err := spec.TypeByName("btf_trace_sched_switch", &fn); err != nil {
-		return fmt.Errorf("%w: %w", ErrNoOffCPU, err)
+		return fmt.Errorf("%w: %w: %w", ErrNoOffCPU, ebpf.ErrNotSupported, err)
 	}
 	return nil
 }

@@ -57,6 +57,8 @@ func explain(err error) string {
 	switch {
 	case errors.Is(err, bpf.ErrPermission):
 		return "sonde needs root, or at least the capabilities CAP_BPF and CAP_PERFMON (see deploy/README.md for the full set), to load its BPF programs: run it with sudo (" + err.Error() + ")"
+	case errors.Is(err, bpf.ErrNoOffCPU):
+		return "--off-cpu needs the kernel's sched_switch BTF tracepoint (Linux 5.5 or later with CONFIG_DEBUG_INFO_BTF), which this kernel lacks; run without --off-cpu (" + err.Error() + ")"
 	case errors.Is(err, bpf.ErrNoBPF):
 		return "this kernel lacks what sonde's BPF programs need (Linux 5.17 or later, built with CONFIG_BPF_SYSCALL, CONFIG_BPF_EVENTS and CONFIG_DEBUG_INFO_BTF); missing: " + err.Error()
 	default:
