@@ -205,12 +205,36 @@ func TestRunWithoutAccess(t *testing.T) {
 	cs.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", errors.New("RBAC: no"))
 	})
-	w, err := New(Config{NodeName: node, Pods: cs.CoreV1().Pods("")})
+	w, err := New(Config{NodeName: node, Pods: cs.CoreV1().Pods(""), DenialGrace: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Run(context.Background()); !errors.Is(err, ErrNoAPIAccess) {
 		t.Errorf("Run = %v, want ErrNoAPIAccess", err)
+	}
+}
+
+// An API server that has just started refuses everyone until its RBAC caches have
+// synced (seen against a real one, test/kube): refusals that end within the grace
+// are retried, and the watcher lists the pods once they are let through.
+func TestRunRetriesEarlyRefusals(t *testing.T) {
+	uid := "0d1c4a2e-5b7f-4c1e-9a3d-2f6b8e7c1a90"
+	cs := fake.NewClientset(deploymentPod(uid, "checkout-7d9f8c6b5-x2x9z", node))
+	var refused int
+	cs.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if refused < 2 {
+			refused++
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", errors.New(`RBAC: clusterrole.rbac.authorization.k8s.io "sonde" not found`))
+		}
+		return false, nil, nil
+	})
+	w, err := New(Config{NodeName: node, Pods: cs.CoreV1().Pods("")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, w)
+	if _, _, ok := w.Lookup(uid, ""); !ok || refused != 2 {
+		t.Errorf("after %d refusals: pod found %v, want it listed after the second", refused, ok)
 	}
 }
 

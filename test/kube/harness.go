@@ -2,6 +2,7 @@ package kube
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -226,6 +227,10 @@ func (c *Cluster) files() error {
 		der, _ := x509.MarshalPKCS8PrivateKey(k)
 		return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
 	}
+	saPub, err := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
+	if err != nil {
+		return err
+	}
 	token := make([]byte, 16)
 	rand.Read(token)
 	c.AdminToken = hex.EncodeToString(token)
@@ -234,6 +239,7 @@ func (c *Cluster) files() error {
 		"server.crt":    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srvDER}),
 		"server.key":    keyPEM(srvKey),
 		"sa.key":        keyPEM(saKey),
+		"sa.pub":        pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: saPub}),
 		"tokens.csv":    []byte(c.AdminToken + `,admin,admin-uid,"system:masters"` + "\n"),
 		"audit.yaml":    []byte(auditPolicy),
 		"etcd/.keep":    nil,
@@ -296,10 +302,12 @@ func (c *Cluster) startEtcd() error {
 	}
 	exited := watchExit(c.etcd)
 	c.etcdExit = exited
-	return testenv.Wait("etcd to answer /health", time.Minute, func() (bool, string) {
+	var failed error
+	err = testenv.Wait("etcd to answer /health", time.Minute, func() (bool, string) {
 		select {
 		case err := <-exited:
-			return true, fmt.Sprintf("etcd exited: %v; %s", err, c.tail("etcd.log"))
+			failed = fmt.Errorf("etcd exited: %v; %s", err, c.tail("etcd.log"))
+			return true, ""
 		default:
 		}
 		resp, err := http.Get(c.etcdURL + "/health")
@@ -310,6 +318,7 @@ func (c *Cluster) startEtcd() error {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode == http.StatusOK && bytes.Contains(b, []byte(`"health":"true"`)), string(b)
 	})
+	return cmp.Or(failed, err)
 }
 
 // watchExit reports the exit of cmd, once.
@@ -321,8 +330,8 @@ func watchExit(cmd *exec.Cmd) <-chan error {
 
 func (c *Cluster) tail(name string) string {
 	b, _ := os.ReadFile(filepath.Join(c.Dir, name))
-	if len(b) > 4000 {
-		b = b[len(b)-4000:]
+	if len(b) > 1500 {
+		b = b[len(b)-1500:]
 	}
 	return string(b)
 }
@@ -330,6 +339,14 @@ func (c *Cluster) tail(name string) string {
 // StartAPIServer starts kube-apiserver (again, after StopAPIServer: same port, same
 // flags) and waits until /readyz says ok.
 func (c *Cluster) StartAPIServer() error {
+	if err := c.LaunchAPIServer(); err != nil {
+		return err
+	}
+	return c.WaitAPIServer()
+}
+
+// LaunchAPIServer starts kube-apiserver without waiting for it.
+func (c *Cluster) LaunchAPIServer() error {
 	if c.apiserverArgs == nil {
 		port, err := freePort()
 		if err != nil {
@@ -344,7 +361,7 @@ func (c *Cluster) StartAPIServer() error {
 			"--tls-cert-file=" + f("server.crt"), "--tls-private-key-file=" + f("server.key"),
 			"--client-ca-file=" + f("ca.crt"),
 			"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-			"--service-account-key-file=" + f("sa.key"), "--service-account-signing-key-file=" + f("sa.key"),
+			"--service-account-key-file=" + f("sa.pub"), "--service-account-signing-key-file=" + f("sa.key"),
 			"--service-cluster-ip-range=10.0.0.0/24",
 			"--authorization-mode=Node,RBAC",
 			"--token-auth-file=" + f("tokens.csv"),
@@ -353,6 +370,8 @@ func (c *Cluster) StartAPIServer() error {
 			// sonde's DaemonSet uses the host's PID namespace and capabilities, as real
 			// clusters allow.
 			"--allow-privileged=true",
+			// No Endpoints object for the kubernetes Service: none may point at loopback.
+			"--endpoint-reconciler-type=none",
 			"--profiling=false",
 		}
 	}
@@ -366,13 +385,20 @@ func (c *Cluster) StartAPIServer() error {
 	if err := c.server.Start(); err != nil {
 		return fmt.Errorf("start kube-apiserver: %w", err)
 	}
-	exited := watchExit(c.server)
-	c.serverExit = exited
+	c.serverExit = watchExit(c.server)
+	return nil
+}
+
+// WaitAPIServer waits until the API server LaunchAPIServer started says it is ready.
+func (c *Cluster) WaitAPIServer() error {
+	exited := c.serverExit
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: c.pool()}}, Timeout: 5 * time.Second}
-	return testenv.Wait("kube-apiserver's /readyz to say ok", 2*time.Minute, func() (bool, string) {
+	var failed error
+	err := testenv.Wait("kube-apiserver's /readyz to say ok", 2*time.Minute, func() (bool, string) {
 		select {
 		case err := <-exited:
-			return true, fmt.Sprintf("kube-apiserver exited: %v; %s", err, c.tail("apiserver.log"))
+			failed = fmt.Errorf("kube-apiserver exited: %v; %s", err, c.tail("apiserver.log"))
+			return true, ""
 		default:
 		}
 		req, _ := http.NewRequest("GET", fmt.Sprintf("https://127.0.0.1:%d/readyz", c.Port), nil)
@@ -385,6 +411,7 @@ func (c *Cluster) StartAPIServer() error {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode == http.StatusOK && string(b) == "ok", string(b)
 	})
+	return cmp.Or(failed, err)
 }
 
 func (c *Cluster) pool() *x509.CertPool {

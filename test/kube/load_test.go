@@ -156,7 +156,7 @@ func TestLoad(t *testing.T) {
 	}
 	unfiltered := time.Since(start)
 
-	lists, watches := checkAudit(t, c, loadNode)
+	lists, watches, _ := checkAudit(t, c, loadNode)
 	t.Logf("LOAD %d pods here, %d elsewhere: first list and sync %v, %d bytes from the API server (TLS included); metadata heap %.1f MiB (%d B per pod); %d label changes elsewhere: %d bytes to sonde; %d here: %d bytes (%d per event); all pods listed without the selector: %.1f MiB protobuf in %v; %d lists, %d watches",
 		loadHere, loadThere, listTime.Round(time.Millisecond), listBytes, float64(metadata)/(1<<20), metadata/int64(max(loadHere, 1)),
 		min(changes, loadThere), elsewhere, min(changes, loadHere), here, here/int64(max(min(changes, loadHere), 1)),

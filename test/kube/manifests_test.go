@@ -204,6 +204,7 @@ func TestRejectedManifestFails(t *testing.T) {
 		bad := doc{name: ds.name, namespace: ds.namespace, obj: ds.obj.DeepCopy()}
 		change(bad.obj.Object)
 		err := apply(t, c, bad, true)
+		t.Logf("the server on %s: %v", what, err)
 		if err == nil || !strings.Contains(err.Error(), what) {
 			t.Errorf("a DaemonSet with %q: apply = %v, want the server's refusal", what, err)
 		}

@@ -115,7 +115,7 @@ func TestSondeNamesPodProcess(t *testing.T) {
 	if !found {
 		t.Fatalf("no profile of the pod's process %d among %d resources\nstderr:\n%s", proc.Process.Pid, len(resources), run.Stderr)
 	}
-	lists, _ := checkAudit(t, c, e2eNode)
+	lists, _, _ := checkAudit(t, c, e2eNode)
 	if lists == 0 {
 		t.Error("the audit log has no list of pods by sonde")
 	}

@@ -12,6 +12,7 @@ import (
 
 	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
@@ -165,7 +166,7 @@ func TestWatcherAsServiceAccount(t *testing.T) {
 	// compacted and the API server restarts, so that its watch cache starts past the
 	// watcher's resource version: the watch it comes back with gets 410 Gone, and only a
 	// new list tells it what happened.
-	listsBefore, _ := checkAudit(t, c, thisNode)
+	listsBefore, _, _ := checkAudit(t, c, thisNode)
 	proxy.Cut()
 	createPod(t, cs, checkout.pod("checkout-7d9f8c6b5-ggggg", thisNode), cidE)
 	deletePod(t, cs, "shop", "checkout-7d9f8c6b5-ddddd")
@@ -202,7 +203,7 @@ func TestWatcherAsServiceAccount(t *testing.T) {
 	if err := w.stop(); err != nil {
 		t.Errorf("Run: %v", err)
 	}
-	lists, watches := checkAudit(t, c, thisNode)
+	lists, watches, _ := checkAudit(t, c, thisNode)
 	if lists <= listsBefore {
 		t.Errorf("%d lists of pods by sonde before the compacted watch, %d after: want a new list", listsBefore, lists)
 	}
@@ -227,7 +228,7 @@ func TestWatcherWithoutRBAC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := sondekube.New(sondekube.Config{NodeName: thisNode, REST: c.Config(tr.Status.Token)})
+	w, err := sondekube.New(sondekube.Config{NodeName: thisNode, REST: c.Config(tr.Status.Token), DenialGrace: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,4 +237,117 @@ func TestWatcherWithoutRBAC(t *testing.T) {
 	if err := w.Run(ctx); !errors.Is(err, sondekube.ErrNoAPIAccess) {
 		t.Errorf("Run as a ServiceAccount without a role = %v, want ErrNoAPIAccess", err)
 	}
+}
+
+// TestWatcherStartsBesideRestartingAPIServer starts sonde's watcher while the API server
+// is down and lets it come up. A restarted API server refuses every ServiceAccount (403,
+// "clusterrole not found") for some milliseconds while its RBAC caches fill (seen here
+// 1.67 s after its start, for 10 ms, before /readyz): a first list that falls there must
+// be retried (TestWatcherWaitsForRoleBinding makes the refusal certain).
+func TestWatcherStartsBesideRestartingAPIServer(t *testing.T) {
+	c := cluster(t)
+	cs := adminClient(t, c)
+	token := sondeToken(t, c)
+	ensureNodes(t, cs, restartNode)
+	ensureNamespace(t, cs, "restart")
+	wl := makeWorkload(t, cs, "restart", "api", "4d3c2b1a0")
+	createPod(t, cs, wl.pod("api-4d3c2b1a0-zzzzz", restartNode), "")
+
+	c.StopAPIServer()
+	w, err := sondekube.New(sondekube.Config{NodeName: restartNode, REST: c.Config(token)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- w.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-errc; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	if err := c.LaunchAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, "the watcher's first list", waitTimeout, func() (bool, string) {
+		select {
+		case err := <-errc:
+			errc <- nil
+			t.Fatalf("the watcher gave up: %v", err)
+		default:
+		}
+		return w.Synced(), ""
+	})
+	if got := len(w.Pods()); got != 1 {
+		t.Errorf("%d pods, want 1", got)
+	}
+	lists, _, refused := checkAudit(t, c, restartNode)
+	t.Logf("%d lists of pods, %d refused while the API server started", lists, refused)
+}
+
+// TestWatcherWaitsForRoleBinding starts the watcher as a ServiceAccount whose binding to
+// sonde's ClusterRole comes a moment later, as when the DaemonSet's pods start before
+// the RBAC objects applied with them are in the authorizer's cache, or the API server
+// has just restarted: the first lists are refused, and the watcher must keep trying
+// rather than go without metadata until sonde restarts.
+func TestWatcherWaitsForRoleBinding(t *testing.T) {
+	c := cluster(t)
+	cs := adminClient(t, c)
+	sondeToken(t, c) // sonde's ClusterRole
+	ensureNodes(t, cs, restartNode)
+	ctx := context.Background()
+	if _, err := cs.CoreV1().ServiceAccounts(sondeNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "late"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := cs.CoreV1().ServiceAccounts(sondeNamespace).CreateToken(ctx, "late",
+		&authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(600))}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := sondekube.New(sondekube.Config{NodeName: restartNode, REST: c.Config(tr.Status.Token)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- w.Run(runCtx) }()
+	defer func() {
+		cancel()
+		if err := <-errc; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	// Bind once the API server has refused the account at least once.
+	testenv.WaitFor(t, "the API server to refuse the unbound account", waitTimeout, func() (bool, string) {
+		events, err := c.Audit("system:serviceaccount:" + sondeNamespace + ":late")
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, e := range events {
+			if e.ResponseStatus != nil && e.ResponseStatus.Code == 403 {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d requests audited", len(events))
+	})
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "sonde-late"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "sonde"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "late", Namespace: sondeNamespace}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, "the watcher's first list once bound", waitTimeout, func() (bool, string) {
+		select {
+		case err := <-errc:
+			errc <- nil
+			t.Fatalf("the watcher gave up: %v", err)
+		default:
+		}
+		return w.Synced(), ""
+	})
 }
