@@ -127,6 +127,8 @@ func TestWatcherAsServiceAccount(t *testing.T) {
 	defer proxy.Close()
 	cfg := c.Config(token)
 	cfg.Host = proxy.URL()
+	phase := time.Now()
+	lap := func(what string) { t.Logf("%s: %v", what, time.Since(phase).Round(time.Millisecond)); phase = time.Now() }
 	w := runWatcher(t, thisNode, cfg)
 	w.waitPods(t, "this node's pods", "checkout-7d9f8c6b5-aaaaa", "report-5c4b3a2d1-ccccc")
 
@@ -153,15 +155,19 @@ func TestWatcherAsServiceAccount(t *testing.T) {
 		t.Errorf("the added pod's container: Lookup = %+v %v", c, ok)
 	}
 
+	lap("first list, adds, label change, delete")
 	// The API server restarts; the watch resumes or lists again.
 	c.StopAPIServer()
+	lap("stop")
 	if err := c.StartAPIServer(); err != nil {
 		t.Fatal(err)
 	}
+	lap("start")
 	createPod(t, cs, checkout.pod("checkout-7d9f8c6b5-fffff", thisNode), "")
 	w.waitPods(t, "a pod added after the API server restarted",
 		"checkout-7d9f8c6b5-aaaaa", "checkout-7d9f8c6b5-ddddd", "checkout-7d9f8c6b5-fffff")
 
+	lap("API server restart")
 	// The watcher loses its connection; meanwhile pods change, etcd's history is
 	// compacted and the API server restarts, so that its watch cache starts past the
 	// watcher's resource version: the watch it comes back with gets 410 Gone, and only a
@@ -188,6 +194,7 @@ func TestWatcherAsServiceAccount(t *testing.T) {
 	if _, _, ok := w.Lookup("", cidD); ok {
 		t.Error("the container of a pod deleted while the watch was cut is still known")
 	}
+	lap("cut, compaction, restart")
 
 	// Exactly this node's pods, as the API server lists them.
 	all, err := cs.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{FieldSelector: "spec.nodeName=" + thisNode})
