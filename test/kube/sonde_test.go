@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	corev1 "k8s.io/api/core/v1"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -79,41 +80,13 @@ func TestSondeNamesPodProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := filepath.Join(t.TempDir(), "p.otlp.json")
-	s := testenv.StartSonde(t, bin, "--k8s-node-name", e2eNode, "--k8s-kubeconfig", kubeconfig,
-		"--k8s-namespaces", "pay", "--output", out, "--top", "0")
-	s.WaitSamples(30)
-	run := s.Stop()
-	if run.Err != nil {
-		t.Fatalf("sonde: %v\n%s", run.Err, run.Stderr)
-	}
-	resources, err := readResources(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]string{
-		"k8s.pod.name": pod.Name, "k8s.pod.uid": string(pod.UID), "k8s.namespace.name": "pay",
-		"k8s.node.name": e2eNode, "k8s.container.name": "app", "container.id": cid,
-		"k8s.deployment.name": "ledger", "k8s.replicaset.name": "ledger-6f5e4d3c2", "service.name": "ledger",
-	}
-	found := false
-	for _, r := range resources {
-		pid := r["process.pid"]
-		if pid == strconv.Itoa(noise.Process.Pid) || r["k8s.namespace.name"] == "other" {
-			t.Errorf("a process of a pod outside --k8s-namespaces was profiled: %v", r)
-		}
-		if pid != strconv.Itoa(proc.Process.Pid) {
-			continue
-		}
-		found = true
-		for k, v := range want {
-			if r[k] != v {
-				t.Errorf("resource of the pod's process: %s = %q, want %q (all: %v)", k, r[k], v, r)
-			}
-		}
-	}
-	if !found {
-		t.Fatalf("no profile of the pod's process %d among %d resources\nstderr:\n%s", proc.Process.Pid, len(resources), run.Stderr)
+	for name, filter := range map[string][]string{
+		"namespaces": {"--k8s-namespaces", "pay"},
+		"selector":   {"--k8s-pod-selector", "app.kubernetes.io/name in (ledger),pod-template-hash"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			checkSondeRun(t, bin, kubeconfig, filter, pod, proc.Process.Pid, noise.Process.Pid, cid)
+		})
 	}
 	lists, _, _ := checkAudit(t, c, e2eNode)
 	if lists == 0 {
@@ -168,4 +141,46 @@ func readResources(path string) ([]map[string]string, error) {
 		}
 	}
 	return out, sc.Err()
+}
+
+// checkSondeRun runs bin/sonde with filter until it has samples, and checks the
+// resource of the pod's process and that the other pod's process was left out.
+func checkSondeRun(t *testing.T, bin, kubeconfig string, filter []string, pod *corev1.Pod, pid, noisePID int, cid string) {
+	out := filepath.Join(t.TempDir(), "p.otlp.json")
+	args := append([]string{"--k8s-node-name", e2eNode, "--k8s-kubeconfig", kubeconfig, "--output", out, "--top", "0"}, filter...)
+	s := testenv.StartSonde(t, bin, args...)
+	s.WaitSamples(30)
+	run := s.Stop()
+	if run.Err != nil {
+		t.Fatalf("sonde: %v\n%s", run.Err, run.Stderr)
+	}
+	resources, err := readResources(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"k8s.pod.name": pod.Name, "k8s.pod.uid": string(pod.UID), "k8s.namespace.name": "pay",
+		"k8s.node.name": e2eNode, "k8s.container.name": "app", "container.id": cid,
+		"k8s.deployment.name": "ledger", "k8s.replicaset.name": "ledger-6f5e4d3c2", "service.name": "ledger",
+	}
+	found := false
+	for _, r := range resources {
+		rpid := r["process.pid"]
+		if rpid == strconv.Itoa(noisePID) || r["k8s.namespace.name"] == "other" {
+			t.Errorf("a process of a pod %v leaves out was profiled: %v", filter, r)
+		}
+		if rpid != strconv.Itoa(pid) {
+			continue
+		}
+		found = true
+		t.Logf("the pod's process: %v", r)
+		for k, v := range want {
+			if r[k] != v {
+				t.Errorf("resource of the pod's process: %s = %q, want %q (all: %v)", k, r[k], v, r)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("no profile of the pod's process %d among %d resources\nstderr:\n%s", pid, len(resources), run.Stderr)
+	}
 }

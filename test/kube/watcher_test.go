@@ -112,8 +112,13 @@ func TestWatcherAsServiceAccount(t *testing.T) {
 	cs := adminClient(t, c)
 	token := sondeToken(t, c)
 	ensureNodes(t, cs, thisNode, otherNode)
+	node, err := cs.CoreV1().Nodes().Get(context.Background(), thisNode, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ensureNamespace(t, cs, "shop")
 	ensureNamespace(t, cs, "batch")
+	ensureNamespace(t, cs, "kube-system")
 	checkout := makeWorkload(t, cs, "shop", "checkout", "7d9f8c6b5")
 	report := makeWorkload(t, cs, "batch", "report", "5c4b3a2d1")
 	a := createPod(t, cs, checkout.pod("checkout-7d9f8c6b5-aaaaa", thisNode), cidA)
@@ -140,6 +145,22 @@ func TestWatcherAsServiceAccount(t *testing.T) {
 	if _, c, ok := w.Lookup("", cidA); !ok || c.Name != "app" {
 		t.Errorf("Lookup by container id alone = %+v %v", c, ok)
 	}
+
+	// A static pod's mirror, as the kubelet posts it: its cgroup carries the config hash,
+	// not the mirror's UID.
+	const hash = "6b3ffd12d0b7a8e3e7c1f2a9b4d5c6e7"
+	mirror := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "etcd-" + thisNode, Namespace: "kube-system",
+			Annotations:     map[string]string{"kubernetes.io/config.mirror": hash, "kubernetes.io/config.source": "file"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: thisNode, UID: node.UID, Controller: ptr(true)}}},
+		Spec: corev1.PodSpec{NodeName: thisNode, Containers: []corev1.Container{{Name: "etcd", Image: "registry.k8s.io/etcd:3.7"}}},
+	}
+	createPod(t, cs, mirror, "")
+	testenv.WaitFor(t, "the mirror pod by its config hash", waitTimeout, func() (bool, string) {
+		p, _, ok := w.Lookup(hash, "")
+		return ok && p.Name == mirror.Name, fmt.Sprintf("%+v %v", p, ok)
+	})
+	deletePod(t, cs, "kube-system", mirror.Name)
 
 	// Adds here and there, a label change, a container starting, a delete.
 	createPod(t, cs, checkout.pod("checkout-7d9f8c6b5-ddddd", thisNode), cidD)
