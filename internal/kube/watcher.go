@@ -237,19 +237,19 @@ func (w *Watcher) Lookup(podUID, containerID string) (Pod, Container, bool) {
 }
 
 func (w *Watcher) put(obj any) {
-	p, ok := obj.(*corev1.Pod)
+	s, ok := obj.(*stored)
 	// The field selector keeps other nodes' pods out; this keeps them out of the
 	// cache should a server or proxy ignore it.
-	if !ok || p.Spec.NodeName != w.node {
+	if !ok || s.pod.NodeName != w.node {
 		return
 	}
-	pod, cs := compact(p)
+	pod, cs := &s.pod, s.containers
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.forget(pod.UID)
-	w.pods[pod.UID] = &pod
+	w.pods[pod.UID] = pod
 	if pod.mirrorHash != "" && pod.mirrorHash != pod.UID {
-		w.pods[pod.mirrorHash] = &pod
+		w.pods[pod.mirrorHash] = pod
 	}
 	ids := make([]string, 0, len(cs))
 	for _, c := range cs {
@@ -263,13 +263,13 @@ func (w *Watcher) delete(obj any) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
-	p, ok := obj.(*corev1.Pod)
+	s, ok := obj.(*stored)
 	if !ok {
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.forget(string(p.UID))
+	w.forget(s.pod.UID)
 }
 
 // forget removes a pod and its containers; w.mu is held.
