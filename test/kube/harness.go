@@ -68,7 +68,7 @@ func Binaries() (etcd, apiserver string, err error) {
 		if _, err := os.Stat(out); err == nil {
 			continue
 		}
-		tmp := out + ".tmp"
+		tmp := fmt.Sprintf("%s.tmp-%d", out, os.Getpid()) // two test runs may build at once
 		cmd := exec.Command("nice", "-n", "10", "go", "build", "-trimpath", "-o", tmp, "./"+name)
 		cmd.Dir = serverDir
 		if b, err := cmd.CombinedOutput(); err != nil {
