@@ -133,7 +133,10 @@ func TestWatcherAsServiceAccount(t *testing.T) {
 	cfg := c.Config(token)
 	cfg.Host = proxy.URL()
 	phase := time.Now()
-	lap := func(what string) { t.Logf("%s: %v", what, time.Since(phase).Round(time.Millisecond)); phase = time.Now() }
+	lap := func(what string) {
+		t.Logf("%s: %v", what, time.Since(phase).Round(time.Millisecond))
+		phase = time.Now()
+	}
 	w := runWatcher(t, thisNode, cfg)
 	w.waitPods(t, "this node's pods", "checkout-7d9f8c6b5-aaaaa", "report-5c4b3a2d1-ccccc")
 
