@@ -148,7 +148,7 @@ func New(cfg Config) (*Watcher, error) {
 	var err error
 	if w.handler, err = w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { w.put(obj); w.changed() },
-		UpdateFunc: func(_, obj any) { w.put(obj); w.changed() },
+		UpdateFunc: func(old, obj any) { w.replace(old, obj); w.changed() },
 		DeleteFunc: func(obj any) { w.delete(obj); w.changed() },
 	}); err != nil {
 		return nil, fmt.Errorf("kube: %w", err)
@@ -257,6 +257,18 @@ func (w *Watcher) put(obj any) {
 		ids = append(ids, c.ID)
 	}
 	w.podContainers[pod.UID] = ids
+}
+
+// replace applies an update. The informer keys pods by namespace and name: a pod deleted
+// and made again under its name (a StatefulSet's) while the watch was down comes back
+// from the new list as an update of the old one, whose UID must be forgotten too.
+func (w *Watcher) replace(old, obj any) {
+	if o, ok := old.(*stored); ok {
+		if n, ok := obj.(*stored); !ok || n.pod.UID != o.pod.UID {
+			w.delete(old)
+		}
+	}
+	w.put(obj)
 }
 
 func (w *Watcher) delete(obj any) {

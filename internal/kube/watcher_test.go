@@ -342,3 +342,28 @@ func TestWatcherOverHTTP(t *testing.T) {
 		t.Errorf("requests %q: want a list and a watch", requests)
 	}
 }
+
+// A relist that finds a pod's name under another UID (deleted and made again while the
+// watch was down) is an update to the informer: the old UID must go (seen against a
+// real API server, test/kube).
+func TestUpdateWithNewUID(t *testing.T) {
+	oldUID, newUID := "0d1c4a2e-5b7f-4c1e-9a3d-2f6b8e7c1a90", "5e0c1d2f-3a4b-4c5d-8e9f-0a1b2c3d4e5f"
+	w, err := New(Config{NodeName: node, Pods: fake.NewClientset().CoreV1().Pods("")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := trim(deploymentPod(oldUID, "db-0", node))
+	after, _ := trim(deploymentPod(newUID, "db-0", node))
+	after.(*stored).containers = nil // not started yet
+	w.put(before)
+	w.replace(before, after)
+	if _, _, ok := w.Lookup(oldUID, ""); ok {
+		t.Error("the old UID is still known")
+	}
+	if _, _, ok := w.Lookup("", cidA); ok {
+		t.Error("the old pod's container is still known")
+	}
+	if p, _, ok := w.Lookup(newUID, ""); !ok || len(w.Pods()) != 1 {
+		t.Errorf("Lookup(new UID) = %+v %v, %d pods: want the new pod alone", p, ok, len(w.Pods()))
+	}
+}

@@ -191,6 +191,9 @@ func TestWatcherAsServiceAccount(t *testing.T) {
 	w.waitPods(t, "a pod added after the API server restarted",
 		"checkout-7d9f8c6b5-aaaaa", "checkout-7d9f8c6b5-ddddd", "checkout-7d9f8c6b5-fffff")
 
+	old := createPod(t, cs, report.pod("report-5c4b3a2d1-hhhhh", thisNode), cidC)
+	w.waitPods(t, "a pod to be made again",
+		"checkout-7d9f8c6b5-aaaaa", "checkout-7d9f8c6b5-ddddd", "checkout-7d9f8c6b5-fffff", "report-5c4b3a2d1-hhhhh")
 	lap("API server restart")
 	// The watcher loses its connection; meanwhile pods change, etcd's history is
 	// compacted and the API server restarts, so that its watch cache starts past the
@@ -201,6 +204,10 @@ func TestWatcherAsServiceAccount(t *testing.T) {
 	createPod(t, cs, checkout.pod("checkout-7d9f8c6b5-ggggg", thisNode), cidE)
 	deletePod(t, cs, "shop", "checkout-7d9f8c6b5-ddddd")
 	labelPod(t, cs, "shop", "checkout-7d9f8c6b5-fffff", "tier", "web")
+	// A pod deleted and made again under the same name, as a StatefulSet does: the new
+	// list has the name with another UID, which the informer reports as an update.
+	deletePod(t, cs, "batch", "report-5c4b3a2d1-hhhhh")
+	again := createPod(t, cs, report.pod("report-5c4b3a2d1-hhhhh", thisNode), "")
 	if _, err := c.Compact(); err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +217,17 @@ func TestWatcherAsServiceAccount(t *testing.T) {
 	}
 	proxy.Restore()
 	w.waitPods(t, "the changes made while the watch was cut",
-		"checkout-7d9f8c6b5-aaaaa", "checkout-7d9f8c6b5-fffff", "checkout-7d9f8c6b5-ggggg")
+		"checkout-7d9f8c6b5-aaaaa", "checkout-7d9f8c6b5-fffff", "checkout-7d9f8c6b5-ggggg", "report-5c4b3a2d1-hhhhh")
+	testenv.WaitFor(t, "the pod made again under its new UID", waitTimeout, func() (bool, string) {
+		_, _, ok := w.Lookup(string(again.UID), "")
+		return ok, ""
+	})
+	if p, _, ok := w.Lookup(string(old.UID), ""); ok {
+		t.Errorf("the pod deleted and made again while the watch was cut is still known by its old UID: %+v", p)
+	}
+	if _, _, ok := w.Lookup("", cidC); ok {
+		t.Error("the container of the pod deleted and made again while the watch was cut is still known")
+	}
 	testenv.WaitFor(t, "the label set while the watch was cut", waitTimeout, func() (bool, string) {
 		p, _ := w.pod("checkout-7d9f8c6b5-fffff")
 		return p.Labels["tier"] == "web", fmt.Sprintf("%+v", p)
