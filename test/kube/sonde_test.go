@@ -2,9 +2,11 @@ package kube
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,7 +49,7 @@ func TestSondeNamesPodProcess(t *testing.T) {
 	const otherCID = "f9e8d7c6b5a4f9e8d7c6b5a4f9e8d7c6b5a4f9e8d7c6b5a4f9e8d7c6b5a4f9e8"
 	other := createPod(t, cs, ow.pod("noise-1a2b3c4d5-q9w8e", e2eNode), otherCID)
 
-	burn := func(uid, cid string) *exec.Cmd {
+	burn := func(t *testing.T, uid, cid string) *exec.Cmd {
 		podDir := filepath.Join(cgRoot, "kubepods.slice", "kubepods-burstable.slice",
 			"kubepods-burstable-pod"+strings.ReplaceAll(uid, "-", "_")+".slice")
 		ctrDir := filepath.Join(podDir, "cri-containerd-"+cid+".scope")
@@ -73,8 +75,8 @@ func TestSondeNamesPodProcess(t *testing.T) {
 		}
 		return cmd
 	}
-	proc := burn(string(pod.UID), cid)
-	noise := burn(string(other.UID), otherCID)
+	proc := burn(t, string(pod.UID), cid)
+	noise := burn(t, string(other.UID), otherCID)
 
 	kubeconfig, err := c.Kubeconfig("sonde", "", token)
 	if err != nil {
@@ -88,6 +90,44 @@ func TestSondeNamesPodProcess(t *testing.T) {
 			checkSondeRun(t, bin, kubeconfig, filter, pod, proc.Process.Pid, noise.Process.Pid, cid)
 		})
 	}
+	// A pod that comes after sonde started, in a namespace that had none: the kubelet
+	// makes the pod's cgroup once the API server has the pod, and reports the container
+	// after it started; the filter must follow, from nothing profiled to the pod's process.
+	t.Run("late pod", func(t *testing.T) {
+		ensureNamespace(t, cs, "late")
+		lw := makeWorkload(t, cs, "late", "batch", "9a8b7c6d5")
+		out := filepath.Join(t.TempDir(), "p.otlp.json")
+		s := testenv.StartSonde(t, bin, "--k8s-node-name", e2eNode, "--k8s-kubeconfig", kubeconfig,
+			"--k8s-namespaces", "late", "--output", out, "--top", "0")
+		s.WaitMetric("sonde_samples_total", 0) // serving: sampling has started
+		const lateCID = "1234abcd1234abcd1234abcd1234abcd1234abcd1234abcd1234abcd1234abcd"
+		late := createPod(t, cs, lw.pod("batch-9a8b7c6d5-l8t3r", e2eNode), "")
+		proc := burn(t, string(late.UID), lateCID)
+		late.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app", ContainerID: "containerd://" + lateCID, Image: "example/batch:1", Ready: true}}
+		if _, err := cs.CoreV1().Pods("late").UpdateStatus(context.Background(), late, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		s.WaitSamples(30)
+		run := s.Stop()
+		if run.Err != nil {
+			t.Fatalf("sonde: %v\n%s", run.Err, run.Stderr)
+		}
+		resources, err := readResources(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range resources {
+			if r["process.pid"] == strconv.Itoa(proc.Process.Pid) {
+				if r["k8s.pod.name"] != late.Name || r["k8s.deployment.name"] != "batch" || r["service.name"] != "batch" {
+					t.Errorf("resource of the late pod's process: %v", r)
+				}
+				return
+			}
+			t.Errorf("a process outside the late pod was profiled: %v", r)
+		}
+		t.Errorf("no profile of the late pod's process among %d resources\nstderr:\n%s", len(resources), run.Stderr)
+	})
+
 	lists, _, _ := checkAudit(t, c, e2eNode)
 	if lists == 0 {
 		t.Error("the audit log has no list of pods by sonde")
