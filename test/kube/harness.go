@@ -126,11 +126,16 @@ func (c *Cluster) Config(token string) *rest.Config {
 	}
 }
 
-// Kubeconfig writes a kubeconfig file presenting token to the API server at host (the
-// server's own address when "") and returns its path.
-func (c *Cluster) Kubeconfig(name, host, token string) (string, error) {
-	if host == "" {
-		host = fmt.Sprintf("https://127.0.0.1:%d", c.Port)
+// Kubeconfig writes a kubeconfig file presenting token to the API server and returns its
+// path. With inFile, the token is in a file of its own that the kubeconfig names
+// (tokenFile), as a projected service-account token is.
+func (c *Cluster) Kubeconfig(name, token string, inFile bool) (string, error) {
+	user := "token: " + token
+	if inFile {
+		if err := os.WriteFile(filepath.Join(c.Dir, name+".token"), []byte(token), 0o600); err != nil {
+			return "", err
+		}
+		user = "tokenFile: " + name + ".token" // relative to the kubeconfig, as kubectl reads it
 	}
 	path := filepath.Join(c.Dir, name+".kubeconfig")
 	content := fmt.Sprintf(`apiVersion: v1
@@ -138,17 +143,17 @@ kind: Config
 clusters:
 - name: test
   cluster:
-    server: %s
+    server: https://127.0.0.1:%d
     certificate-authority-data: %s
 users:
 - name: %s
   user:
-    token: %s
+    %s
 contexts:
 - name: test
   context: {cluster: test, user: %s}
 current-context: test
-`, host, base64.StdEncoding.EncodeToString(c.CA), name, token, name)
+`, c.Port, base64.StdEncoding.EncodeToString(c.CA), name, user, name)
 	return path, os.WriteFile(path, []byte(content), 0o600)
 }
 

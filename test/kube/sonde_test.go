@@ -78,18 +78,21 @@ func TestSondeNamesPodProcess(t *testing.T) {
 	proc := burn(t, string(pod.UID), cid)
 	noise := burn(t, string(other.UID), otherCID)
 
-	kubeconfig, err := c.Kubeconfig("sonde", "", token)
+	kubeconfig, err := c.Kubeconfig("sonde", token, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, filter := range map[string][]string{
-		"namespaces": {"--k8s-namespaces", "pay"},
-		"selector":   {"--k8s-pod-selector", "app.kubernetes.io/name in (ledger),pod-template-hash"},
-	} {
-		t.Run(name, func(t *testing.T) {
-			checkSondeRun(t, bin, kubeconfig, filter, pod, proc.Process.Pid, noise.Process.Pid, cid)
-		})
+	tokenFileConfig, err := c.Kubeconfig("sonde-token-file", token, true)
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Run("namespaces", func(t *testing.T) {
+		checkSondeRun(t, bin, kubeconfig, []string{"--k8s-namespaces", "pay"}, pod, proc.Process.Pid, noise.Process.Pid, cid)
+	})
+	t.Run("selector, token file", func(t *testing.T) {
+		checkSondeRun(t, bin, tokenFileConfig, []string{"--k8s-pod-selector", "app.kubernetes.io/name in (ledger),pod-template-hash"},
+			pod, proc.Process.Pid, noise.Process.Pid, cid)
+	})
 	// A pod that comes after sonde started, in a namespace that had none: the kubelet
 	// makes the pod's cgroup once the API server has the pod, and reports the container
 	// after it started; the filter must follow, from nothing profiled to the pod's process.
