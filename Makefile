@@ -123,6 +123,14 @@ image: build
 	cd deploy/image && $(GO) run . -binary ../../bin/sonde -layout ../../bin/image \
 		-tar ../../bin/sonde-image.tar -tag '$(IMAGE_TAG)' -version '$(VERSION)'
 
+# The Kubernetes side against a real kube-apiserver and etcd (test/kube): built from Go
+# modules the first time (about 7 minutes on two cores, niced) and cached under the user's
+# cache directory (SONDE_KUBE_CACHE overrides) by the content of test/kube/server, so
+# later runs and CI's clean clones on the same machine only start them.
+.PHONY: test-kube
+test-kube: build
+	cd test/kube && $(GO) test -count=1 -timeout 30m ./...
+
 # Tests of deploy/: the Helm chart (helm built from Go modules), the manifests, the systemd
 # unit, the image, and sonde under the capability set it is deployed with (root, in CI).
 .PHONY: test-deploy lint-deploy
@@ -132,3 +140,4 @@ test-deploy: build image
 lint-deploy:
 	cd deploy/image && $(GO) vet ./...
 	cd test/deploy && $(GO) vet ./...
+	cd test/kube && $(GO) vet ./...

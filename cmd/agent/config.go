@@ -180,6 +180,7 @@ func agentFlags(getenv func(string) string) (*flag.FlagSet, func(set *flag.FlagS
 	fs.StringVar(&c.kube.cgroupRoot, "cgroup-root", "", "where the host's cgroup v2 hierarchy is mounted (`DIR`; default: found in /proc/self/mountinfo)")
 	fs.StringVar(&c.kube.nodeName, "k8s-node-name", getenv("NODE_NAME"), "this Kubernetes node's `NAME` (default $NODE_NAME): with it, pods' names, namespaces, containers and workloads are added to their processes' resources")
 	fs.BoolVar(&c.kube.metadata, "k8s-metadata", true, "ask the API server about this node's pods (needs --k8s-node-name)")
+	fs.StringVar(&c.kube.kubeconfig, "k8s-kubeconfig", "", "reach the API server as this kubeconfig `FILE`'s current context says (a token, token file or client certificate) instead of the pod's service account: for sonde outside a pod")
 	fs.StringVar(&namespaces, "k8s-namespaces", "", "profile only pods in these `NAMESPACES` (comma-separated); filtered in the kernel by the pods' cgroups")
 	fs.StringVar(&selector, "k8s-pod-selector", "", "profile only pods whose labels match this `SELECTOR` (a=b,c!=d,e in (f,g)); with --k8s-namespaces a pod must match both")
 	check := func(set *flag.FlagSet) (*config, error) {

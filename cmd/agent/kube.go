@@ -23,6 +23,7 @@ import (
 type kubeConfig struct {
 	nodeName    string   // --k8s-node-name: this node; empty outside Kubernetes
 	metadata    bool     // --k8s-metadata
+	kubeconfig  string   // --k8s-kubeconfig; the in-cluster service account when empty
 	namespaces  []string // --k8s-namespaces
 	selector    labels.Selector
 	cgroups     []string // --cgroup
@@ -202,7 +203,16 @@ func newWatcher(cfg *config, log *slog.Logger) (*kube.Watcher, error) {
 		return nil, nil
 	}
 	klog.SetSlogLogger(log.With("component", "client-go"))
-	w, err := kube.New(kube.Config{NodeName: cfg.kube.nodeName})
+	kc := kube.Config{NodeName: cfg.kube.nodeName}
+	if cfg.kube.kubeconfig != "" {
+		// A kubeconfig that cannot be read is a mistake to say, not a cluster to go without.
+		rc, err := kube.LoadKubeconfig(cfg.kube.kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("--k8s-kubeconfig: %w", err)
+		}
+		kc.REST = rc
+	}
+	w, err := kube.New(kc)
 	if errors.Is(err, kube.ErrNoAPIAccess) {
 		if cfg.kube.filterByPod {
 			return nil, fmt.Errorf("--k8s-namespaces and --k8s-pod-selector need the API server: %w", err)

@@ -1,10 +1,14 @@
 package kube
 
 import (
+	"maps"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // Labels whose values the agent may use for service.name.
@@ -159,38 +163,38 @@ func boundedLabels(in map[string]string) map[string]string {
 	return out
 }
 
-// trim drops from a pod everything compact does not read, before the informer stores
-// it: a pod's spec and status run to kilobytes, of which a few dozen bytes are kept.
+// stored is what the informer keeps of a pod, and what its handlers get: the Pod and
+// containers Lookup answers with, made once, and shared with the watcher's maps. A
+// *corev1.Pod trimmed to the same fields still takes 1.2 KB of struct, before its labels,
+// owner references and container statuses, and the watcher kept its own copies beside it.
+type stored struct {
+	// Name, Namespace, UID and ResourceVersion only: the informer's key and accessors.
+	metav1.ObjectMeta
+	pod        Pod
+	containers []Container
+}
+
+// GetObjectKind implements runtime.Object; a stored pod is never encoded.
+func (s *stored) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject implements runtime.Object.
+func (s *stored) DeepCopyObject() runtime.Object {
+	c := &stored{pod: s.pod, containers: slices.Clone(s.containers)}
+	s.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
+	c.pod.Labels = maps.Clone(s.pod.Labels)
+	return c
+}
+
+// trim turns a pod the API server sent into what the informer stores.
 func trim(obj any) (any, error) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil // a DeletedFinalStateUnknown tombstone, kept as it is
 	}
-	t := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:            p.Name,
-			Namespace:       p.Namespace,
-			UID:             p.UID,
-			ResourceVersion: p.ResourceVersion,
-		},
-		Spec: corev1.PodSpec{NodeName: p.Spec.NodeName},
-	}
-	t.Labels = boundedLabels(p.Labels)
-	if v, ok := p.Annotations[annotationMirror]; ok {
-		t.Annotations = map[string]string{annotationMirror: v}
-	}
-	if ref := metav1.GetControllerOfNoCopy(p); ref != nil {
-		t.OwnerReferences = []metav1.OwnerReference{{Kind: ref.Kind, Name: ref.Name, Controller: ref.Controller}}
-	}
-	short := func(in []corev1.ContainerStatus) []corev1.ContainerStatus {
-		var out []corev1.ContainerStatus
-		for _, s := range in {
-			out = append(out, corev1.ContainerStatus{Name: s.Name, ContainerID: s.ContainerID})
-		}
-		return out
-	}
-	t.Status.InitContainerStatuses = short(p.Status.InitContainerStatuses)
-	t.Status.ContainerStatuses = short(p.Status.ContainerStatuses)
-	t.Status.EphemeralContainerStatuses = short(p.Status.EphemeralContainerStatuses)
-	return t, nil
+	pod, cs := compact(p)
+	return &stored{
+		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion},
+		pod:        pod,
+		containers: cs,
+	}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -38,7 +39,16 @@ type Config struct {
 	REST *rest.Config
 	// Pods, if set, is used instead of a client made from REST.
 	Pods PodClient
+	// DenialGrace is how long refusals of the first list (401, 403) are retried before
+	// Run gives up with ErrNoAPIAccess; 0 means DefaultDenialGrace. An API server that
+	// has just started refuses everyone until its RBAC caches have synced, and a new
+	// ServiceAccount's binding may land after the DaemonSet's pods start: giving up on
+	// the first refusal would leave sonde without metadata until it restarts.
+	DenialGrace time.Duration
 }
+
+// DefaultDenialGrace is Config.DenialGrace's default.
+const DefaultDenialGrace = 30 * time.Second
 
 // Watcher keeps the metadata of this node's pods current.
 type Watcher struct {
@@ -52,7 +62,9 @@ type Watcher struct {
 	// podContainers lists each pod's container ids, to forget them with the pod.
 	podContainers map[string][]string
 
-	denied chan error // the first refusal before the first list succeeded
+	denied      chan error // a refusal DenialGrace after the first, before the first list succeeded
+	denialGrace time.Duration
+	firstDenial time.Time // of the refusals before the first list; zero when none
 
 	// onChange, when set, hears of every pod added, changed or deleted, outside mu.
 	onChange func()
@@ -110,6 +122,10 @@ func New(cfg Config) (*Watcher, error) {
 		containers:    map[string]container{},
 		podContainers: map[string][]string{},
 		denied:        make(chan error, 1),
+		denialGrace:   cfg.DenialGrace,
+	}
+	if w.denialGrace <= 0 {
+		w.denialGrace = DefaultDenialGrace
 	}
 	selector := fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
 	lw := &cache.ListWatch{
@@ -132,7 +148,7 @@ func New(cfg Config) (*Watcher, error) {
 	var err error
 	if w.handler, err = w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { w.put(obj); w.changed() },
-		UpdateFunc: func(_, obj any) { w.put(obj); w.changed() },
+		UpdateFunc: func(old, obj any) { w.replace(old, obj); w.changed() },
 		DeleteFunc: func(obj any) { w.delete(obj); w.changed() },
 	}); err != nil {
 		return nil, fmt.Errorf("kube: %w", err)
@@ -148,8 +164,9 @@ type plainListWatch struct{ *cache.ListWatch }
 func (plainListWatch) IsWatchListSemanticsUnSupported() bool { return true }
 
 // Run watches until ctx ends and then returns nil. If the API server refuses the first
-// list (no token, or RBAC forbids it), Run returns an error wrapping ErrNoAPIAccess;
-// later failures are retried with backoff while the cache keeps what it has.
+// list (no token, or RBAC forbids it) for DenialGrace, Run returns an error wrapping
+// ErrNoAPIAccess; other failures, and all after the first list, are retried with
+// backoff while the cache keeps what it has.
 func (w *Watcher) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -173,9 +190,20 @@ func (w *Watcher) Run(ctx context.Context) error {
 // listed then. (The informer's own HasSynced turns true before its handlers have run.)
 func (w *Watcher) Synced() bool { return w.handler.HasSynced() }
 
+// watchError hears of every failed list and watch (the reflector then backs off and
+// tries again). Refusals before the first list has succeeded end Run once they have
+// lasted denialGrace; one refusal alone does not.
 func (w *Watcher) watchError(ctx context.Context, r *cache.Reflector, err error) {
+	cache.DefaultWatchErrorHandler(ctx, r, err)
 	if w.informer.HasSynced() || !(apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err)) {
-		cache.DefaultWatchErrorHandler(ctx, r, err)
+		return
+	}
+	// Only the reflector's goroutine calls this: firstDenial needs no lock.
+	now := time.Now()
+	if w.firstDenial.IsZero() {
+		w.firstDenial = now
+	}
+	if now.Sub(w.firstDenial) < w.denialGrace {
 		return
 	}
 	select {
@@ -209,19 +237,19 @@ func (w *Watcher) Lookup(podUID, containerID string) (Pod, Container, bool) {
 }
 
 func (w *Watcher) put(obj any) {
-	p, ok := obj.(*corev1.Pod)
+	s, ok := obj.(*stored)
 	// The field selector keeps other nodes' pods out; this keeps them out of the
 	// cache should a server or proxy ignore it.
-	if !ok || p.Spec.NodeName != w.node {
+	if !ok || s.pod.NodeName != w.node {
 		return
 	}
-	pod, cs := compact(p)
+	pod, cs := &s.pod, s.containers
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.forget(pod.UID)
-	w.pods[pod.UID] = &pod
+	w.pods[pod.UID] = pod
 	if pod.mirrorHash != "" && pod.mirrorHash != pod.UID {
-		w.pods[pod.mirrorHash] = &pod
+		w.pods[pod.mirrorHash] = pod
 	}
 	ids := make([]string, 0, len(cs))
 	for _, c := range cs {
@@ -231,17 +259,29 @@ func (w *Watcher) put(obj any) {
 	w.podContainers[pod.UID] = ids
 }
 
+// replace applies an update. The informer keys pods by namespace and name: a pod deleted
+// and made again under its name (a StatefulSet's) while the watch was down comes back
+// from the new list as an update of the old one, whose UID must be forgotten too.
+func (w *Watcher) replace(old, obj any) {
+	if o, ok := old.(*stored); ok {
+		if n, ok := obj.(*stored); !ok || n.pod.UID != o.pod.UID {
+			w.delete(old)
+		}
+	}
+	w.put(obj)
+}
+
 func (w *Watcher) delete(obj any) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
-	p, ok := obj.(*corev1.Pod)
+	s, ok := obj.(*stored)
 	if !ok {
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.forget(string(p.UID))
+	w.forget(s.pod.UID)
 }
 
 // forget removes a pod and its containers; w.mu is held.

@@ -205,12 +205,36 @@ func TestRunWithoutAccess(t *testing.T) {
 	cs.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", errors.New("RBAC: no"))
 	})
-	w, err := New(Config{NodeName: node, Pods: cs.CoreV1().Pods("")})
+	w, err := New(Config{NodeName: node, Pods: cs.CoreV1().Pods(""), DenialGrace: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Run(context.Background()); !errors.Is(err, ErrNoAPIAccess) {
 		t.Errorf("Run = %v, want ErrNoAPIAccess", err)
+	}
+}
+
+// An API server that has just started refuses everyone until its RBAC caches have
+// synced (seen against a real one, test/kube): refusals that end within the grace
+// are retried, and the watcher lists the pods once they are let through.
+func TestRunRetriesEarlyRefusals(t *testing.T) {
+	uid := "0d1c4a2e-5b7f-4c1e-9a3d-2f6b8e7c1a90"
+	cs := fake.NewClientset(deploymentPod(uid, "checkout-7d9f8c6b5-x2x9z", node))
+	var refused int
+	cs.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if refused < 2 {
+			refused++
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", errors.New(`RBAC: clusterrole.rbac.authorization.k8s.io "sonde" not found`))
+		}
+		return false, nil, nil
+	})
+	w, err := New(Config{NodeName: node, Pods: cs.CoreV1().Pods("")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, w)
+	if _, _, ok := w.Lookup(uid, ""); !ok || refused != 2 {
+		t.Errorf("after %d refusals: pod found %v, want it listed after the second", refused, ok)
 	}
 }
 
@@ -316,5 +340,30 @@ func TestWatcherOverHTTP(t *testing.T) {
 	}
 	if lists == 0 || watches == 0 {
 		t.Errorf("requests %q: want a list and a watch", requests)
+	}
+}
+
+// A relist that finds a pod's name under another UID (deleted and made again while the
+// watch was down) is an update to the informer: the old UID must go (seen against a
+// real API server, test/kube).
+func TestUpdateWithNewUID(t *testing.T) {
+	oldUID, newUID := "0d1c4a2e-5b7f-4c1e-9a3d-2f6b8e7c1a90", "5e0c1d2f-3a4b-4c5d-8e9f-0a1b2c3d4e5f"
+	w, err := New(Config{NodeName: node, Pods: fake.NewClientset().CoreV1().Pods("")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := trim(deploymentPod(oldUID, "db-0", node))
+	after, _ := trim(deploymentPod(newUID, "db-0", node))
+	after.(*stored).containers = nil // not started yet
+	w.put(before)
+	w.replace(before, after)
+	if _, _, ok := w.Lookup(oldUID, ""); ok {
+		t.Error("the old UID is still known")
+	}
+	if _, _, ok := w.Lookup("", cidA); ok {
+		t.Error("the old pod's container is still known")
+	}
+	if p, _, ok := w.Lookup(newUID, ""); !ok || len(w.Pods()) != 1 {
+		t.Errorf("Lookup(new UID) = %+v %v, %d pods: want the new pod alone", p, ok, len(w.Pods()))
 	}
 }
