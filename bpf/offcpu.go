@@ -259,3 +259,13 @@ func (s *Sampler) OffCPUState() (OffCPUState, error) {
 	}
 	return st, nil
 }
+
+// OffCPUProgramStats is the kernel's accounting of the off-CPU program (needs
+// CollectStats): it runs at every context switch.
+func (s *Sampler) OffCPUProgramStats() (ProgramStats, error) {
+	st, err := s.objs.OnSwitch.Stats()
+	if err != nil {
+		return ProgramStats{}, fmt.Errorf("read off-CPU program stats: %w", err)
+	}
+	return ProgramStats{Runs: st.RunCount, Runtime: st.Runtime}, nil
+}

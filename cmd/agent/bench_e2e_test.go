@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -237,4 +238,86 @@ func BenchmarkNodeMemory(b *testing.B) {
 			}
 		})
 	}
+}
+
+// switchStormC ping-pongs a byte between two threads over pipes: every hop is a thread
+// going off the CPU to wait, tens of thousands a second per pair.
+const switchStormC = `#include <pthread.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+static int a[2], b[2];
+static double secs;
+static double now(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec+t.tv_nsec/1e9;}
+static void *echo(void *x){char c; while(read(a[0],&c,1)==1) if(write(b[1],&c,1)!=1) break; return 0;}
+int main(int argc,char**argv){secs=atof(argv[1]); if(pipe(a)||pipe(b)) return 1; pthread_t t; pthread_create(&t,0,echo,0);
+  double end=now()+secs; char c='x'; while(now()<end){ for(int i=0;i<1000;i++){ if(write(a[1],&c,1)!=1||read(b[0],&c,1)!=1) return 1; } }
+  close(a[1]); pthread_join(t,0); return 0;}
+`
+
+// BenchmarkOffCPUStorm measures what --off-cpu costs host-wide beside a context-switch
+// storm (two processes ping-ponging over pipes): sonde's own CPU and the kernel programs'
+// (the sampler's and the off-CPU program at every switch), as a share of one core, its RSS,
+// and the switch rate, with off-CPU off and on.
+func BenchmarkOffCPUStorm(b *testing.B) {
+	testenv.RequireRoot(b)
+	bin := buildWorkload(b, "storm", switchStormC, "-O2", "-pthread")
+	sonde(b)
+	for _, off := range []bool{false, true} {
+		b.Run(fmt.Sprintf("off-cpu=%v", off), func(b *testing.B) {
+			const secs, warmup, window = 16, 4 * time.Second, 10 * time.Second
+			for b.Loop() {
+				for range 2 {
+					startWorkload(b, bin, secs+4)
+				}
+				args := []string{"--duration", fmt.Sprintf("%ds", secs), "--frequency", "19", "--interval", "2s", "--bpf-stats"}
+				if off {
+					args = append(args, "--off-cpu")
+				}
+				a := startAgent(b, args...)
+				a.waitMetrics(b, "samples to flow", func(m map[string]float64) bool { return m["sonde_samples_total"] > 0 })
+				time.Sleep(warmup)
+				before, m0 := cpuTime(b, a.cmd.Process.Pid), a.metrics(b)
+				time.Sleep(window)
+				steady, m1 := cpuTime(b, a.cmd.Process.Pid)-before, a.metrics(b)
+				rss, err := statusKiB(a.cmd.Process.Pid, "VmRSS")
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := <-a.done; err != nil {
+					a.done <- err
+					b.Fatalf("sonde: %v\n%s", err, a.stderr.String())
+				}
+				a.done <- nil
+				log := a.stderr.String()
+				bpfNs := summaryCountOr0(log, "kernel.bpf_offcpu_ns") + summaryCount(b, log, "kernel.bpf_ns_per_sample")*summaryCount(b, log, "kernel.samples")
+				b.ReportMetric(100*steady.Seconds()/window.Seconds(), "sonde-cpu-%")
+				b.ReportMetric(100*float64(bpfNs)/1e9/secs, "bpf-cpu-%")
+				b.ReportMetric(float64(rss)/1024, "rss-MiB")
+				b.ReportMetric(float64(summaryCountOr0(log, "kernel.bpf_offcpu_ns_per_run")), "bpf-ns/switch")
+				waits := func(m map[string]float64) float64 {
+					return m[`sonde_offcpu_switches_total{outcome="walked"}`] + m[`sonde_offcpu_switches_total{outcome="skipped"}`]
+				}
+				b.ReportMetric((waits(m1)-waits(m0))/window.Seconds(), "waits/s")
+				runs := summaryCountOr0(log, "kernel.bpf_offcpu_runs")
+				b.ReportMetric(float64(runs)/secs, "switches/s")
+				if runs > 0 {
+					// What 100 000 switches a second cost, the program's and sonde's together.
+					perSwitch := (float64(summaryCountOr0(log, "kernel.bpf_offcpu_ns")) + steady.Seconds()*1e9*secs/window.Seconds()) / float64(runs)
+					b.ReportMetric(100*perSwitch*1e5/1e9, "cpu-%-at-100k/s")
+				}
+				b.ReportMetric(float64(summaryCount(b, log, "kernel.ring_buffer_full")+summaryCountOr0(log, "kernel.off_cpu.lost")), "lost")
+			}
+		})
+	}
+}
+
+// summaryCountOr0 is summaryCount for a key the summary leaves out when it is zero.
+func summaryCountOr0(stderr, key string) int64 {
+	m := regexp.MustCompile(`\b` + regexp.QuoteMeta(key) + `=(\d+)`).FindStringSubmatch(stderr)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(m[1], 10, 64)
+	return n
 }

@@ -530,6 +530,10 @@ func (k kernelSummary) LogValue() slog.Value {
 			attrs = append(attrs, slog.Uint64("bpf_runs", ps.Runs), slog.Int64("bpf_ns_per_run", ps.Runtime.Nanoseconds()/int64(ps.Runs)),
 				slog.Int64("bpf_ns_per_sample", ps.Runtime.Nanoseconds()/int64(c.Samples)))
 		}
+		if ps, err := k.s.OffCPUProgramStats(); err == nil && ps.Runs > 0 {
+			attrs = append(attrs, slog.Uint64("bpf_offcpu_runs", ps.Runs), slog.Int64("bpf_offcpu_ns", ps.Runtime.Nanoseconds()),
+				slog.Int64("bpf_offcpu_ns_per_run", ps.Runtime.Nanoseconds()/int64(ps.Runs)))
+		}
 	}
 	return slog.GroupValue(attrs...)
 }
