@@ -353,6 +353,17 @@ func (e *ELFSymbols) Vaddr(fileOffset uint64) (uint64, bool) {
 	return 0, false
 }
 
+// FileOffset converts an ELF virtual address to its offset in the file, through the
+// PT_LOAD segment holding it.
+func (e *ELFSymbols) FileOffset(vaddr uint64) (uint64, bool) {
+	for _, p := range e.loads {
+		if vaddr >= p.vaddr && vaddr-p.vaddr < p.filesz {
+			return vaddr - p.vaddr + p.off, true
+		}
+	}
+	return 0, false
+}
+
 // LookupFileOffset returns the function at an offset in the file.
 func (e *ELFSymbols) LookupFileOffset(fileOffset uint64) (Symbol, bool) {
 	vaddr, ok := e.Vaddr(fileOffset)

@@ -200,6 +200,9 @@ type Stats struct {
 	// and named again.
 	DebugFilesFetched int
 	LocationsRenamed  int
+	// TailCallsRecovered counts the samples whose stacks got back frames that tail
+	// calls had left out (see recoverTailCalls).
+	TailCallsRecovered int
 }
 
 // Symbolizer names profile locations. A file is opened, mapped and parsed once,
@@ -224,6 +227,7 @@ type Symbolizer struct {
 	reported map[fileID]struct{}
 	kernel   kernelState
 	runtimes map[uint8]InterpNamer // name runtimes' frames, by the runtime's number
+	tails    tailCache
 	stats    Stats
 	// awaiting are the files read before the DebugFetcher had their debug files, and
 	// arrived those that have them since; fetched holds the copies of their locations
@@ -485,6 +489,7 @@ func (s *Symbolizer) Symbolize(p *trace.Profile) []error {
 		loc.Lines, loc.NameSource = lines, source
 		s.stats.LocationsNamed++
 	}
+	s.recoverTailCalls(p, refs)
 	return errs
 }
 

@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -198,4 +200,53 @@ func TestOffCPUStateBounded(t *testing.T) {
 		base[`sonde_offcpu_threads{where="kernel"}`], after[`sonde_offcpu_threads{where="kernel"}`],
 		base[`sonde_offcpu_threads{where="user"}`], after[`sonde_offcpu_threads{where="user"}`])
 	a.stop(t)
+}
+
+// tailC ends relay with a tail call to spin, where the samples land: at run time relay
+// leaves no frame.
+const tailC = `#include <stdlib.h>
+#include <time.h>
+#define KEEP __attribute__((noinline))
+static volatile unsigned long sink;
+static double now(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec+t.tv_nsec/1e9;}
+KEEP void spin(double s){double e=now()+s; while(now()<e) for(int i=0;i<1000;i++) sink+=i;}
+KEEP void relay(double s){sink++; spin(s);}
+int main(int argc,char**argv){double end=now()+atof(argv[1]); while(now()<end) relay(0.01); return 0;}
+`
+
+// A function that ends by jumping to another leaves no frame; sonde puts it back from the
+// code: spin's samples read spin <- relay <- main, as the source says.
+func TestTailCallFramesRecovered(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := buildWorkload(t, "tail", tailC, "-O2", "-g", "-fomit-frame-pointer")
+	objdump := testenv.RequireTool(t, "objdump")
+	dis, err := exec.Command(objdump, "-d", "--no-show-raw-insn", bin).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?s)<relay>:.*?jmp\s+[0-9a-f]+ <spin>`).Match(dis) {
+		t.Fatalf("the compiler did not end relay with a jump to spin: the test's premise\n%s", dis)
+	}
+	dir := t.TempDir()
+	out := filepath.Join(dir, "tail.pb.gz")
+	if status, _, stderr := runRecord(t, dir, "--output", out, "--top", "0", "--", bin, "3"); status != 0 {
+		t.Fatalf("status %d\n%s", status, stderr)
+	}
+	p := readProfile(t, out)
+	var in, chained int64
+	for _, s := range p.Sample {
+		fns := names(s)
+		if len(fns) == 0 || !slices.Contains(fns, "spin") {
+			continue
+		}
+		in += s.Value[0]
+		if chainIn(fns, "spin", "relay", "main") {
+			chained += s.Value[0]
+		}
+	}
+	share := float64(chained) / float64(max(in, 1))
+	t.Logf("%d samples in spin, %.3f of them under relay <- main", in, share)
+	if in < 100 || share < 0.95 {
+		t.Errorf("%.3f of %d samples in spin read spin <- relay <- main, want at least 0.95", share, in)
+	}
 }
