@@ -85,7 +85,9 @@ func (f FeatureStatus) Available() bool { return f.Err == nil }
 
 // Features reports every feature CheckFeatures probes, kernel BTF first, each with its
 // own status: a bug report then says all that this kernel lacks, not only the first.
-func Features() []FeatureStatus { return featureStatuses(append(required[:len(required):len(required)], optional...)) }
+func Features() []FeatureStatus {
+	return featureStatuses(append(required[:len(required):len(required)], optional...))
+}
 
 // optional lists what only some settings use; their absence turns those off with a
 // message, not sonde.

@@ -35,6 +35,9 @@ func (t *tableSlots) take() (uint32, bool) {
 
 func (t *tableSlots) put(id uint32) { t.free = append(t.free, id) }
 
+// rowBatch is how many unwind rows one map update writes.
+const rowBatch = 16384
+
 // AddTable stores one file's rows as a table of their own and returns its id, which
 // ExecMapping.TableId refers to. The kernel memory it takes is len(rows) rows of 16 bytes,
 // held until RemoveTable. goRuntime, for a Go binary, says where its runtime keeps what
@@ -69,12 +72,16 @@ func (s *Sampler) AddTable(rows []UnwindRow, goRuntime *GoRuntime) (id uint32, e
 	}
 	// The outer map holds its own reference: the table lives on without this descriptor.
 	defer inner.Close()
-	keys := make([]uint32, len(rows))
-	for i := range keys {
-		keys[i] = uint32(i)
-	}
-	if _, err := inner.BatchUpdate(keys, rows, nil); err != nil {
-		return 0, fmt.Errorf("write %d unwind rows: %w", len(rows), err)
+	// In batches: a large file's table is not copied whole for the syscall.
+	keys := make([]uint32, min(len(rows), rowBatch))
+	for start := 0; start < len(rows); start += rowBatch {
+		batch := rows[start:min(start+rowBatch, len(rows))]
+		for i := range batch {
+			keys[i] = uint32(start + i)
+		}
+		if _, err := inner.BatchUpdate(keys[:len(batch)], batch, nil); err != nil {
+			return 0, fmt.Errorf("write %d unwind rows: %w", len(rows), err)
+		}
 	}
 	// The layout goes in first: a table is only walked once a mapping names it, and a
 	// stale layout of the id's previous file was removed with that file's table.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"structs"
+	"unsafe"
 )
 
 // CFARule says how the canonical frame address of a row is found.
@@ -182,10 +183,16 @@ func (t *Table) KernelRows() ([]KernelRow, error) {
 	if n := len(t.Rows); n > 0 && t.Rows[n-1].PC > math.MaxUint32 {
 		return nil, fmt.Errorf("unwind: code above 4 GiB of address space (%#x)", t.Rows[n-1].PC)
 	}
-	out := make([]KernelRow, len(t.Rows))
-	for i, r := range t.Rows {
-		out[i] = r.kernel()
+	// Converted in place: a KernelRow is smaller than a Row, so row i is read before
+	// KernelRow i, written at a lower address, overwrites any of it, and the rows after
+	// it lie beyond. A large file's rows are not held twice, even for a moment. The
+	// table's rows are the KernelRows' from here on.
+	rows := t.Rows
+	out := unsafe.Slice((*KernelRow)(unsafe.Pointer(unsafe.SliceData(rows))), len(rows))
+	for i := range rows {
+		out[i] = rows[i].kernel()
 	}
+	t.Rows = nil
 	return out, nil
 }
 
