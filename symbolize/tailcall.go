@@ -33,19 +33,34 @@ type tailKey struct {
 	addr uint64 // an ELF virtual address in that file
 }
 
-// tailCache remembers across calls what the code said: the gap between two locations (the
-// recovered frames, or none), each function's direct jump targets, and the locations made
-// for recovered frames, which samples share.
+// gapKey is a caller's return address and the code above it, by file offsets: the same in
+// every process that maps the file.
+type gapKey struct {
+	file         uint64 // fileRef.hash
+	inner, outer uint64
+}
+
+// tailFunc is a function a gap hides, by its start (an ELF virtual address) and size.
+type tailFunc struct{ start, size uint64 }
+
+// tailCache remembers across calls what the code said: the functions missing between two
+// frames (none, mostly), and each function's direct jump targets. It holds no location:
+// those of processes gone must go with them.
 type tailCache struct {
-	gaps  map[[2]*trace.Location][]*trace.Location
+	gaps  map[gapKey][]tailFunc
 	jumps map[tailKey][]uint64
-	locs  map[tailKey]*trace.Location
 }
 
 func (c *tailCache) reset() {
-	c.gaps = make(map[[2]*trace.Location][]*trace.Location)
+	c.gaps = make(map[gapKey][]tailFunc)
 	c.jumps = make(map[tailKey][]uint64)
-	c.locs = make(map[tailKey]*trace.Location)
+}
+
+// tailLocKey is a recovered frame's location within one call: per mapping, as its address
+// is.
+type tailLocKey struct {
+	m     *trace.Mapping
+	start uint64
 }
 
 // recoverTailCalls puts back the frames tail calls left out of p's samples. A sample it
@@ -55,10 +70,11 @@ func (s *Symbolizer) recoverTailCalls(p *trace.Profile, refs map[*objfile.File]*
 	if runtime.GOARCH != "amd64" {
 		return
 	}
-	if s.tails.gaps == nil || len(s.tails.gaps) > maxTailEntries || len(s.tails.jumps) > maxTailEntries || len(s.tails.locs) > maxTailEntries {
+	if s.tails.gaps == nil || len(s.tails.gaps) > maxTailEntries || len(s.tails.jumps) > maxTailEntries {
 		s.tails.reset()
 	}
 	listed := map[*trace.Location]bool{}
+	locs := map[tailLocKey]*trace.Location{}
 	for _, smp := range p.Samples {
 		if smp == nil {
 			continue
@@ -66,7 +82,7 @@ func (s *Symbolizer) recoverTailCalls(p *trace.Profile, refs map[*objfile.File]*
 		var out []*trace.Location // nil until a gap is found
 		for i, outer := range smp.Locations {
 			if i > 0 {
-				if gap := s.tailGap(smp.Locations[i-1], outer, refs); len(gap) > 0 {
+				if gap := s.tailGap(smp.Locations[i-1], outer, refs, locs); len(gap) > 0 {
 					if out == nil {
 						out = append(make([]*trace.Location, 0, len(smp.Locations)+len(gap)), smp.Locations[:i]...)
 					}
@@ -93,24 +109,16 @@ func (s *Symbolizer) recoverTailCalls(p *trace.Profile, refs map[*objfile.File]*
 
 // tailGap returns the frames tail calls left out between inner and its caller outer,
 // innermost first; nil when there are none.
-func (s *Symbolizer) tailGap(inner, outer *trace.Location, refs map[*objfile.File]*fileRef) []*trace.Location {
+func (s *Symbolizer) tailGap(inner, outer *trace.Location, refs map[*objfile.File]*fileRef, locs map[tailLocKey]*trace.Location) []*trace.Location {
 	if inner == nil || outer == nil || inner.Kind != trace.FrameNative || outer.Kind != trace.FrameNative ||
 		outer.Mapping == nil || outer.Mapping.File == nil || inner.Mapping == nil || inner.Mapping.File != outer.Mapping.File {
 		return nil
 	}
-	key := [2]*trace.Location{inner, outer}
-	if gap, ok := s.tails.gaps[key]; ok {
-		return gap
+	innerOff, ok1 := inner.FileOffset()
+	outerOff, ok2 := outer.FileOffset()
+	if !ok1 || !ok2 {
+		return nil
 	}
-	var gap []*trace.Location
-	if fault := mmapfile.Guard(func() { gap = s.findGap(inner, outer, refs) }); fault != nil {
-		gap = nil
-	}
-	s.tails.gaps[key] = gap
-	return gap
-}
-
-func (s *Symbolizer) findGap(inner, outer *trace.Location, refs map[*objfile.File]*fileRef) []*trace.Location {
 	f := outer.Mapping.File
 	ref := refs[f]
 	if ref == nil {
@@ -118,13 +126,41 @@ func (s *Symbolizer) findGap(inner, outer *trace.Location, refs map[*objfile.Fil
 		ref = &fileRef{id: id, hash: s.fileHash(id)}
 		refs[f] = ref
 	}
+	key := gapKey{file: ref.hash, inner: innerOff, outer: outerOff}
+	funcs, ok := s.tails.gaps[key]
+	if !ok {
+		if fault := mmapfile.Guard(func() { funcs = s.findGap(ref, f, innerOff, outerOff) }); fault != nil {
+			funcs = nil
+		}
+		s.tails.gaps[key] = funcs
+	}
+	if len(funcs) == 0 {
+		return nil
+	}
+	var gap []*trace.Location
+	for _, fn := range funcs {
+		k := tailLocKey{m: outer.Mapping, start: fn.start}
+		l, ok := locs[k]
+		if !ok {
+			l = s.tailLocation(ref, outer.Mapping, fn)
+			locs[k] = l
+		}
+		if l != nil {
+			gap = append(gap, l)
+		}
+	}
+	return gap
+}
+
+// findGap reads the code for the functions missing between the frame at file offset inner
+// and its caller's return address at outer, innermost first.
+func (s *Symbolizer) findGap(ref *fileRef, f *objfile.File, innerOff, raOff uint64) []tailFunc {
 	obj, _ := s.object(ref, f)
 	if obj == nil || obj.faulted || len(obj.maps) == 0 || obj.maps[0] == nil || obj.gopcln != nil {
 		return nil
 	}
 	code := obj.maps[0].Bytes()
-	raOff, ok := outer.FileOffset()
-	if !ok || raOff < 5 || raOff > uint64(len(code)) || code[raOff-5] != 0xe8 {
+	if raOff < 5 || raOff > uint64(len(code)) || code[raOff-5] != 0xe8 {
 		return nil // not after a direct call
 	}
 	raVaddr, ok := obj.syms.Vaddr(raOff)
@@ -132,10 +168,6 @@ func (s *Symbolizer) findGap(inner, outer *trace.Location, refs map[*objfile.Fil
 		return nil
 	}
 	target := raVaddr + uint64(int64(int32(binary.LittleEndian.Uint32(code[raOff-4:raOff]))))
-	innerOff, ok := inner.FileOffset()
-	if !ok {
-		return nil
-	}
 	innerSym, ok := obj.syms.LookupFileOffset(innerOff)
 	if !ok || innerSym.Value == target {
 		return nil // the callee's own frame is there
@@ -147,25 +179,23 @@ func (s *Symbolizer) findGap(inner, outer *trace.Location, refs map[*objfile.Fil
 	// Breadth first, tailDepth deep: the chain of direct jumps from the callee to the
 	// function above the return address.
 	type step struct {
-		fn   Symbol
+		fn   tailFunc
 		prev int
 	}
-	steps := []step{{fn: callee, prev: -1}}
+	steps := []step{{fn: tailFunc{callee.Value, callee.Size}, prev: -1}}
 	for from, depth := 0, 0; depth < tailDepth; depth++ {
 		to := len(steps)
 		for i := from; i < to; i++ {
 			for _, t := range s.directJumps(ref, obj, code, steps[i].fn) {
 				if t == innerSym.Value {
-					var chain []*trace.Location
+					var chain []tailFunc
 					for j := i; j >= 0; j = steps[j].prev {
-						if l := s.tailLocation(ref, obj, outer.Mapping, steps[j].fn); l != nil {
-							chain = append(chain, l)
-						}
+						chain = append(chain, steps[j].fn)
 					}
 					return chain // the innermost (the last jump's source) first
 				}
 				if sym, ok := obj.syms.Funcs.Lookup(t); ok && sym.Value == t {
-					steps = append(steps, step{fn: sym, prev: i})
+					steps = append(steps, step{fn: tailFunc{sym.Value, sym.Size}, prev: i})
 				}
 			}
 		}
@@ -176,27 +206,27 @@ func (s *Symbolizer) findGap(inner, outer *trace.Location, refs map[*objfile.Fil
 
 // directJumps lists the functions fn jumps to directly (E9 rel32 or EB rel8 to a symbol's
 // start), scanning its bytes.
-func (s *Symbolizer) directJumps(ref *fileRef, obj *objFile, code []byte, fn Symbol) []uint64 {
-	key := tailKey{file: ref.hash, addr: fn.Value}
+func (s *Symbolizer) directJumps(ref *fileRef, obj *objFile, code []byte, fn tailFunc) []uint64 {
+	key := tailKey{file: ref.hash, addr: fn.start}
 	if jumps, ok := s.tails.jumps[key]; ok {
 		return jumps
 	}
 	var jumps []uint64
-	start, ok := obj.syms.FileOffset(fn.Value)
-	size := min(fn.Size, uint64(maxTailScan))
+	start, ok := obj.syms.FileOffset(fn.start)
+	size := min(fn.size, uint64(maxTailScan))
 	if ok && size > 0 && start < uint64(len(code)) {
 		end := min(start+size, uint64(len(code)))
 		for k := start; k+2 <= end; k++ {
 			var t uint64
 			switch {
 			case code[k] == 0xe9 && k+5 <= end:
-				t = fn.Value + (k - start) + 5 + uint64(int64(int32(binary.LittleEndian.Uint32(code[k+1:k+5]))))
+				t = fn.start + (k - start) + 5 + uint64(int64(int32(binary.LittleEndian.Uint32(code[k+1:k+5]))))
 			case code[k] == 0xeb: // a short jump reaches a neighbour
-				t = fn.Value + (k - start) + 2 + uint64(int64(int8(code[k+1])))
+				t = fn.start + (k - start) + 2 + uint64(int64(int8(code[k+1])))
 			default:
 				continue
 			}
-			if t >= fn.Value && t < fn.Value+fn.Size {
+			if t >= fn.start && t < fn.start+fn.size {
 				continue // a jump within the function
 			}
 			if sym, ok := obj.syms.Funcs.Lookup(t); ok && sym.Value == t {
@@ -208,14 +238,15 @@ func (s *Symbolizer) directJumps(ref *fileRef, obj *objFile, code []byte, fn Sym
 	return jumps
 }
 
-// tailLocation is the location standing for a recovered frame of fn, named as its entry.
-func (s *Symbolizer) tailLocation(ref *fileRef, obj *objFile, m *trace.Mapping, fn Symbol) *trace.Location {
-	key := tailKey{file: ref.hash, addr: fn.Value}
-	if l, ok := s.tails.locs[key]; ok {
-		return l
+// tailLocation is the location standing for a recovered frame of fn in mapping m, named
+// as fn's entry.
+func (s *Symbolizer) tailLocation(ref *fileRef, m *trace.Mapping, fn tailFunc) *trace.Location {
+	obj, _ := s.object(ref, m.File)
+	if obj == nil {
+		return nil
 	}
-	off, ok := obj.syms.FileOffset(fn.Value)
-	if !ok || off < m.Offset {
+	off, ok := obj.syms.FileOffset(fn.start)
+	if !ok || off < m.Offset || m.Start+off-m.Offset >= m.End {
 		return nil
 	}
 	lines, source, _ := s.fileLines(ref, m.File, off)
@@ -225,8 +256,6 @@ func (s *Symbolizer) tailLocation(ref *fileRef, obj *objFile, m *trace.Mapping, 
 	// The entry's outermost function: what inlining put at its first instruction is not
 	// what was called.
 	outermost := lines[len(lines)-1]
-	l := &trace.Location{Kind: trace.FrameNative, Address: m.Start + off - m.Offset, Mapping: m,
+	return &trace.Location{Kind: trace.FrameNative, Address: m.Start + off - m.Offset, Mapping: m,
 		Lines: []trace.Line{outermost}, NameSource: source}
-	s.tails.locs[key] = l
-	return l
 }
