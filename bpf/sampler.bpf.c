@@ -256,8 +256,10 @@ static __always_inline struct unwind_row *walker_row(void *table, __u32 i)
 /* The language runtimes' walkers, each in its own header with its own maps; the dispatch
  * below is the only code that knows them all. */
 #include "python.h"
+#include "v8.h"
 
 _Static_assert(PY_RUNTIME > 0 && PY_RUNTIME <= INTERP_RUNTIME_MAX, "runtime numbers fit their 4 bits");
+_Static_assert(V8_RUNTIME > 0 && V8_RUNTIME <= INTERP_RUNTIME_MAX && V8_RUNTIME != PY_RUNTIME, "runtime numbers fit their 4 bits");
 
 /* Which runtimes a process runs, and the code regions that are theirs: one lookup per
  * sample tells a process without any. */
@@ -274,6 +276,7 @@ static __always_inline void interp_forget(__u32 tgid)
 {
 	bpf_map_delete_elem(&interp_procs, &tgid);
 	python_forget(tgid);
+	v8_forget(tgid);
 }
 
 #if ARCH_TABLE_UNWIND
@@ -321,6 +324,8 @@ static __always_inline __u32 interp_frames(struct sample_event *e, __u32 n, __u3
 		s.hit |= p->runtimes;
 	if (s.hit & (1U << PY_RUNTIME))
 		n = python_frames(e, n, complete);
+	if (s.hit & (1U << V8_RUNTIME))
+		n = v8_frames(e, n, complete);
 	return n;
 }
 #endif

@@ -357,6 +357,62 @@ type samplerUnwindRow struct {
 	CfaPost   int16
 }
 
+type samplerV8End uint32
+
+const (
+	samplerV8EndV8COMPLETE samplerV8End = 0
+	samplerV8EndV8NO_FP    samplerV8End = 1
+	samplerV8EndV8BAD_READ samplerV8End = 2
+	samplerV8EndV8MISMATCH samplerV8End = 3
+	samplerV8EndV8END_MAX  samplerV8End = 4
+)
+
+type samplerV8FrameEncoding uint32
+
+const (
+	samplerV8FrameEncodingV8RUNTIME       samplerV8FrameEncoding = 3
+	samplerV8FrameEncodingV8KIND_SHIFT    samplerV8FrameEncoding = 56
+	samplerV8FrameEncodingV8KIND_JIT      samplerV8FrameEncoding = 0
+	samplerV8FrameEncodingV8KIND_BYTECODE samplerV8FrameEncoding = 1
+	samplerV8FrameEncodingV8RETURN_BIT    samplerV8FrameEncoding = 47
+	samplerV8FrameEncodingV8SFI_SHIFT     samplerV8FrameEncoding = 3
+	samplerV8FrameEncodingV8OFFSET_BITS   samplerV8FrameEncoding = 12
+	samplerV8FrameEncodingV8OFFSET_MASK   samplerV8FrameEncoding = 4095
+)
+
+type samplerV8Proc struct {
+	_                   structs.HostLayout
+	ExecId              uint64
+	BuiltinsStart       uint64
+	BuiltinsEnd         uint64
+	JitStart            uint64
+	JitEnd              uint64
+	OffFpContext        int16
+	OffFpFunction       int16
+	OffFpBytecodeOffset int16
+	FunctionShared      uint16
+	SmiShift            uint8
+	TypeEntry           uint8
+	TypeConstructEntry  uint8
+	Pad                 [5]uint8
+}
+
+type samplerV8Scratch struct {
+	_  structs.HostLayout
+	St struct {
+		_     structs.HostLayout
+		Fp    uint64
+		In    uint32
+		N_in  uint32
+		N_out uint32
+		End   uint32
+		FpOk  uint8
+		Pad   [7]uint8
+	}
+	Native [256]uint64
+	Slots  [6]uint64
+}
+
 type samplerVmaEvent struct {
 	_       structs.HostLayout
 	Kind    uint32
@@ -406,6 +462,9 @@ const (
 	samplerMapTracectxProcs             = "tracectx_procs"
 	samplerMapTracectxScratch           = "tracectx_scratch"
 	samplerMapUnwindTables              = "unwind_tables"
+	samplerMapV8Counters                = "v8_counters"
+	samplerMapV8Procs                   = "v8_procs"
+	samplerMapV8ScratchMap              = "v8_scratch_map"
 	samplerMapVmaScratch                = "vma_scratch"
 	samplerProgOnExec                   = "on_exec"
 	samplerProgOnExit                   = "on_exit"
@@ -442,6 +501,9 @@ const (
 	samplerVarUnusedTracectxProc        = "unused_tracectx_proc"
 	samplerVarUnusedUnwindEnd           = "unused_unwind_end"
 	samplerVarUnusedUnwindRow           = "unused_unwind_row"
+	samplerVarUnusedV8End               = "unused_v8_end"
+	samplerVarUnusedV8FrameEncoding     = "unused_v8_frame_encoding"
+	samplerVarUnusedV8Proc              = "unused_v8_proc"
 	samplerVarUnusedVmaEvent            = "unused_vma_event"
 	samplerVarUnusedVmaLimits           = "unused_vma_limits"
 	samplerVarVmaHints                  = "vma_hints"
@@ -516,6 +578,9 @@ type samplerMapSpecs struct {
 	TracectxProcs    *ebpf.MapSpec `ebpf:"tracectx_procs"`
 	TracectxScratch  *ebpf.MapSpec `ebpf:"tracectx_scratch"`
 	UnwindTables     *ebpf.MapSpec `ebpf:"unwind_tables"`
+	V8Counters       *ebpf.MapSpec `ebpf:"v8_counters"`
+	V8Procs          *ebpf.MapSpec `ebpf:"v8_procs"`
+	V8ScratchMap     *ebpf.MapSpec `ebpf:"v8_scratch_map"`
 	VmaScratch       *ebpf.MapSpec `ebpf:"vma_scratch"`
 }
 
@@ -554,6 +619,9 @@ type samplerVariableSpecs struct {
 	UnusedTracectxProc        *ebpf.VariableSpec `ebpf:"unused_tracectx_proc"`
 	UnusedUnwindEnd           *ebpf.VariableSpec `ebpf:"unused_unwind_end"`
 	UnusedUnwindRow           *ebpf.VariableSpec `ebpf:"unused_unwind_row"`
+	UnusedV8End               *ebpf.VariableSpec `ebpf:"unused_v8_end"`
+	UnusedV8FrameEncoding     *ebpf.VariableSpec `ebpf:"unused_v8_frame_encoding"`
+	UnusedV8Proc              *ebpf.VariableSpec `ebpf:"unused_v8_proc"`
 	UnusedVmaEvent            *ebpf.VariableSpec `ebpf:"unused_vma_event"`
 	UnusedVmaLimits           *ebpf.VariableSpec `ebpf:"unused_vma_limits"`
 	VmaHints                  *ebpf.VariableSpec `ebpf:"vma_hints"`
@@ -596,6 +664,9 @@ type samplerMaps struct {
 	TracectxProcs    *ebpf.Map `ebpf:"tracectx_procs"`
 	TracectxScratch  *ebpf.Map `ebpf:"tracectx_scratch"`
 	UnwindTables     *ebpf.Map `ebpf:"unwind_tables"`
+	V8Counters       *ebpf.Map `ebpf:"v8_counters"`
+	V8Procs          *ebpf.Map `ebpf:"v8_procs"`
+	V8ScratchMap     *ebpf.Map `ebpf:"v8_scratch_map"`
 	VmaScratch       *ebpf.Map `ebpf:"vma_scratch"`
 }
 
@@ -618,6 +689,9 @@ func (m *samplerMaps) Close() error {
 		m.TracectxProcs,
 		m.TracectxScratch,
 		m.UnwindTables,
+		m.V8Counters,
+		m.V8Procs,
+		m.V8ScratchMap,
 		m.VmaScratch,
 	)
 }
@@ -657,6 +731,9 @@ type samplerVariables struct {
 	UnusedTracectxProc        *ebpf.Variable `ebpf:"unused_tracectx_proc"`
 	UnusedUnwindEnd           *ebpf.Variable `ebpf:"unused_unwind_end"`
 	UnusedUnwindRow           *ebpf.Variable `ebpf:"unused_unwind_row"`
+	UnusedV8End               *ebpf.Variable `ebpf:"unused_v8_end"`
+	UnusedV8FrameEncoding     *ebpf.Variable `ebpf:"unused_v8_frame_encoding"`
+	UnusedV8Proc              *ebpf.Variable `ebpf:"unused_v8_proc"`
 	UnusedVmaEvent            *ebpf.Variable `ebpf:"unused_vma_event"`
 	UnusedVmaLimits           *ebpf.Variable `ebpf:"unused_vma_limits"`
 	VmaHints                  *ebpf.Variable `ebpf:"vma_hints"`
