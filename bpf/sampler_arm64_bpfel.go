@@ -410,7 +410,7 @@ type samplerV8Scratch struct {
 		Pad   [7]uint8
 	}
 	Native [256]uint64
-	Slots  [6]uint64
+	Slots  [8]uint64
 }
 
 type samplerVmaEvent struct {

@@ -89,7 +89,7 @@ struct v8_state {
 struct v8_scratch {
 	struct v8_state st;
 	__u64 native[MAX_USER_DEPTH];
-	__u64 slots[6]; /* fp-32 .. fp+8 */
+	__u64 slots[8]; /* fp-48 .. fp+8 */
 };
 
 struct {
@@ -137,14 +137,14 @@ static __always_inline void v8_emit(struct v8_walk *w, __u64 v)
 	st->n_out++;
 }
 
-/* v8_slot returns the frame's word at fp+off, off within [-32, 8]. */
+/* v8_slot returns the frame's word at fp+off, off within [-48, 8]. */
 static __always_inline __u64 v8_slot(struct v8_scratch *s, __s16 off)
 {
-	__s32 o = off + 32;
-	if (o < 0 || o > 40)
+	__s32 o = off + 48;
+	if (o < 0 || o > 56)
 		return 0;
 	__u32 i = (__u32)o >> 3;
-	if (i > 5)
+	if (i > 7)
 		return 0;
 	return s->slots[i];
 }
@@ -167,13 +167,13 @@ static long v8_step(__u32 i, void *ctx)
 		return 0;
 	}
 	__u64 fp = st->fp;
-	if (fp < 32 || fp >> 47 || bpf_probe_read_user(s->slots, sizeof(s->slots), (void *)(fp - 32))) {
+	if (fp < 48 || fp >> 47 || bpf_probe_read_user(s->slots, sizeof(s->slots), (void *)(fp - 48))) {
 		st->end = V8_BAD_READ;
 		v8_emit(w, pc);
 		st->fp_ok = 0;
 		return 0;
 	}
-	__u64 next_fp = s->slots[4], ret = s->slots[5];
+	__u64 next_fp = s->slots[6], ret = s->slots[7];
 	__u64 marker = v8_slot(s, p->off_fp_context);
 	__u8 caller_native = 0;
 	if (!(marker & 1)) {
