@@ -84,6 +84,14 @@ const (
 	samplerFpRuleFP_RULE_MAX  samplerFpRule = 5
 )
 
+type samplerFpSegments struct {
+	_     structs.HostLayout
+	Fp    [4]uint64
+	At    [4]uint32
+	Count uint32
+	Pad   uint32
+}
+
 type samplerGoFunc uint32
 
 const (
@@ -385,6 +393,8 @@ type samplerV8Proc struct {
 	ExecId              uint64
 	BuiltinsStart       uint64
 	BuiltinsEnd         uint64
+	RemapStart          uint64
+	RemapEnd            uint64
 	JitStart            uint64
 	JitEnd              uint64
 	OffFpContext        int16
@@ -402,6 +412,7 @@ type samplerV8Scratch struct {
 	St struct {
 		_     structs.HostLayout
 		Fp    uint64
+		Sp    uint64
 		In    uint32
 		N_in  uint32
 		N_out uint32
@@ -448,6 +459,7 @@ const (
 	samplerMapCounters                  = "counters"
 	samplerMapEvents                    = "events"
 	samplerMapExecIds                   = "exec_ids"
+	samplerMapFpSegmentsMap             = "fp_segments_map"
 	samplerMapGoRuntimes                = "go_runtimes"
 	samplerMapInterpProcs               = "interp_procs"
 	samplerMapProcMaps                  = "proc_maps"
@@ -564,6 +576,7 @@ type samplerMapSpecs struct {
 	Counters         *ebpf.MapSpec `ebpf:"counters"`
 	Events           *ebpf.MapSpec `ebpf:"events"`
 	ExecIds          *ebpf.MapSpec `ebpf:"exec_ids"`
+	FpSegmentsMap    *ebpf.MapSpec `ebpf:"fp_segments_map"`
 	GoRuntimes       *ebpf.MapSpec `ebpf:"go_runtimes"`
 	InterpProcs      *ebpf.MapSpec `ebpf:"interp_procs"`
 	ProcMaps         *ebpf.MapSpec `ebpf:"proc_maps"`
@@ -650,6 +663,7 @@ type samplerMaps struct {
 	Counters         *ebpf.Map `ebpf:"counters"`
 	Events           *ebpf.Map `ebpf:"events"`
 	ExecIds          *ebpf.Map `ebpf:"exec_ids"`
+	FpSegmentsMap    *ebpf.Map `ebpf:"fp_segments_map"`
 	GoRuntimes       *ebpf.Map `ebpf:"go_runtimes"`
 	InterpProcs      *ebpf.Map `ebpf:"interp_procs"`
 	ProcMaps         *ebpf.Map `ebpf:"proc_maps"`
@@ -675,6 +689,7 @@ func (m *samplerMaps) Close() error {
 		m.Counters,
 		m.Events,
 		m.ExecIds,
+		m.FpSegmentsMap,
 		m.GoRuntimes,
 		m.InterpProcs,
 		m.ProcMaps,

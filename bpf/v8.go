@@ -63,7 +63,7 @@ func (s *Sampler) SetV8(pid uint32, p *V8Proc) error {
 	if err := s.objs.V8Procs.Put(pid, p); err != nil {
 		return fmt.Errorf("set v8 state of pid %d: %w", pid, err)
 	}
-	code := []Region{{p.BuiltinsStart, p.BuiltinsEnd}, {p.JitStart, p.JitEnd}}
+	code := []Region{{p.BuiltinsStart, p.BuiltinsEnd}, {p.RemapStart, p.RemapEnd}, {p.JitStart, p.JitEnd}}
 	if err := s.setRegions(pid, p.ExecId, V8Runtime, code); err != nil {
 		s.objs.V8Procs.Delete(pid)
 		return fmt.Errorf("set v8 state: %w", err)

@@ -5,9 +5,11 @@
  * fp+off_fp_context and its JSFunction at fp+off_fp_function; each other frame (entry,
  * exit, stub, builtin frames) holds a frame type marker, a small integer with the Smi tag,
  * where a JavaScript frame holds its context. The native walk found those frames by frame
- * pointer too (V8's code has no unwind tables), so its return addresses are the chain
- * v8_frames follows, from the interrupted frame pointer, checking each saved return
- * address against the native walk's. Where the chain leaves V8's code (at the entry frame
+ * pointer too (V8's code has no unwind tables; node's file's table says its builtins are
+ * walked so), so its return addresses are the chain v8_frames follows, from the frame
+ * pointer the native walk had where it turned to frame pointers (struct fp_segments: at the
+ * leaf, or where C++ called V8), checking each saved return address against the native
+ * walk's. Where the chain leaves V8's code (at the entry frame
  * into C++, or where a check fails), the native frames are kept as they are, so node's and
  * libuv's frames below stay complete.
  *
@@ -43,7 +45,7 @@ enum v8_frame_encoding {
 /* How a walk of V8 frames ended. */
 enum v8_end {
 	V8_COMPLETE = 0,  /* the chain was followed until it left V8's code */
-	V8_NO_FP = 1,     /* the sample's leaf is not V8's code: frames after C++ are kept native */
+	V8_NO_FP = 1,     /* V8's frames whose frame pointer is not known were kept native */
 	V8_BAD_READ = 2,  /* reading a frame failed */
 	V8_MISMATCH = 3,  /* a saved return address is not the native walk's: the rest kept native */
 	V8_END_MAX,
@@ -53,6 +55,7 @@ enum v8_end {
 struct v8_proc {
 	__u64 exec_id;                        /* the exec the addresses belong to; 0: unknown */
 	__u64 builtins_start, builtins_end;   /* the embedded builtins in the binary's text */
+	__u64 remap_start, remap_end;         /* their copy V8 maps beside its code (short builtin calls), or 0, 0 */
 	__u64 jit_start, jit_end;             /* the anonymous executable mappings, as one span */
 	__s16 off_fp_context;                 /* context or frame type marker, from fp */
 	__s16 off_fp_function;                /* JSFunction */
@@ -79,6 +82,7 @@ struct {
 /* The walk's state, in a per-CPU map rather than on the stack (see python.h). */
 struct v8_state {
 	__u64 fp;     /* the frame pointer of native frame in; valid while fp_ok */
+	__u64 sp;     /* the interrupted stack pointer */
 	__u32 in, n_in;
 	__u32 n_out;
 	__u32 end;    /* enum v8_end */
@@ -126,6 +130,7 @@ static __always_inline void v8_forget(__u32 tgid)
 struct v8_walk {
 	struct v8_proc *proc;
 	struct v8_scratch *s;
+	struct fp_segments *segs; /* where the native walk followed frame pointers; or NULL */
 	__u64 *out;
 };
 
@@ -149,6 +154,21 @@ static __always_inline __u64 v8_slot(struct v8_scratch *s, __s16 off)
 	return s->slots[i];
 }
 
+/* v8_frameless_caller tells whether the interrupted builtin runs in its caller's frame:
+ * the word at sp, its return address, lies in compiled code (an interpreted caller's
+ * bytecode handlers run in the interpreter's frame and return to builtins). *ra gets it. */
+static __always_inline int v8_frameless_caller(struct v8_walk *w, __u64 *ra)
+{
+	struct v8_proc *p = w->proc;
+	__u64 v = 0;
+	if (bpf_probe_read_user(&v, sizeof(v), (void *)w->s->st.sp))
+		return 0;
+	if (v < p->jit_start || v > p->jit_end)
+		return 0;
+	*ra = v;
+	return 1;
+}
+
 static long v8_step(__u32 i, void *ctx)
 {
 	struct v8_walk *w = ctx;
@@ -159,9 +179,21 @@ static long v8_step(__u32 i, void *ctx)
 		return 1;
 	__u32 in = st->in++;
 	__u64 pc = s->native[in & (MAX_USER_DEPTH - 1)];
-	int builtin = pc >= p->builtins_start && pc <= p->builtins_end;
+	int builtin = (pc >= p->builtins_start && pc <= p->builtins_end) || (pc >= p->remap_start && pc <= p->remap_end);
 	int jit = pc >= p->jit_start && pc <= p->jit_end;
+	if (!st->fp_ok && (builtin || jit) && w->segs) {
+		/* Where the native walk turned to frame pointers, it says which: V8's frames
+		 * called from C++, or under a C++ leaf. */
+		for (__u32 k = 0; k < MAX_FP_SEGMENTS; k++) {
+			if (k < w->segs->count && w->segs->at[k] == in) {
+				st->fp = w->segs->fp[k];
+				st->fp_ok = 1;
+			}
+		}
+	}
 	if (!st->fp_ok || (!builtin && !jit)) {
+		if (!st->fp_ok && (builtin || jit) && st->end == V8_COMPLETE)
+			st->end = V8_NO_FP;
 		v8_emit(w, pc);
 		st->fp_ok = 0;
 		return 0;
@@ -183,9 +215,16 @@ static long v8_step(__u32 i, void *ctx)
 			caller_native = 1;
 		v8_emit(w, pc);
 	} else {
-		__u64 fn = v8_slot(s, p->off_fp_function);
+		__u64 fn = v8_slot(s, p->off_fp_function), caller = 0;
 		if ((fn & 3) != 1 || fn >> 47) {
 			v8_emit(w, pc);
+		} else if (builtin && in == 0 && v8_frameless_caller(w, &caller)) {
+			/* A builtin that set up no frame of its own, interrupted: the frame is its
+			 * caller's, compiled code, whose pc is the return address at sp. The native
+			 * walk, by frame pointer, skipped that frame: it goes in here. */
+			v8_emit(w, pc);
+			v8_emit(w, INTERP_FRAME(V8_RUNTIME, (__u64)V8_KIND_JIT << V8_KIND_SHIFT | 1ULL << V8_RETURN_BIT |
+								    (caller & ((1ULL << 47) - 1))));
 		} else if (builtin) {
 			/* Interpreted: the frame holds its bytecode offset; the function its code. */
 			__u64 sfi = 0;
@@ -252,10 +291,10 @@ __noinline int v8_frames(struct sample_event *e, __u32 n, __u32 complete)
 	/* The interrupted frame's frame pointer is the only one known: a sample whose leaf is
 	 * C++ code keeps V8's frames below it native. */
 	st->fp = ARCH_FP(&regs);
+	st->sp = ARCH_SP(&regs);
 	st->fp_ok = s->native[0] == ARCH_PC(&regs);
-	if (!st->fp_ok)
-		st->end = V8_NO_FP;
 	struct v8_walk w = {.proc = p, .s = s, .out = e->frames};
+	w.segs = bpf_map_lookup_elem(&fp_segments_map, &zero);
 	bpf_loop(MAX_USER_DEPTH, v8_step, &w, 0);
 	__u32 out = st->n_out;
 	if (out > MAX_USER_DEPTH)

@@ -111,6 +111,8 @@ func (k kernelV8) SetV8(pid uint32, st *node.KernelState) error {
 		ExecId:              st.ExecID,
 		BuiltinsStart:       st.Builtins[0],
 		BuiltinsEnd:         st.Builtins[1],
+		RemapStart:          st.Remapped[0],
+		RemapEnd:            st.Remapped[1],
 		JitStart:            st.JIT[0],
 		JitEnd:              st.JIT[1],
 		OffFpContext:        st.FPContext,

@@ -67,6 +67,16 @@ func (v *V8) Bias(start, offset uint64) (uint64, bool) {
 	return 0, false
 }
 
+// fileOffset returns the file offset of an ELF virtual address.
+func (v *V8) fileOffset(vaddr uint64) (uint64, bool) {
+	for _, p := range v.loads {
+		if p.Vaddr <= vaddr && vaddr < p.Vaddr+p.Filesz {
+			return vaddr - p.Vaddr + p.Off, true
+		}
+	}
+	return 0, false
+}
+
 // Inspect tells whether an ELF file holds V8 and, if it does, reads its metadata.
 func Inspect(f *elf.File) (v *V8, err error) {
 	defer func() {

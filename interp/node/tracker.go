@@ -2,6 +2,8 @@ package node
 
 import (
 	"log/slog"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +17,9 @@ import (
 type KernelState struct {
 	ExecID        uint64
 	Builtins, JIT [2]uint64 // [start, end) of the embedded builtins and of the JIT's code
+	// Remapped is where V8 mapped its builtins again, beside its code so that calls to
+	// them are short, or zero.
+	Remapped [2]uint64
 	// Frame slots from the frame pointer.
 	FPContext, FPFunction, FPBytecodeOffset int16
 	FunctionShared                          uint16 // JSFunction: shared
@@ -54,6 +59,16 @@ type TrackerConfig struct {
 	MaxFiles int
 	// OnError hears once per file why V8 in it cannot be walked.
 	OnError func(path string, err error)
+	// Maps reads /proc/PID/maps; nil reads it from /proc.
+	Maps func(pid uint32) []byte
+}
+
+func (c *TrackerConfig) readMaps(pid uint32) []byte {
+	if c.Maps != nil {
+		return c.Maps(pid)
+	}
+	b, _ := os.ReadFile("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/maps")
+	return b
 }
 
 // DefaultMaxFiles is how many files' verdicts a Tracker keeps.
@@ -105,6 +120,73 @@ func jitSpan(mappings []*trace.Mapping) [2]uint64 {
 	return span
 }
 
+// maxCodeRange bounds the span taken for V8's code range: V8 reserves at most 128 MiB on
+// x64 (kMaximalCodeRangeSize); 4 GiB is the most any of its configurations reserve.
+const maxCodeRange = 4 << 30
+
+// codeRange widens the span of a process's anonymous executable mappings to the run of
+// adjacent anonymous mappings around it, as /proc/PID/maps lists them: V8 reserves its
+// code range at once and makes pages of it executable as it compiles, so pages it makes
+// executable later lie in the same run. Only executable pages hold a pc: the rest of the
+// run costs nothing.
+func codeRange(maps []byte, span [2]uint64) [2]uint64 {
+	if span[0] == 0 {
+		return span
+	}
+	type r struct{ start, end uint64 }
+	var anon []r
+	for _, line := range strings.Split(string(maps), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 || len(f) > 6 || f[4] != "0" || (len(f) == 6 && f[5] != "") {
+			continue
+		}
+		a, b, ok := strings.Cut(f[0], "-")
+		if !ok {
+			continue
+		}
+		start, err1 := strconv.ParseUint(a, 16, 64)
+		end, err2 := strconv.ParseUint(b, 16, 64)
+		if err1 != nil || err2 != nil || end <= start {
+			continue
+		}
+		anon = append(anon, r{start, end})
+	}
+	out := span
+	for i := 0; i < len(anon); {
+		j := i
+		for j+1 < len(anon) && anon[j+1].start == anon[j].end {
+			j++
+		}
+		lo, hi := anon[i].start, anon[j].end
+		if lo <= span[0] && span[1] <= hi && hi-lo <= maxCodeRange {
+			out = [2]uint64{lo, hi}
+		}
+		i = j + 1
+	}
+	return out
+}
+
+// remapped finds the builtins' copy V8 maps beside its code: a mapping of the same file
+// holding the builtins' file offsets at another place than the file's load bias puts them.
+func remapped(v *V8, f *objfile.File, bias uint64, mappings []*trace.Mapping) [2]uint64 {
+	off, ok := v.fileOffset(v.Builtins[0])
+	if !ok {
+		return [2]uint64{}
+	}
+	size := v.Builtins[1] - v.Builtins[0]
+	for _, m := range mappings {
+		if m.File == nil || m.File.ID() != f.ID() || off < m.Offset || off-m.Offset >= m.End-m.Start {
+			continue
+		}
+		start := m.Start + (off - m.Offset)
+		if start == v.Builtins[0]+bias {
+			continue // the file's own text
+		}
+		return [2]uint64{start, min(start+size, m.End)}
+	}
+	return [2]uint64{}
+}
+
 // ProcessMappings looks for V8 among a process's executable mappings; a process whose
 // JIT code grows is told again.
 func (t *Tracker) ProcessMappings(pid uint32, execID uint64, mappings []*trace.Mapping) {
@@ -124,7 +206,7 @@ func (t *Tracker) ProcessMappings(pid uint32, execID uint64, mappings []*trace.M
 		state := KernelState{
 			ExecID:              execID,
 			Builtins:            [2]uint64{v.Builtins[0] + bias, v.Builtins[1] + bias},
-			JIT:                 jitSpan(mappings),
+			JIT:                 codeRange(t.cfg.readMaps(pid), jitSpan(mappings)),
 			FPContext:           int16(md.FPContext),
 			FPFunction:          int16(md.FPFunction),
 			FPBytecodeOffset:    int16(md.FPBytecodeOffset),
@@ -133,6 +215,7 @@ func (t *Tracker) ProcessMappings(pid uint32, execID uint64, mappings []*trace.M
 			FrameEntry:          uint8(md.FrameEntry),
 			FrameConstructEntry: uint8(md.FrameConstructEntry),
 		}
+		state.Remapped = remapped(v, m.File, bias, mappings)
 		t.mu.Lock()
 		old := t.procs[pid]
 		if old != nil && old.bias == bias && old.execID == execID && old.state == state {

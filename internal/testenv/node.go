@@ -1,0 +1,42 @@
+package testenv
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// Node is a Node.js the tests can run.
+type Node struct {
+	Name    string // "v20.20.2 (system)"
+	Version string // "v20.20.2"
+	Path    string
+}
+
+// Nodes finds the Node.js programs the V8 tests run: the system's node. Its absence fails
+// the test in CI; elsewhere it skips.
+func Nodes(t testing.TB) []Node {
+	t.Helper()
+	var out []Node
+	add := func(origin, path string) {
+		b, err := exec.Command(path, "--version").Output()
+		if err != nil {
+			return
+		}
+		v := strings.TrimSpace(string(b))
+		for _, n := range out {
+			if n.Version == v {
+				return
+			}
+		}
+		out = append(out, Node{Name: v + " (" + origin + ")", Version: v, Path: path})
+	}
+	if p, err := exec.LookPath("node"); err == nil {
+		add("system", p)
+	}
+	if len(out) == 0 {
+		Unavailable(t, "needs node on PATH")
+		return nil
+	}
+	return out
+}
