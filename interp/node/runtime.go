@@ -39,7 +39,9 @@ func New(cfg Config) *Runtime {
 
 func (r *Runtime) FrameType() string { return FrameType }
 
-func (r *Runtime) DecodeFrame(payload uint64) (code uint64, offset uint32) { return DecodeFrame(payload) }
+func (r *Runtime) DecodeFrame(payload uint64) (code uint64, offset uint32) {
+	return DecodeFrame(payload)
+}
 
 func (r *Runtime) SeenCode(pid uint32, image, code uint64) { r.namer.SeenCode(pid, image, code) }
 
