@@ -107,20 +107,8 @@ func Inspect(f *elf.File) (v *V8, err error) {
 		return nil, ErrNotV8
 	}
 	v = &V8{}
-	syms, err := f.Symbols()
-	if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
-		return nil, fmt.Errorf("read symbols: %w", err)
-	}
-	for _, s := range syms {
-		if strings.HasPrefix(s.Name, "Builtins_") && s.Value != 0 && elf.ST_TYPE(s.Info) == elf.STT_FUNC {
-			if v.Builtins[0] == 0 || s.Value < v.Builtins[0] {
-				v.Builtins[0] = s.Value
-			}
-			v.Builtins[1] = max(v.Builtins[1], s.Value+max(s.Size, 1))
-		}
-	}
-	if v.Builtins[0] == 0 {
-		return nil, errors.New("v8 without Builtins_* symbols: its builtins cannot be told")
+	if v.Builtins, err = builtins(f); err != nil {
+		return nil, err
 	}
 	var missing []string
 	get := func(name string) int64 {
@@ -241,6 +229,27 @@ func symbolValue(f *elf.File, s elf.Symbol) int64 {
 	return 0
 }
 
+// builtins finds the embedded builtins' span among the file's Builtins_* functions.
+func builtins(f *elf.File) ([2]uint64, error) {
+	var span [2]uint64
+	syms, err := f.Symbols()
+	if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
+		return span, fmt.Errorf("read symbols: %w", err)
+	}
+	for _, s := range syms {
+		if strings.HasPrefix(s.Name, "Builtins_") && s.Value != 0 && elf.ST_TYPE(s.Info) == elf.STT_FUNC {
+			if span[0] == 0 || s.Value < span[0] {
+				span[0] = s.Value
+			}
+			span[1] = max(span[1], s.Value+max(s.Size, 1))
+		}
+	}
+	if span[0] == 0 {
+		return span, errors.New("v8 without Builtins_* symbols: its builtins cannot be told")
+	}
+	return span, nil
+}
+
 // BuiltinsCode finds V8's embedded builtins in a file that carries V8's metadata: code
 // that keeps frame pointers and has no call frame information, which the native walk
 // crosses by frame pointer (unwind.RegisterFramePointerCode).
@@ -250,14 +259,16 @@ func BuiltinsCode(f *elf.File) (ranges [][2]uint64) {
 			ranges = nil
 		}
 	}()
+	// Any V8 with its metadata: walked by frame pointer even where sonde cannot read the
+	// rest of its layout, so that the native frames below its frames stay.
 	if !hasDynamicSymbol(f, "v8dbg_off_fp_function") {
 		return nil
 	}
-	v, err := Inspect(f)
+	span, err := builtins(f)
 	if err != nil {
 		return nil
 	}
-	return [][2]uint64{v.Builtins}
+	return [][2]uint64{span}
 }
 
 func init() { unwind.RegisterFramePointerCode(BuiltinsCode) }

@@ -513,8 +513,14 @@ func (h *heap) code(pc uint64) (code, start uint64, err error) {
 	hi := pc &^ (codeAlignment - 1)
 	for scanned := uint64(0); scanned < maxCodeScan && hi > scanChunk; scanned += scanChunk - 16 {
 		lo := hi - scanChunk + 16
+		last := false
 		if err := h.m.ReadAt(buf, lo-16); err != nil {
-			return 0, 0, err
+			// The code may begin its mapping: the page of hi is what there is.
+			lo = max(hi&^4095, 16+codeAlignment) + codeAlignment
+			if lo > hi || h.m.ReadAt(buf[:hi-lo+16], lo-16) != nil {
+				return 0, 0, err
+			}
+			last = true
 		}
 		for a := hi; a >= lo; a -= codeAlignment {
 			i := a - 16 - (lo - 16)
@@ -535,6 +541,9 @@ func (h *heap) code(pc uint64) (code, start uint64, err error) {
 				h.isMap = m
 				return c, a, nil
 			}
+		}
+		if last {
+			break
 		}
 		hi = lo - codeAlignment
 	}
