@@ -388,6 +388,13 @@ const (
 	samplerV8FrameEncodingV8OFFSET_MASK   samplerV8FrameEncoding = 4095
 )
 
+type samplerV8JitKey struct {
+	_   structs.HostLayout
+	Pid uint32
+	Pad uint32
+	Pc  uint64
+}
+
 type samplerV8Proc struct {
 	_                   structs.HostLayout
 	ExecId              uint64
@@ -400,11 +407,15 @@ type samplerV8Proc struct {
 	OffFpContext        int16
 	OffFpFunction       int16
 	OffFpBytecodeOffset int16
+	OffFpBytecodeArray  int16
 	FunctionShared      uint16
+	MapInstanceType     uint16
+	TypeBytecodeArray   uint16
 	SmiShift            uint8
 	TypeEntry           uint8
 	TypeConstructEntry  uint8
-	Pad                 [5]uint8
+	Pad                 [1]uint8
+	_                   [6]byte
 }
 
 type samplerV8Scratch struct {
@@ -475,6 +486,7 @@ const (
 	samplerMapTracectxScratch           = "tracectx_scratch"
 	samplerMapUnwindTables              = "unwind_tables"
 	samplerMapV8Counters                = "v8_counters"
+	samplerMapV8JitFunctions            = "v8_jit_functions"
 	samplerMapV8Procs                   = "v8_procs"
 	samplerMapV8ScratchMap              = "v8_scratch_map"
 	samplerMapVmaScratch                = "vma_scratch"
@@ -592,6 +604,7 @@ type samplerMapSpecs struct {
 	TracectxScratch  *ebpf.MapSpec `ebpf:"tracectx_scratch"`
 	UnwindTables     *ebpf.MapSpec `ebpf:"unwind_tables"`
 	V8Counters       *ebpf.MapSpec `ebpf:"v8_counters"`
+	V8JitFunctions   *ebpf.MapSpec `ebpf:"v8_jit_functions"`
 	V8Procs          *ebpf.MapSpec `ebpf:"v8_procs"`
 	V8ScratchMap     *ebpf.MapSpec `ebpf:"v8_scratch_map"`
 	VmaScratch       *ebpf.MapSpec `ebpf:"vma_scratch"`
@@ -679,6 +692,7 @@ type samplerMaps struct {
 	TracectxScratch  *ebpf.Map `ebpf:"tracectx_scratch"`
 	UnwindTables     *ebpf.Map `ebpf:"unwind_tables"`
 	V8Counters       *ebpf.Map `ebpf:"v8_counters"`
+	V8JitFunctions   *ebpf.Map `ebpf:"v8_jit_functions"`
 	V8Procs          *ebpf.Map `ebpf:"v8_procs"`
 	V8ScratchMap     *ebpf.Map `ebpf:"v8_scratch_map"`
 	VmaScratch       *ebpf.Map `ebpf:"vma_scratch"`
@@ -705,6 +719,7 @@ func (m *samplerMaps) Close() error {
 		m.TracectxScratch,
 		m.UnwindTables,
 		m.V8Counters,
+		m.V8JitFunctions,
 		m.V8Procs,
 		m.V8ScratchMap,
 		m.VmaScratch,

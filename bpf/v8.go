@@ -51,10 +51,25 @@ func (e V8End) String() string {
 	}
 }
 
+// v8JITFunctions sizes the kernel's record of the functions of baseline code's pcs: an
+// LRU, read by user space within moments of the samples that wrote it.
+const v8JITFunctions = 16384
+
 func init() {
 	kernelRuntimes = append(kernelRuntimes, kernelRuntime{size: func(spec *ebpf.CollectionSpec, maxProcs uint32) {
 		spec.Maps["v8_procs"].MaxEntries = maxProcs
+		spec.Maps["v8_jit_functions"].MaxEntries = v8JITFunctions
 	}})
+}
+
+// V8Function returns the SharedFunctionInfo (tagged) the kernel found in the frame of a
+// pc of compiled code whose frame holds a BytecodeArray, if it still has it.
+func (s *Sampler) V8Function(pid uint32, pc uint64) (uint64, bool) {
+	var sfi uint64
+	if err := s.objs.V8JitFunctions.Lookup(samplerV8JitKey{Pid: pid, Pc: pc}, &sfi); err != nil {
+		return 0, false
+	}
+	return sfi, true
 }
 
 // SetV8 tells the kernel a process runs V8, as of its exec p.ExecId: its samples in V8's

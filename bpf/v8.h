@@ -60,10 +60,13 @@ struct v8_proc {
 	__s16 off_fp_context;                 /* context or frame type marker, from fp */
 	__s16 off_fp_function;                /* JSFunction */
 	__s16 off_fp_bytecode_offset;         /* an interpreted frame's bytecode offset (a Smi) */
+	__s16 off_fp_bytecode_array;          /* an interpreted or baseline frame's BytecodeArray */
 	__u16 function_shared;                /* JSFunction: shared, from the untagged object */
+	__u16 map_instance_type;              /* Map: instance_type, a u16 */
+	__u16 type_bytecode_array;            /* BytecodeArray's instance type */
 	__u8 smi_shift;                       /* Smi value shift: 32 without pointer compression, 1 with */
 	__u8 type_entry, type_construct_entry; /* frame types whose caller is C++ */
-	__u8 pad[5];
+	__u8 pad[1];
 };
 
 /* For bpf2go -type. */
@@ -78,6 +81,24 @@ struct {
 	__type(key, __u32);
 	__type(value, struct v8_proc);
 } v8_procs SEC(".maps");
+
+/* The function of a pc of compiled code whose frame holds a BytecodeArray: baseline code
+ * (Sparkplug), which user space cannot tie to its function from the code alone, or
+ * optimized code entered from such a frame (on-stack replacement), which it can. User
+ * space looks the pc up when the code is baseline code and checks the function's code is
+ * that code. */
+struct v8_jit_key {
+	__u32 pid;
+	__u32 pad;
+	__u64 pc;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1);
+	__type(key, struct v8_jit_key);
+	__type(value, __u64);
+} v8_jit_functions SEC(".maps");
 
 /* The walk's state, in a per-CPU map rather than on the stack (see python.h). */
 struct v8_state {
@@ -132,6 +153,7 @@ struct v8_walk {
 	struct v8_scratch *s;
 	struct fp_segments *segs; /* where the native walk followed frame pointers; or NULL */
 	__u64 *out;
+	__u32 pid;
 };
 
 static __always_inline void v8_emit(struct v8_walk *w, __u64 v)
@@ -167,6 +189,23 @@ static __always_inline int v8_frameless_caller(struct v8_walk *w, __u64 *ra)
 		return 0;
 	*ra = v;
 	return 1;
+}
+
+/* v8_note_function remembers the function of a frame of compiled code that holds a
+ * BytecodeArray where an interpreted frame does, for user space (v8_jit_functions). */
+static __always_inline void v8_note_function(struct v8_walk *w, __u64 fn, __u64 pc)
+{
+	struct v8_proc *p = w->proc;
+	__u64 v = v8_slot(w->s, p->off_fp_bytecode_array), map = 0, sfi = 0;
+	__u16 type = 0;
+	if ((v & 3) != 1 || v >> 47 || bpf_probe_read_user(&map, sizeof(map), (void *)(v - 1)) || (map & 3) != 1 ||
+	    map >> 47 || bpf_probe_read_user(&type, sizeof(type), (void *)(map - 1 + p->map_instance_type)) ||
+	    type != p->type_bytecode_array)
+		return;
+	if (bpf_probe_read_user(&sfi, sizeof(sfi), (void *)(fn - 1 + p->function_shared)) || (sfi & 3) != 1)
+		return;
+	struct v8_jit_key k = {.pid = w->pid, .pc = pc};
+	bpf_map_update_elem(&v8_jit_functions, &k, &sfi, BPF_ANY);
 }
 
 static long v8_step(__u32 i, void *ctx)
@@ -223,6 +262,7 @@ static long v8_step(__u32 i, void *ctx)
 			 * caller's, compiled code, whose pc is the return address at sp. The native
 			 * walk, by frame pointer, skipped that frame: it goes in here. */
 			v8_emit(w, pc);
+			v8_note_function(w, fn, caller);
 			v8_emit(w, INTERP_FRAME(V8_RUNTIME, (__u64)V8_KIND_JIT << V8_KIND_SHIFT | 1ULL << V8_RETURN_BIT |
 								    (caller & ((1ULL << 47) - 1))));
 		} else if (builtin) {
@@ -240,6 +280,7 @@ static long v8_step(__u32 i, void *ctx)
 									    ((sfi >> V8_SFI_SHIFT) & ((1ULL << 44) - 1)) << V8_OFFSET_BITS | o));
 			}
 		} else {
+			v8_note_function(w, fn, pc);
 			__u64 ra = in > 0 ? 1ULL << V8_RETURN_BIT : 0;
 			v8_emit(w, INTERP_FRAME(V8_RUNTIME, (__u64)V8_KIND_JIT << V8_KIND_SHIFT | ra | (pc & ((1ULL << 47) - 1))));
 		}
@@ -293,7 +334,7 @@ __noinline int v8_frames(struct sample_event *e, __u32 n, __u32 complete)
 	st->fp = ARCH_FP(&regs);
 	st->sp = ARCH_SP(&regs);
 	st->fp_ok = s->native[0] == ARCH_PC(&regs);
-	struct v8_walk w = {.proc = p, .s = s, .out = e->frames};
+	struct v8_walk w = {.proc = p, .s = s, .out = e->frames, .pid = pid};
 	w.segs = bpf_map_lookup_elem(&fp_segments_map, &zero);
 	bpf_loop(MAX_USER_DEPTH, v8_step, &w, 0);
 	__u32 out = st->n_out;

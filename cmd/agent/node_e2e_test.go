@@ -169,6 +169,11 @@ func TestNodeStacks(t *testing.T) {
 				checkChain(t, profileNode(t, node, "chain", "--no-opt", "--no-maglev", "--no-sparkplug"), false,
 					"quokkaLeaf", "quokkaMiddle", "quokkaOuter", "quokkaMain")
 			})
+			t.Run("baseline", func(t *testing.T) {
+				// Sparkplug's code only: frames named by their function, at its first line.
+				checkChain(t, profileNode(t, node, "chain", "--no-opt", "--no-maglev", "--always-sparkplug"), false,
+					"quokkaLeaf", "quokkaMiddle", "quokkaOuter", "quokkaMain")
+			})
 			t.Run("async", func(t *testing.T) {
 				// After its first await, an async function runs from the microtask queue:
 				// its awaiting callers are not on the stack, V8's own frames are.

@@ -118,6 +118,9 @@ func (k kernelV8) SetV8(pid uint32, st *node.KernelState) error {
 		OffFpContext:        st.FPContext,
 		OffFpFunction:       st.FPFunction,
 		OffFpBytecodeOffset: st.FPBytecodeOffset,
+		OffFpBytecodeArray:  st.FPBytecodeArray,
+		MapInstanceType:     st.MapInstanceType,
+		TypeBytecodeArray:   st.TypeBytecodeArray,
 		FunctionShared:      st.FunctionShared,
 		SmiShift:            st.SmiShift,
 		TypeEntry:           st.FrameEntry,
@@ -126,6 +129,9 @@ func (k kernelV8) SetV8(pid uint32, st *node.KernelState) error {
 }
 
 func (k kernelV8) DeleteV8(pid uint32) error { return k.s.DeleteV8(pid) }
+
+// FunctionAt is the function the kernel found in a baseline frame at pc.
+func (k kernelV8) FunctionAt(pid uint32, pc uint64) (uint64, bool) { return k.s.V8Function(pid, pc) }
 
 // WalkEnds counts the kernel's walks of V8 frames by how they ended.
 func (k kernelV8) WalkEnds() (map[string]uint64, error) {

@@ -23,6 +23,7 @@ var ErrNoMetadata = errors.New("V8 without postmortem metadata (v8dbg_* symbols)
 type Metadata struct {
 	// Frames.
 	FPContext, FPFunction, FPBytecodeOffset int64
+	FPBytecodeArray                         int64
 	FrameEntry, FrameConstructEntry         int64
 	SmiShift                                int64 // SmiShiftSize + SmiTagSize: where a Smi's value starts
 	BytecodeHeader                          int64 // BytecodeArray's data: a frame's bytecode offset counts from the tagged pointer
@@ -123,6 +124,7 @@ func Inspect(f *elf.File) (v *V8, err error) {
 	m.FPContext = get("off_fp_context_or_frame_type")
 	m.FPFunction = get("off_fp_function")
 	m.FPBytecodeOffset = get("off_fp_bytecode_offset")
+	m.FPBytecodeArray = get("off_fp_bytecode_array")
 	m.FrameEntry = get("frametype_EntryFrame")
 	m.FrameConstructEntry = get("frametype_ConstructEntryFrame")
 	m.SmiShift = get("SmiShiftSize") + get("SmiValueShift")
@@ -181,7 +183,7 @@ func Inspect(f *elf.File) (v *V8, err error) {
 	if m.InstructionStart != 16 {
 		return nil, fmt.Errorf("v8 InstructionStream with instructions at %d, not after its map and code: not supported", m.InstructionStart)
 	}
-	for _, off := range []int64{m.FPContext, m.FPFunction, m.FPBytecodeOffset} {
+	for _, off := range []int64{m.FPContext, m.FPFunction, m.FPBytecodeOffset, m.FPBytecodeArray} {
 		if off < -48 || off > 8 || off%8 != 0 {
 			return nil, fmt.Errorf("v8 frame slot at fp%+d: past what the kernel reads", off)
 		}

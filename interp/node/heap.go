@@ -568,6 +568,12 @@ func (h *heap) owns(c, start uint64) bool {
 	return false
 }
 
+// baselineCode is jitFrames's answer for baseline code, whose function the code does not
+// say: its BytecodeArray, which the function's must be.
+type baselineCode struct{ bytecode uint64 }
+
+func (b *baselineCode) Error() string { return "baseline code" }
+
 // jitFrames returns the functions at a pc of optimized code, innermost first.
 func (h *heap) jitFrames(pc uint64, ret bool) ([]frame, error) {
 	md := h.md
@@ -579,8 +585,11 @@ func (h *heap) jitFrames(pc uint64, ret bool) ([]frame, error) {
 	if err != nil {
 		return nil, err
 	}
+	if h.isType(deopt, md.TypeBytecodeArray) {
+		return nil, &baselineCode{bytecode: deopt}
+	}
 	if !h.isType(deopt, md.TypeFixedArray) {
-		return nil, fmt.Errorf("code without deoptimization data (baseline code, a stub): %w", errType)
+		return nil, fmt.Errorf("code without deoptimization data (a stub): %w", errType)
 	}
 	elem := func(i int64) (uint64, error) { return h.field(deopt, md.FixedArrayData+8*i) }
 	outer, err := elem(md.DeoptSFI)

@@ -12,7 +12,7 @@ import (
 
 // node20 is the metadata of Node 20.20's V8 (11.3), as Inspect reads it from its v8dbg_*
 // symbols; the fake heaps below are laid out by it.
-var node20 = Metadata{FPContext: -8, FPFunction: -16, FPBytecodeOffset: -40, FrameEntry: 1, FrameConstructEntry: 2,
+var node20 = Metadata{FPContext: -8, FPFunction: -16, FPBytecodeOffset: -40, FPBytecodeArray: -32, FrameEntry: 1, FrameConstructEntry: 2,
 	SmiShift: 32, BytecodeHeader: 54, MapInstanceType: 12, FixedArrayLength: 8, FixedArrayData: 16, FunctionShared: 24,
 	SFINameOrScopeInfo: 16, SFIScript: 32, SFIFunction: 8, ScriptName: 16, ScriptSource: 8, ScriptLineEnds: 56,
 	StringLength: 12, SeqChars: 16, ConsFirst: 16, ConsSecond: 24, SlicedParent: 16, SlicedOffset: 24, ThinActual: 16,
@@ -167,7 +167,7 @@ func TestJITFramesInlined(t *testing.T) {
 
 	n := NewNamer(NamerConfig{Images: fixedImage{}, Memory: func(uint32) Memory { return f }})
 	h := &heap{m: f, md: &node20}
-	lines, err := n.jitLines(h, 1, start+20, true)
+	lines, err := n.jitLines(h, 1, 1, start+20, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func TestJITFramesInlined(t *testing.T) {
 		t.Errorf("inlined frames %v, want %v", lines, want)
 	}
 	// Before any inlining, outer alone.
-	lines, err = n.jitLines(h, 1, start+1, false)
+	lines, err = n.jitLines(h, 1, 1, start+1, false)
 	if err != nil || len(lines) != 1 || lines[0].Function != "outer" || lines[0].Line != 3 {
 		t.Errorf("outer's own code: %v, %v", lines, err)
 	}

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"sync"
@@ -76,7 +77,10 @@ type NamerConfig struct {
 	Recheck time.Duration
 	// OnReuse hears that an address now holds other code: the aggregator's RenewImage.
 	OnReuse func(pid uint32, image uint64)
-	now     func() time.Time
+	// Functions tells the function the kernel found in a baseline frame; nil: baseline
+	// frames are not named.
+	Functions FunctionFinder
+	now       func() time.Time
 }
 
 // Defaults of NamerConfig.
@@ -261,7 +265,7 @@ func (n *Namer) read(pid uint32, k codeKey) *entry {
 	defer img.keep(h)
 	var err error
 	if k.code&jitFlag != 0 {
-		e.lines, err = n.jitLines(h, k.image, k.code&pcMask, k.code&retFlag != 0)
+		e.lines, err = n.jitLines(h, pid, k.image, k.code&pcMask, k.code&retFlag != 0)
 	} else {
 		e.fn, err = n.function(h, k.image, k.code)
 	}
@@ -292,8 +296,12 @@ func (n *Namer) function(h *heap, image, sfi uint64) (*function, error) {
 }
 
 // jitLines names the functions at a pc of compiled code, innermost first.
-func (n *Namer) jitLines(h *heap, image, pc uint64, ret bool) ([]trace.Line, error) {
+func (n *Namer) jitLines(h *heap, pid uint32, image, pc uint64, ret bool) ([]trace.Line, error) {
 	frames, err := h.jitFrames(pc, ret)
+	var baseline *baselineCode
+	if errors.As(err, &baseline) {
+		return n.baselineLines(h, pid, image, pc, baseline)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -306,6 +314,28 @@ func (n *Namer) jitLines(h *heap, image, pc uint64, ret bool) ([]trace.Line, err
 		lines = append(lines, fn.lineAt(f.pos))
 	}
 	return lines, nil
+}
+
+// baselineLines names a frame of baseline code by the function the kernel found in its
+// frame, once that function's bytecode is the code's: at its first line, as the pc's
+// bytecode offset is not read.
+func (n *Namer) baselineLines(h *heap, pid uint32, image, pc uint64, b *baselineCode) ([]trace.Line, error) {
+	if n.cfg.Functions == nil {
+		return nil, b
+	}
+	tagged, ok := n.cfg.Functions.FunctionAt(pid, pc)
+	if !ok {
+		return nil, errors.New("baseline code whose function the kernel no longer has")
+	}
+	sfi, ok := untag(tagged)
+	if !ok || h.bytecode(sfi) != b.bytecode {
+		return nil, errors.New("baseline code whose function's bytecode is other code's")
+	}
+	fn, err := n.function(h, image, sfi)
+	if err != nil {
+		return nil, err
+	}
+	return []trace.Line{fn.lineAt(noPosition)}, nil
 }
 
 func (f *function) lineAt(pos int) trace.Line {

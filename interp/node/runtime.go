@@ -33,7 +33,11 @@ type Runtime struct {
 func New(cfg Config) *Runtime {
 	r := &Runtime{kernel: cfg.Kernel}
 	r.tracker = NewTracker(TrackerConfig{Kernel: cfg.Kernel, OnError: cfg.OnError})
-	r.namer = NewNamer(NamerConfig{Images: r.tracker, OnReuse: cfg.OnReuse})
+	nc := NamerConfig{Images: r.tracker, OnReuse: cfg.OnReuse}
+	if f, ok := cfg.Kernel.(FunctionFinder); ok {
+		nc.Functions = f
+	}
+	r.namer = NewNamer(nc)
 	return r
 }
 

@@ -22,7 +22,9 @@ type KernelState struct {
 	Remapped [2]uint64
 	// Frame slots from the frame pointer.
 	FPContext, FPFunction, FPBytecodeOffset int16
+	FPBytecodeArray                         int16
 	FunctionShared                          uint16 // JSFunction: shared
+	MapInstanceType, TypeBytecodeArray      uint16
 	SmiShift                                uint8
 	FrameEntry, FrameConstructEntry         uint8 // frame types whose caller is C++
 }
@@ -31,6 +33,13 @@ type KernelState struct {
 type Kernel interface {
 	SetV8(pid uint32, s *KernelState) error
 	DeleteV8(pid uint32) error
+}
+
+// FunctionFinder is a Kernel that remembers the function (a tagged SharedFunctionInfo) it
+// found in the frame of a pc of compiled code whose frame holds a BytecodeArray: how a
+// frame of baseline code is named.
+type FunctionFinder interface {
+	FunctionAt(pid uint32, pc uint64) (uint64, bool)
 }
 
 // Image is V8 as one exec of a process maps it.
@@ -210,6 +219,9 @@ func (t *Tracker) ProcessMappings(pid uint32, execID uint64, mappings []*trace.M
 			FPContext:           int16(md.FPContext),
 			FPFunction:          int16(md.FPFunction),
 			FPBytecodeOffset:    int16(md.FPBytecodeOffset),
+			FPBytecodeArray:     int16(md.FPBytecodeArray),
+			MapInstanceType:     uint16(md.MapInstanceType),
+			TypeBytecodeArray:   uint16(md.TypeBytecodeArray),
 			FunctionShared:      uint16(md.FunctionShared),
 			SmiShift:            uint8(md.SmiShift),
 			FrameEntry:          uint8(md.FrameEntry),
