@@ -275,3 +275,66 @@ func TestCodeRange(t *testing.T) {
 		t.Errorf("without maps: %#x", got)
 	}
 }
+
+// TestNamerBounds: what the namer keeps stays within MaxBytes, however much is read.
+func TestNamerBounds(t *testing.T) {
+	f := newFakeHeap()
+	src := "function a() {}\n"
+	var sfis []uint64
+	for i := range 200 {
+		script := f.object(node20.TypeScript, f.str(src), f.str(fmt.Sprintf("/app/%d.js", i)), 0, 0, 0, 0, f.object(5))
+		sfis = append(sfis, f.function(fmt.Sprintf("fn%d", i), script, 0))
+	}
+	n := NewNamer(NamerConfig{Images: fixedImage{}, Memory: func(uint32) Memory { return f }, MaxBytes: 8 << 10})
+	for _, sfi := range sfis {
+		code, off := DecodeFrame(payloadOf(t, EncodeBytecodeFrame(sfi, 60)))
+		if _, ok := n.Name(&trace.Location{Interp: &trace.InterpFrame{PID: 1, Image: 1, Code: code, Offset: off}}); !ok {
+			t.Fatalf("function %#x unnamed", sfi)
+		}
+	}
+	if st := n.Stats(); st.CachedBytes > 8<<10 || st.Cached == 0 || st.Cached >= 200 {
+		t.Errorf("kept %d entries, %d bytes; want some, within 8 KiB", st.Cached, st.CachedBytes)
+	}
+}
+
+type fakeFunctions map[uint64]uint64
+
+func (f fakeFunctions) FunctionAt(pid uint32, pc uint64) (uint64, bool) {
+	v, ok := f[pc]
+	return v, ok
+}
+
+// TestBaselineFrame: a pc of baseline code is named by the function the kernel found in
+// its frame, only when that function's bytecode is the code's.
+func TestBaselineFrame(t *testing.T) {
+	f := newFakeHeap()
+	src := "\n\nfunction b() { return 1 }\n"
+	script := f.object(node20.TypeScript, f.str(src), f.str("/app/b.js"), 0, 0, 0, 0, f.object(5))
+	sfi := f.function("b", script, 2)
+	other := f.function("other", script, 2)
+	bytecode := binary.LittleEndian.Uint64(f.mem[sfi-1+uint64(node20.SFIFunction)-f.base:])
+	is := f.alloc(16+256, 64)
+	start := is + 16
+	for start%64 != 0 {
+		is++
+		start++
+	}
+	code := f.object(node20.TypeCode, 0, bytecode, 0, is+1, start)
+	f.put64(is, f.mapOf(node20.TypeInstructionStream))
+	f.put64(is+8, code)
+	pc := start + 8
+	for _, c := range []struct {
+		found uint64
+		named bool
+	}{{sfi, true}, {other, false}, {0, false}} {
+		fns := fakeFunctions{}
+		if c.found != 0 {
+			fns[pc] = c.found
+		}
+		n := NewNamer(NamerConfig{Images: fixedImage{}, Memory: func(uint32) Memory { return f }, Functions: fns})
+		lines, err := n.jitLines(&heap{m: f, md: &node20}, 1, 1, pc, true)
+		if named := err == nil && len(lines) == 1 && lines[0].Function == "b" && lines[0].Line == 3; named != c.named {
+			t.Errorf("kernel's function %#x: %v, %v; want named %v", c.found, lines, err, c.named)
+		}
+	}
+}

@@ -71,6 +71,9 @@ type NamerConfig struct {
 	MaxCodes int
 	// MaxScripts bounds the scripts whose line ends are kept; 0 means DefaultMaxScripts.
 	MaxScripts int
+	// MaxBytes bounds, roughly, the bytes of what is kept: line ends and source positions,
+	// names, files; 0 means DefaultMaxBytes. Half goes to scripts, half to functions.
+	MaxBytes int
 	// MaxPending bounds what waits to be read; 0 means DefaultMaxPending.
 	MaxPending int
 	// Recheck is how long what was read is trusted before it is read again when next seen.
@@ -87,26 +90,28 @@ type NamerConfig struct {
 const (
 	DefaultMaxCodes   = 1 << 16
 	DefaultMaxScripts = 256
+	DefaultMaxBytes   = 64 << 20
 	DefaultMaxPending = 4096
 	DefaultRecheck    = 5 * time.Second
 )
 
 // NamerStats counts what a Namer did.
 type NamerStats struct {
-	Read       uint64 // functions and pcs read from processes
-	ReadErrors uint64 // reads that failed: the process exited, the object moved or is not named
-	Dropped    uint64 // not read early for a full queue
-	Named      uint64 // locations named
-	Unnamed    uint64 // locations left unnamed
-	Rechecks   uint64
-	Reused     uint64 // addresses found holding other code than the one named
-	Cached     int
+	Read        uint64 // functions and pcs read from processes
+	ReadErrors  uint64 // reads that failed: the process exited, the object moved or is not named
+	Dropped     uint64 // not read early for a full queue
+	Named       uint64 // locations named
+	Unnamed     uint64 // locations left unnamed
+	Rechecks    uint64
+	Reused      uint64 // addresses found holding other code than the one named
+	Cached      int
+	CachedBytes int
 }
 
 func (s NamerStats) LogValue() slog.Value {
 	return slog.GroupValue(slog.Uint64("read", s.Read), slog.Uint64("read_errors", s.ReadErrors),
 		slog.Uint64("dropped", s.Dropped), slog.Uint64("named", s.Named), slog.Uint64("unnamed", s.Unnamed),
-		slog.Uint64("rechecks", s.Rechecks), slog.Uint64("reused", s.Reused), slog.Int("cached", s.Cached))
+		slog.Uint64("rechecks", s.Rechecks), slog.Uint64("reused", s.Reused), slog.Int("cached", s.Cached), slog.Int("cached_bytes", s.CachedBytes))
 }
 
 type codeKey struct{ image, code uint64 }
@@ -138,6 +143,19 @@ type scriptInfo struct {
 	lineEnds []int
 }
 
+func (s *scriptInfo) size() int { return 64 + len(s.file) + 8*len(s.lineEnds) }
+
+func (e *entry) size() int {
+	n := 64
+	if e.fn != nil {
+		n += 64 + len(e.fn.name) + len(e.fn.file) + 16*len(e.fn.positions)
+	}
+	for _, l := range e.lines {
+		n += 64 + len(l.Function) + len(l.SystemName) + len(l.File)
+	}
+	return n
+}
+
 type pending struct {
 	pid   uint32
 	key   codeKey
@@ -154,6 +172,9 @@ type Namer struct {
 	queued  map[codeKey]bool
 	wake    chan struct{}
 	stats   NamerStats
+	// Bytes of what codes and scripts keep, kept up to date by their eviction callbacks,
+	// which run under mu.
+	codeBytes, scriptBytes int
 }
 
 // NewNamer returns a Namer; Run reads what SeenCode queues.
@@ -182,7 +203,37 @@ func NewNamer(cfg NamerConfig) *Namer {
 	}
 	codes, _ := freelru.New[codeKey, *entry](uint32(cfg.MaxCodes), func(k codeKey) uint32 { return hash(k.image, k.code) })
 	scripts, _ := freelru.New[scriptKey, *scriptInfo](uint32(cfg.MaxScripts), func(k scriptKey) uint32 { return hash(k.image, k.script) })
-	return &Namer{cfg: cfg, codes: codes, scripts: scripts, queued: map[codeKey]bool{}, wake: make(chan struct{}, 1)}
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = DefaultMaxBytes
+	}
+	n := &Namer{cfg: cfg, codes: codes, scripts: scripts, queued: map[codeKey]bool{}, wake: make(chan struct{}, 1)}
+	codes.SetOnEvict(func(_ codeKey, e *entry) { n.codeBytes -= e.size() })
+	scripts.SetOnEvict(func(_ scriptKey, s *scriptInfo) { n.scriptBytes -= s.size() })
+	return n
+}
+
+// addCode keeps what was read for k within the bounds; n.mu is held.
+func (n *Namer) addCode(k codeKey, e *entry) {
+	n.codes.Remove(k)
+	n.codes.Add(k, e)
+	n.codeBytes += e.size()
+	for n.codeBytes > n.cfg.MaxBytes/2 {
+		if _, _, ok := n.codes.RemoveOldest(); !ok {
+			break
+		}
+	}
+}
+
+// addScript keeps a script's line ends within the bounds; n.mu is held.
+func (n *Namer) addScript(k scriptKey, s *scriptInfo) {
+	n.scripts.Remove(k)
+	n.scripts.Add(k, s)
+	n.scriptBytes += s.size()
+	for n.scriptBytes > n.cfg.MaxBytes/2 {
+		if _, _, ok := n.scripts.RemoveOldest(); !ok {
+			break
+		}
+	}
 }
 
 // SeenCode queues code to be read, unless known or queued; what was read long enough
@@ -239,7 +290,7 @@ func (n *Namer) Run(ctx context.Context) error {
 				}
 				continue
 			}
-			n.codes.Add(p.key, e)
+			n.addCode(p.key, e)
 			n.mu.Unlock()
 		}
 		if len(batch) > 0 {
@@ -289,7 +340,7 @@ func (n *Namer) function(h *heap, image, sfi uint64) (*function, error) {
 		}
 		ends, file, err := h.script(script)
 		n.mu.Lock()
-		n.scripts.Add(k, &scriptInfo{file: file, lineEnds: ends})
+		n.addScript(k, &scriptInfo{file: file, lineEnds: ends})
 		n.mu.Unlock()
 		return ends, file, err
 	})
@@ -359,7 +410,7 @@ func (n *Namer) Name(loc *trace.Location) ([]trace.Line, bool) {
 	if !ok {
 		e = n.read(f.PID, k)
 		n.mu.Lock()
-		n.codes.Add(k, e)
+		n.addCode(k, e)
 		n.mu.Unlock()
 	}
 	var lines []trace.Line
@@ -398,5 +449,6 @@ func (n *Namer) Stats() NamerStats {
 	defer n.mu.Unlock()
 	st := n.stats
 	st.Cached = n.codes.Len()
+	st.CachedBytes = n.codeBytes + n.scriptBytes
 	return st
 }
