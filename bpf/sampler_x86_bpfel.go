@@ -429,7 +429,8 @@ type samplerV8Scratch struct {
 		N_out uint32
 		End   uint32
 		FpOk  uint8
-		Pad   [7]uint8
+		InV8  uint8
+		Pad   [6]uint8
 	}
 	Native [256]uint64
 	Slots  [8]uint64

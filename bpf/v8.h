@@ -108,7 +108,10 @@ struct v8_state {
 	__u32 n_out;
 	__u32 end;    /* enum v8_end */
 	__u8 fp_ok;
-	__u8 pad[7];
+	/* the previous frame was V8's and not its entry: its caller is V8's too, wherever its
+	 * code lies (JIT code on pages the host has not seen yet) */
+	__u8 in_v8;
+	__u8 pad[6];
 };
 
 struct v8_scratch {
@@ -219,7 +222,7 @@ static long v8_step(__u32 i, void *ctx)
 	__u32 in = st->in++;
 	__u64 pc = s->native[in & (MAX_USER_DEPTH - 1)];
 	int builtin = (pc >= p->builtins_start && pc <= p->builtins_end) || (pc >= p->remap_start && pc <= p->remap_end);
-	int jit = pc >= p->jit_start && pc <= p->jit_end;
+	int jit = (pc >= p->jit_start && pc <= p->jit_end) || (st->fp_ok && st->in_v8 && !builtin);
 	if (!st->fp_ok && (builtin || jit) && w->segs) {
 		/* Where the native walk turned to frame pointers, it says which: V8's frames
 		 * called from C++, or under a C++ leaf. */
@@ -235,8 +238,10 @@ static long v8_step(__u32 i, void *ctx)
 			st->end = V8_NO_FP;
 		v8_emit(w, pc);
 		st->fp_ok = 0;
+		st->in_v8 = 0;
 		return 0;
 	}
+	st->in_v8 = 1;
 	__u64 fp = st->fp;
 	if (fp < 48 || fp >> 47 || bpf_probe_read_user(s->slots, sizeof(s->slots), (void *)(fp - 48))) {
 		st->end = V8_BAD_READ;
@@ -289,6 +294,7 @@ static long v8_step(__u32 i, void *ctx)
 	 * address, or the chain is not what it took. */
 	if (caller_native) {
 		st->fp_ok = 0;
+		st->in_v8 = 0;
 		return 0;
 	}
 	if (next_fp <= fp || (st->in < st->n_in && s->native[st->in & (MAX_USER_DEPTH - 1)] != ret)) {
