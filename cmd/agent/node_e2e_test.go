@@ -122,6 +122,11 @@ func checkChain(t *testing.T, samples []*trace.Sample, leafOptional bool, want .
 	for _, s := range samples {
 		n += s.Count
 		fs := jsFrames(s)
+		// V8's builtins called as functions (Math.imul in code that does not inline it)
+		// are frames of their own, without a script.
+		for len(fs) > 0 && fs[0].file == "" {
+			fs = fs[1:]
+		}
 		for _, f := range fs {
 			if strings.HasPrefix(f.name, "decoy") {
 				t.Errorf("a frame named after %s, which does not run: %v", f.name, fs)
