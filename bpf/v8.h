@@ -190,6 +190,14 @@ static __always_inline int v8_frameless_caller(struct v8_walk *w, __u64 *ra)
 		return 0;
 	if (v < p->jit_start || v > p->jit_end)
 		return 0;
+	/* A return address follows a call: call rel32 (e8 and 4 bytes), or call through a
+	 * register (ff d0+r, with a REX prefix for r8-r15). A word the builtin keeps on its
+	 * own frame would rarely pass. */
+	__u8 b[8];
+	if (bpf_probe_read_user(b, sizeof(b), (void *)(v - 8)))
+		return 0;
+	if (b[3] != 0xe8 && !(b[6] == 0xff && (b[7] & 0xf8) == 0xd0))
+		return 0;
 	*ra = v;
 	return 1;
 }
