@@ -190,3 +190,35 @@ func TestNodeStacks(t *testing.T) {
 		})
 	}
 }
+
+// TestNodeUnnamed profiles Node 22, whose V8 metadata lacks what sonde names functions
+// with: its JavaScript frames are walked and named [v8], never guessed, and the native
+// frames below them stay, down to node::Start.
+func TestNodeUnnamed(t *testing.T) {
+	testenv.RequireRoot(t)
+	node := testenv.Node22(t)
+	var n, good int64
+	for _, s := range profileNode(t, node, "chain") {
+		n += s.Count
+		fs := jsFrames(s)
+		named := false
+		for _, f := range fs {
+			if f.name != "[v8]" && !strings.HasPrefix(f.name, "Builtins_") {
+				t.Errorf("a frame of an unnamed V8 named %q", f.name)
+			}
+			named = named || f.name == "[v8]"
+		}
+		root := false
+		for _, l := range s.Locations {
+			root = root || len(l.Lines) > 0 && strings.HasPrefix(l.Lines[0].Function, "node::Start")
+		}
+		if named && root {
+			good += s.Count
+		}
+	}
+	share := float64(good) / float64(n)
+	t.Logf("%s: %.3f of %d samples show [v8] frames above node::Start", node.Name, share, n)
+	if share < 0.95 {
+		t.Errorf("%s: %.3f of %d samples show [v8] frames above node::Start, want 0.95", node.Name, share, n)
+	}
+}

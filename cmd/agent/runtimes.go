@@ -51,7 +51,7 @@ func newRuntimes(s *bpf.Sampler, renew func(pid uint32, image uint64), log *slog
 		rt: node.New(node.Config{
 			Kernel: kernelV8{s},
 			OnError: func(path string, err error) {
-				log.Info("V8 whose frames sonde cannot walk; its stacks show V8's code unnamed", "file", path, "err", err)
+				log.Info("V8 whose functions sonde cannot name: its frames are [v8], or native where it cannot walk them", "file", path, "err", err)
 			},
 			OnReuse: renew,
 		}),

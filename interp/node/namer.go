@@ -239,6 +239,9 @@ func (n *Namer) addScript(k scriptKey, s *scriptInfo) {
 // SeenCode queues code to be read, unless known or queued; what was read long enough
 // ago is queued to be checked again.
 func (n *Namer) SeenCode(pid uint32, image, code uint64) {
+	if img := n.cfg.Images.Image(pid); img != nil && img.v8.Unnamed != nil {
+		return // named [v8]: nothing to read
+	}
 	k := codeKey{image: image, code: code}
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -402,6 +405,10 @@ func (n *Namer) Name(loc *trace.Location) ([]trace.Line, bool) {
 	f := loc.Interp
 	if f == nil {
 		return nil, false
+	}
+	if img := n.cfg.Images.Image(f.PID); img != nil && img.v8.Unnamed != nil {
+		n.count(func(s *NamerStats) { s.Unnamed++ })
+		return []trace.Line{{Function: "[v8]", SystemName: "[v8]"}}, true
 	}
 	k := codeKey{image: f.Image, code: f.Code}
 	n.mu.Lock()

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 	"strconv"
@@ -87,14 +88,15 @@ const DefaultMaxFiles = 4096
 type TrackerStats struct {
 	FilesInspected int    // files looked at, V8 or not
 	V8s            int    // of which V8 builds sonde walks
-	Unsupported    int    // of which V8 builds it cannot (no metadata, another layout)
+	Unnamed        int    // of which builds whose functions it cannot name: their frames are [v8]
+	Unsupported    int    // V8 builds it cannot walk (no metadata, another frame layout)
 	Processes      int    // processes running V8 now
 	KernelErrors   uint64 // writes to the kernel that failed
 }
 
 func (s TrackerStats) LogValue() slog.Value {
 	return slog.GroupValue(slog.Int("files_inspected", s.FilesInspected), slog.Int("v8", s.V8s),
-		slog.Int("unsupported", s.Unsupported), slog.Int("processes", s.Processes), slog.Uint64("kernel_errors", s.KernelErrors))
+		slog.Int("unnamed", s.Unnamed), slog.Int("unsupported", s.Unsupported), slog.Int("processes", s.Processes), slog.Uint64("kernel_errors", s.KernelErrors))
 }
 
 // Tracker finds V8 among each process's mappings and tells the kernel how to walk it.
@@ -297,6 +299,12 @@ func (t *Tracker) v8(f *objfile.File) *V8 {
 	switch {
 	case v != nil:
 		t.stats.V8s++
+		if v.Unnamed != nil {
+			t.stats.Unnamed++
+			if t.cfg.OnError != nil {
+				t.cfg.OnError(f.Path, fmt.Errorf("its frames are walked and named [v8]: %w", v.Unnamed))
+			}
+		}
 	case err != nil && err != ErrNotV8:
 		t.stats.Unsupported++
 		if t.cfg.OnError != nil {

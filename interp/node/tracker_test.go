@@ -143,3 +143,20 @@ func TestTracker(t *testing.T) {
 		t.Errorf("stats %+v", s)
 	}
 }
+
+// TestInspectNode22: Node 22's metadata has the frame layout but not what naming reads:
+// its frames are walked and named [v8].
+func TestInspectNode22(t *testing.T) {
+	e, err := elf.Open(testenv.Node22(t).Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	v, err := Inspect(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(v.Unnamed, ErrNoMetadata) || v.Meta.FPFunction != -16 || v.Meta.FunctionShared == 0 {
+		t.Errorf("Node 22: unnamed %v, metadata %+v", v.Unnamed, v.Meta)
+	}
+}
