@@ -222,3 +222,38 @@ func TestNodeUnnamed(t *testing.T) {
 		t.Errorf("%s: %.3f of %d samples show [v8] frames above node::Start, want 0.95", node.Name, share, n)
 	}
 }
+
+// BenchmarkNodeSample measures the kernel's cost per sample (bpf_stats) of a Node.js
+// program in optimized JavaScript, V8's frames walked, against a native program of about
+// the same native depth. The goal: within 1.5 times the native cost.
+func BenchmarkNodeSample(b *testing.B) {
+	testenv.RequireRoot(b)
+	measure := func(b *testing.B, args ...string) {
+		w := exec.Command(args[0], args[1:]...)
+		if err := w.Start(); err != nil {
+			b.Fatal(err)
+		}
+		defer func() { w.Process.Kill(); w.Wait() }()
+		testenv.WaitCPU(b, w.Process.Pid, time.Second) // optimized by then
+		for b.Loop() {
+			_, stderr, err := runSonde(b, "--pid", strconv.Itoa(w.Process.Pid), "--duration", "4s", "--bpf-stats", "--top", "0")
+			if err != nil {
+				b.Fatalf("sonde: %v\n%s", err, stderr)
+			}
+			m := regexp.MustCompile(`bpf_ns_per_sample=(\d+)`).FindStringSubmatch(stderr)
+			if m == nil {
+				b.Fatalf("no bpf stats in:\n%s", stderr)
+			}
+			ns, _ := strconv.ParseFloat(m[1], 64)
+			b.ReportMetric(ns, "bpf-ns/sample")
+		}
+	}
+	b.Run("native", func(b *testing.B) {
+		measure(b, buildWorkload(b, "depth", depthC, "-O2", "-fomit-frame-pointer"), "60", "20")
+	})
+	for _, node := range testenv.Nodes(b) {
+		b.Run("node-"+node.Version, func(b *testing.B) {
+			measure(b, node.Path, nodeWorkload(b), "chain", "60")
+		})
+	}
+}
