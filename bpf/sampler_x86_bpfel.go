@@ -407,15 +407,11 @@ type samplerV8Proc struct {
 	OffFpContext        int16
 	OffFpFunction       int16
 	OffFpBytecodeOffset int16
-	OffFpBytecodeArray  int16
 	FunctionShared      uint16
-	MapInstanceType     uint16
-	TypeBytecodeArray   uint16
 	SmiShift            uint8
 	TypeEntry           uint8
 	TypeConstructEntry  uint8
-	Pad                 [1]uint8
-	_                   [6]byte
+	Pad                 [5]uint8
 }
 
 type samplerV8Scratch struct {

@@ -51,9 +51,10 @@ func (e V8End) String() string {
 	}
 }
 
-// v8JITFunctions sizes the kernel's record of the functions of baseline code's pcs: an
-// LRU, read by user space within moments of the samples that wrote it.
-const v8JITFunctions = 16384
+// v8JITFunctions sizes the kernel's record of the functions of compiled code's pcs: an
+// LRU (about 100 bytes an entry), read by user space within moments of the samples that
+// wrote it.
+const v8JITFunctions = 32768
 
 func init() {
 	kernelRuntimes = append(kernelRuntimes, kernelRuntime{size: func(spec *ebpf.CollectionSpec, maxProcs uint32) {
@@ -62,8 +63,8 @@ func init() {
 	}})
 }
 
-// V8Function returns the SharedFunctionInfo (tagged) the kernel found in the frame of a
-// pc of compiled code whose frame holds a BytecodeArray, if it still has it.
+// V8Function returns the SharedFunctionInfo (tagged) the kernel last found in the frame of
+// a pc of compiled code, if it still has it.
 func (s *Sampler) V8Function(pid uint32, pc uint64) (uint64, bool) {
 	var sfi uint64
 	if err := s.objs.V8JitFunctions.Lookup(samplerV8JitKey{Pid: pid, Pc: pc}, &sfi); err != nil {

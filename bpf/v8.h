@@ -60,13 +60,10 @@ struct v8_proc {
 	__s16 off_fp_context;                 /* context or frame type marker, from fp */
 	__s16 off_fp_function;                /* JSFunction */
 	__s16 off_fp_bytecode_offset;         /* an interpreted frame's bytecode offset (a Smi) */
-	__s16 off_fp_bytecode_array;          /* an interpreted or baseline frame's BytecodeArray */
 	__u16 function_shared;                /* JSFunction: shared, from the untagged object */
-	__u16 map_instance_type;              /* Map: instance_type, a u16 */
-	__u16 type_bytecode_array;            /* BytecodeArray's instance type */
 	__u8 smi_shift;                       /* Smi value shift: 32 without pointer compression, 1 with */
 	__u8 type_entry, type_construct_entry; /* frame types whose caller is C++ */
-	__u8 pad[1];
+	__u8 pad[5];
 };
 
 /* For bpf2go -type. */
@@ -82,11 +79,10 @@ struct {
 	__type(value, struct v8_proc);
 } v8_procs SEC(".maps");
 
-/* The function of a pc of compiled code whose frame holds a BytecodeArray: baseline code
- * (Sparkplug), which user space cannot tie to its function from the code alone, or
- * optimized code entered from such a frame (on-stack replacement), which it can. User
- * space looks the pc up when the code is baseline code and checks the function's code is
- * that code. */
+/* The function (SharedFunctionInfo) the frame of a pc of compiled code held: user space
+ * names baseline code (Sparkplug), which does not say its function, by it, and checks
+ * optimized code's outermost function against it, so that code that took the place of the
+ * sampled code is not named in its stead. */
 struct v8_jit_key {
 	__u32 pid;
 	__u32 pad;
@@ -202,21 +198,18 @@ static __always_inline int v8_frameless_caller(struct v8_walk *w, __u64 *ra)
 	return 1;
 }
 
-/* v8_note_function remembers the function of a frame of compiled code that holds a
- * BytecodeArray where an interpreted frame does, for user space (v8_jit_functions). */
+/* v8_note_function remembers the function a frame of compiled code holds, by its pc, for
+ * user space (v8_jit_functions): the identity of what ran there, checked against the code
+ * user space finds at the pc when it reads it later. Written only when it changed. */
 static __always_inline void v8_note_function(struct v8_walk *w, __u64 fn, __u64 pc)
 {
-	struct v8_proc *p = w->proc;
-	__u64 v = v8_slot(w->s, p->off_fp_bytecode_array), map = 0, sfi = 0;
-	__u16 type = 0;
-	if ((v & 3) != 1 || v >> 47 || bpf_probe_read_user(&map, sizeof(map), (void *)(v - 1)) || (map & 3) != 1 ||
-	    map >> 47 || bpf_probe_read_user(&type, sizeof(type), (void *)(map - 1 + p->map_instance_type)) ||
-	    type != p->type_bytecode_array)
-		return;
-	if (bpf_probe_read_user(&sfi, sizeof(sfi), (void *)(fn - 1 + p->function_shared)) || (sfi & 3) != 1)
+	__u64 sfi = 0;
+	if (bpf_probe_read_user(&sfi, sizeof(sfi), (void *)(fn - 1 + w->proc->function_shared)) || (sfi & 3) != 1)
 		return;
 	struct v8_jit_key k = {.pid = w->pid, .pc = pc};
-	bpf_map_update_elem(&v8_jit_functions, &k, &sfi, BPF_ANY);
+	__u64 *old = bpf_map_lookup_elem(&v8_jit_functions, &k);
+	if (!old || *old != sfi)
+		bpf_map_update_elem(&v8_jit_functions, &k, &sfi, BPF_ANY);
 }
 
 static long v8_step(__u32 i, void *ctx)

@@ -184,6 +184,16 @@ func TestJITFramesInlined(t *testing.T) {
 	if err != nil || len(lines) != 1 || lines[0].Function != "outer" || lines[0].Line != 3 {
 		t.Errorf("outer's own code: %v, %v", lines, err)
 	}
+	// The kernel's record of the sampled frame's function must agree with the code's.
+	for _, c := range []struct {
+		fn    uint64
+		named bool
+	}{{outer, true}, {leaf, false}} {
+		n := NewNamer(NamerConfig{Images: fixedImage{}, Memory: func(uint32) Memory { return f }, Functions: fakeFunctions{start + 20: c.fn}})
+		if _, err := n.jitLines(h, 1, 1, start+20, true); (err == nil) != c.named {
+			t.Errorf("sampled frame's function %#x: %v, want named %v", c.fn, err, c.named)
+		}
+	}
 	// A pc whose instructions are not a Code's is not named.
 	f.put64(is+8, outer)
 	if _, err := (&heap{m: f, md: &node20}).jitFrames(start+20, true); err == nil {

@@ -359,6 +359,15 @@ func (n *Namer) jitLines(h *heap, pid uint32, image, pc uint64, ret bool) ([]tra
 	if err != nil {
 		return nil, err
 	}
+	// The code at the pc now must be the sampled frame's function's, when the kernel
+	// still has what it was: other code in its place is not named in its stead.
+	if n.cfg.Functions != nil && len(frames) > 0 {
+		if tagged, ok := n.cfg.Functions.FunctionAt(pid, pc); ok {
+			if sfi, _ := untag(tagged); sfi != frames[len(frames)-1].sfi {
+				return nil, errors.New("the code at the pc is another function's than the sampled frame's")
+			}
+		}
+	}
 	lines := make([]trace.Line, 0, len(frames))
 	for _, f := range frames {
 		fn, err := n.function(h, image, f.sfi)

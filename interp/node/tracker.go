@@ -23,9 +23,7 @@ type KernelState struct {
 	Remapped [2]uint64
 	// Frame slots from the frame pointer.
 	FPContext, FPFunction, FPBytecodeOffset int16
-	FPBytecodeArray                         int16
 	FunctionShared                          uint16 // JSFunction: shared
-	MapInstanceType, TypeBytecodeArray      uint16
 	SmiShift                                uint8
 	FrameEntry, FrameConstructEntry         uint8 // frame types whose caller is C++
 }
@@ -37,8 +35,8 @@ type Kernel interface {
 }
 
 // FunctionFinder is a Kernel that remembers the function (a tagged SharedFunctionInfo) it
-// found in the frame of a pc of compiled code whose frame holds a BytecodeArray: how a
-// frame of baseline code is named.
+// found in the frame of a pc of compiled code: how a frame of baseline code is named, and
+// what optimized code found at the pc must belong to.
 type FunctionFinder interface {
 	FunctionAt(pid uint32, pc uint64) (uint64, bool)
 }
@@ -221,9 +219,6 @@ func (t *Tracker) ProcessMappings(pid uint32, execID uint64, mappings []*trace.M
 			FPContext:           int16(md.FPContext),
 			FPFunction:          int16(md.FPFunction),
 			FPBytecodeOffset:    int16(md.FPBytecodeOffset),
-			FPBytecodeArray:     int16(md.FPBytecodeArray),
-			MapInstanceType:     uint16(md.MapInstanceType),
-			TypeBytecodeArray:   uint16(md.TypeBytecodeArray),
 			FunctionShared:      uint16(md.FunctionShared),
 			SmiShift:            uint8(md.SmiShift),
 			FrameEntry:          uint8(md.FrameEntry),
