@@ -258,11 +258,22 @@ static __always_inline struct unwind_row *walker_row(void *table, __u32 i)
 #include "unwinder.h"
 #endif
 
+/* Where the sample's user walk followed frame pointers (types.h, struct fp_segments), for
+ * the runtimes' walkers. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct fp_segments);
+} fp_segments_map SEC(".maps");
+
 /* The language runtimes' walkers, each in its own header with its own maps; the dispatch
  * below is the only code that knows them all. */
 #include "python.h"
+#include "v8.h"
 
 _Static_assert(PY_RUNTIME > 0 && PY_RUNTIME <= INTERP_RUNTIME_MAX, "runtime numbers fit their 4 bits");
+_Static_assert(V8_RUNTIME > 0 && V8_RUNTIME <= INTERP_RUNTIME_MAX && V8_RUNTIME != PY_RUNTIME, "runtime numbers fit their 4 bits");
 
 /* Which runtimes a process runs, and the code regions that are theirs: one lookup per
  * sample tells a process without any. */
@@ -279,6 +290,7 @@ static __always_inline void interp_forget(__u32 tgid)
 {
 	bpf_map_delete_elem(&interp_procs, &tgid);
 	python_forget(tgid);
+	v8_forget(tgid);
 }
 
 #if ARCH_TABLE_UNWIND
@@ -326,6 +338,8 @@ static __always_inline __u32 interp_frames(struct sample_event *e, __u32 n, __u3
 		s.hit |= p->runtimes;
 	if (s.hit & (1U << PY_RUNTIME))
 		n = python_frames(e, n, complete);
+	if (s.hit & (1U << V8_RUNTIME))
+		n = v8_frames(e, n, complete);
 	return n;
 }
 #endif
@@ -354,7 +368,11 @@ static __always_inline int unwind_user(struct sample_event *e, struct task_struc
 	}
 	__u64 tls = ARCH_THREAD_POINTER(task);
 	__u32 end = UNWIND_INVALID;
-	__u32 n = walk_user((struct user_frames *)e->frames, proc, ARCH_PC(&regs), ARCH_SP(&regs), ARCH_FP(&regs), pt_regs, tls, &end);
+	__u32 zero = 0;
+	struct fp_segments *segs = bpf_map_lookup_elem(&fp_segments_map, &zero);
+	if (segs)
+		segs->count = 0;
+	__u32 n = walk_user((struct user_frames *)e->frames, proc, ARCH_PC(&regs), ARCH_SP(&regs), ARCH_FP(&regs), pt_regs, tls, &end, segs);
 	/* A walk that reached the outermost frame, by tables or by frame pointer, leaves no
 	 * runtime's frames over to put at the root. */
 	n = interp_frames(e, n, end == UNWIND_COMPLETE || end == UNWIND_COMPLETE_FP);

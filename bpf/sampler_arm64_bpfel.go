@@ -92,6 +92,14 @@ const (
 	samplerFpRuleFP_RULE_MAX  samplerFpRule = 5
 )
 
+type samplerFpSegments struct {
+	_     structs.HostLayout
+	Fp    [4]uint64
+	At    [4]uint32
+	Count uint32
+	Pad   uint32
+}
+
 type samplerGoFunc uint32
 
 const (
@@ -390,6 +398,73 @@ type samplerUnwindRow struct {
 	CfaPost   int16
 }
 
+type samplerV8End uint32
+
+const (
+	samplerV8EndV8COMPLETE samplerV8End = 0
+	samplerV8EndV8NO_FP    samplerV8End = 1
+	samplerV8EndV8BAD_READ samplerV8End = 2
+	samplerV8EndV8MISMATCH samplerV8End = 3
+	samplerV8EndV8END_MAX  samplerV8End = 4
+)
+
+type samplerV8FrameEncoding uint32
+
+const (
+	samplerV8FrameEncodingV8RUNTIME       samplerV8FrameEncoding = 3
+	samplerV8FrameEncodingV8KIND_SHIFT    samplerV8FrameEncoding = 56
+	samplerV8FrameEncodingV8KIND_JIT      samplerV8FrameEncoding = 0
+	samplerV8FrameEncodingV8KIND_BYTECODE samplerV8FrameEncoding = 1
+	samplerV8FrameEncodingV8RETURN_BIT    samplerV8FrameEncoding = 47
+	samplerV8FrameEncodingV8SFI_SHIFT     samplerV8FrameEncoding = 3
+	samplerV8FrameEncodingV8OFFSET_BITS   samplerV8FrameEncoding = 12
+	samplerV8FrameEncodingV8OFFSET_MASK   samplerV8FrameEncoding = 4095
+)
+
+type samplerV8JitKey struct {
+	_   structs.HostLayout
+	Pid uint32
+	Pad uint32
+	Pc  uint64
+}
+
+type samplerV8Proc struct {
+	_                   structs.HostLayout
+	ExecId              uint64
+	BuiltinsStart       uint64
+	BuiltinsEnd         uint64
+	RemapStart          uint64
+	RemapEnd            uint64
+	JitStart            uint64
+	JitEnd              uint64
+	OffFpContext        int16
+	OffFpFunction       int16
+	OffFpBytecodeOffset int16
+	FunctionShared      uint16
+	SmiShift            uint8
+	TypeEntry           uint8
+	TypeConstructEntry  uint8
+	Pad                 [5]uint8
+}
+
+type samplerV8Scratch struct {
+	_  structs.HostLayout
+	St struct {
+		_     structs.HostLayout
+		Fp    uint64
+		Sp    uint64
+		In    uint32
+		N_in  uint32
+		N_out uint32
+		End   uint32
+		FpOk  uint8
+		InV8  uint8
+		Pad   [6]uint8
+	}
+	Native [256]uint64
+	Slots  [8]uint64
+}
+
 type samplerVmaEvent struct {
 	_       structs.HostLayout
 	Kind    uint32
@@ -425,6 +500,7 @@ const (
 	samplerMapCounters                  = "counters"
 	samplerMapEvents                    = "events"
 	samplerMapExecIds                   = "exec_ids"
+	samplerMapFpSegmentsMap             = "fp_segments_map"
 	samplerMapGoRuntimes                = "go_runtimes"
 	samplerMapInterpProcs               = "interp_procs"
 	samplerMapOffcpuRates               = "offcpu_rates"
@@ -441,6 +517,10 @@ const (
 	samplerMapTracectxProcs             = "tracectx_procs"
 	samplerMapTracectxScratch           = "tracectx_scratch"
 	samplerMapUnwindTables              = "unwind_tables"
+	samplerMapV8Counters                = "v8_counters"
+	samplerMapV8JitFunctions            = "v8_jit_functions"
+	samplerMapV8Procs                   = "v8_procs"
+	samplerMapV8ScratchMap              = "v8_scratch_map"
 	samplerMapVmaScratch                = "vma_scratch"
 	samplerProgOnExec                   = "on_exec"
 	samplerProgOnExit                   = "on_exit"
@@ -483,6 +563,9 @@ const (
 	samplerVarUnusedTracectxProc        = "unused_tracectx_proc"
 	samplerVarUnusedUnwindEnd           = "unused_unwind_end"
 	samplerVarUnusedUnwindRow           = "unused_unwind_row"
+	samplerVarUnusedV8End               = "unused_v8_end"
+	samplerVarUnusedV8FrameEncoding     = "unused_v8_frame_encoding"
+	samplerVarUnusedV8Proc              = "unused_v8_proc"
 	samplerVarUnusedVmaEvent            = "unused_vma_event"
 	samplerVarUnusedVmaLimits           = "unused_vma_limits"
 	samplerVarVmaHints                  = "vma_hints"
@@ -544,6 +627,7 @@ type samplerMapSpecs struct {
 	Counters         *ebpf.MapSpec `ebpf:"counters"`
 	Events           *ebpf.MapSpec `ebpf:"events"`
 	ExecIds          *ebpf.MapSpec `ebpf:"exec_ids"`
+	FpSegmentsMap    *ebpf.MapSpec `ebpf:"fp_segments_map"`
 	GoRuntimes       *ebpf.MapSpec `ebpf:"go_runtimes"`
 	InterpProcs      *ebpf.MapSpec `ebpf:"interp_procs"`
 	OffcpuRates      *ebpf.MapSpec `ebpf:"offcpu_rates"`
@@ -560,6 +644,10 @@ type samplerMapSpecs struct {
 	TracectxProcs    *ebpf.MapSpec `ebpf:"tracectx_procs"`
 	TracectxScratch  *ebpf.MapSpec `ebpf:"tracectx_scratch"`
 	UnwindTables     *ebpf.MapSpec `ebpf:"unwind_tables"`
+	V8Counters       *ebpf.MapSpec `ebpf:"v8_counters"`
+	V8JitFunctions   *ebpf.MapSpec `ebpf:"v8_jit_functions"`
+	V8Procs          *ebpf.MapSpec `ebpf:"v8_procs"`
+	V8ScratchMap     *ebpf.MapSpec `ebpf:"v8_scratch_map"`
 	VmaScratch       *ebpf.MapSpec `ebpf:"vma_scratch"`
 }
 
@@ -603,6 +691,9 @@ type samplerVariableSpecs struct {
 	UnusedTracectxProc        *ebpf.VariableSpec `ebpf:"unused_tracectx_proc"`
 	UnusedUnwindEnd           *ebpf.VariableSpec `ebpf:"unused_unwind_end"`
 	UnusedUnwindRow           *ebpf.VariableSpec `ebpf:"unused_unwind_row"`
+	UnusedV8End               *ebpf.VariableSpec `ebpf:"unused_v8_end"`
+	UnusedV8FrameEncoding     *ebpf.VariableSpec `ebpf:"unused_v8_frame_encoding"`
+	UnusedV8Proc              *ebpf.VariableSpec `ebpf:"unused_v8_proc"`
 	UnusedVmaEvent            *ebpf.VariableSpec `ebpf:"unused_vma_event"`
 	UnusedVmaLimits           *ebpf.VariableSpec `ebpf:"unused_vma_limits"`
 	VmaHints                  *ebpf.VariableSpec `ebpf:"vma_hints"`
@@ -631,6 +722,7 @@ type samplerMaps struct {
 	Counters         *ebpf.Map `ebpf:"counters"`
 	Events           *ebpf.Map `ebpf:"events"`
 	ExecIds          *ebpf.Map `ebpf:"exec_ids"`
+	FpSegmentsMap    *ebpf.Map `ebpf:"fp_segments_map"`
 	GoRuntimes       *ebpf.Map `ebpf:"go_runtimes"`
 	InterpProcs      *ebpf.Map `ebpf:"interp_procs"`
 	OffcpuRates      *ebpf.Map `ebpf:"offcpu_rates"`
@@ -647,6 +739,10 @@ type samplerMaps struct {
 	TracectxProcs    *ebpf.Map `ebpf:"tracectx_procs"`
 	TracectxScratch  *ebpf.Map `ebpf:"tracectx_scratch"`
 	UnwindTables     *ebpf.Map `ebpf:"unwind_tables"`
+	V8Counters       *ebpf.Map `ebpf:"v8_counters"`
+	V8JitFunctions   *ebpf.Map `ebpf:"v8_jit_functions"`
+	V8Procs          *ebpf.Map `ebpf:"v8_procs"`
+	V8ScratchMap     *ebpf.Map `ebpf:"v8_scratch_map"`
 	VmaScratch       *ebpf.Map `ebpf:"vma_scratch"`
 }
 
@@ -655,6 +751,7 @@ func (m *samplerMaps) Close() error {
 		m.Counters,
 		m.Events,
 		m.ExecIds,
+		m.FpSegmentsMap,
 		m.GoRuntimes,
 		m.InterpProcs,
 		m.OffcpuRates,
@@ -671,6 +768,10 @@ func (m *samplerMaps) Close() error {
 		m.TracectxProcs,
 		m.TracectxScratch,
 		m.UnwindTables,
+		m.V8Counters,
+		m.V8JitFunctions,
+		m.V8Procs,
+		m.V8ScratchMap,
 		m.VmaScratch,
 	)
 }
@@ -715,6 +816,9 @@ type samplerVariables struct {
 	UnusedTracectxProc        *ebpf.Variable `ebpf:"unused_tracectx_proc"`
 	UnusedUnwindEnd           *ebpf.Variable `ebpf:"unused_unwind_end"`
 	UnusedUnwindRow           *ebpf.Variable `ebpf:"unused_unwind_row"`
+	UnusedV8End               *ebpf.Variable `ebpf:"unused_v8_end"`
+	UnusedV8FrameEncoding     *ebpf.Variable `ebpf:"unused_v8_frame_encoding"`
+	UnusedV8Proc              *ebpf.Variable `ebpf:"unused_v8_proc"`
 	UnusedVmaEvent            *ebpf.Variable `ebpf:"unused_vma_event"`
 	UnusedVmaLimits           *ebpf.Variable `ebpf:"unused_vma_limits"`
 	VmaHints                  *ebpf.Variable `ebpf:"vma_hints"`

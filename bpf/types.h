@@ -168,6 +168,19 @@ struct sample_event {
 	__u64 frames[MAX_USER_DEPTH + MAX_STACK_DEPTH];
 };
 
+/* Where the walk of a user stack turned to frame pointers after frames it walked by table,
+ * or began with them: the index of the frame and its frame pointer, for the first
+ * MAX_FP_SEGMENTS times. A runtime whose frames keep more than a return address by their
+ * frame pointer (V8: the function) finds its frames' pointers there. */
+#define MAX_FP_SEGMENTS 4
+
+struct fp_segments {
+	__u64 fp[MAX_FP_SEGMENTS];
+	__u32 at[MAX_FP_SEGMENTS];
+	__u32 count;
+	__u32 pad;
+};
+
 /* A language runtime's frame among a sample's user frames (interpreted code, or code its
  * JIT compiled): bits 63-62 hold 01, which no canonical user or kernel address has; bits
  * 61-58 the runtime, as its walker's header numbers it (1 to INTERP_RUNTIME_MAX); the

@@ -52,6 +52,8 @@ struct unwind_state {
 	/* The frame's function was stopped in its prologue before it set up a frame (Go's
 	 * morestack): its return address is at sp. */
 	__u8 frameless;
+	__u8 in_fp; /* the last step followed the frame pointer */
+	struct fp_segments segs;
 };
 
 /* Binary searches run as bpf_loop callbacks: the verifier checks a callback once, where
@@ -238,6 +240,13 @@ static __always_inline long fp_step(struct unwind_state *st)
 {
 	__u64 ra, fp = st->fp;
 	st->used_fp = 1;
+	if (!st->in_fp && st->segs.count < MAX_FP_SEGMENTS) {
+		__u32 k = st->segs.count & (MAX_FP_SEGMENTS - 1);
+		st->segs.fp[k] = st->fp;
+		st->segs.at[k] = st->n - 1;
+		st->segs.count++;
+	}
+	st->in_fp = 1;
 	if (st->frameless) {
 		/* Stopped in its prologue before it set up a frame: the return address is at sp. */
 		st->frameless = 0;
@@ -293,6 +302,7 @@ __attribute__((noinline)) long walker_step(struct unwind_state *st, struct user_
 	if (rule == CFA_GO || rule == CFA_FRAME_POINTER)
 		return fp_step(st);
 	st->frameless = 0;
+	st->in_fp = 0;
 
 	__u64 cfa, ra, fp = st->fp, v, x;
 	__u32 err;
@@ -387,9 +397,10 @@ static long unwind_step(__u32 i, void *ctx)
 
 /* walk_user walks a user stack from its leaf registers into frames and returns how many it
  * wrote; *end says how the walk ended. regs is the address of the task's pt_regs, for the
- * leaf's other registers; tls its thread pointer. */
+ * leaf's other registers; tls its thread pointer. segs, when not NULL, gets where the walk
+ * followed frame pointers. */
 static __always_inline __u32 walk_user(struct user_frames *frames, struct proc_info *proc, __u64 pc, __u64 sp, __u64 fp,
-				       __u64 regs, __u64 tls, __u32 *end)
+				       __u64 regs, __u64 tls, __u32 *end, struct fp_segments *segs)
 {
 	struct walk w = {
 		.frames = frames,
@@ -411,6 +422,8 @@ static __always_inline __u32 walk_user(struct user_frames *frames, struct proc_i
 	else if (w.st.end == UNWIND_COMPLETE && w.st.used_fp)
 		w.st.end = UNWIND_COMPLETE_FP;
 	*end = w.st.end;
+	if (segs)
+		*segs = w.st.segs;
 	return w.st.n < MAX_USER_DEPTH ? w.st.n : MAX_USER_DEPTH;
 }
 

@@ -480,6 +480,7 @@ func tableOf(f *objfile.File, ef *elf.File, h *objfile.Handle) ([]KernelRow, []e
 		if t, err = FromELF(ef); err != nil {
 			return nil, loads, nil, fmt.Errorf("read unwind table of %s: %w", f.Path, err)
 		}
+		withFramePointerCode(t, ef)
 	}
 	rows, err := t.KernelRows()
 	if err != nil {

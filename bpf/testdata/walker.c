@@ -259,7 +259,7 @@ int main(void)
 		} else if (!strncmp(line, "run", 3)) {
 			__u32 end = UNWIND_END_MAX;
 			memset(&frames, 0, sizeof(frames));
-			__u32 n = walk_user(&frames, noproc ? NULL : &proc, pc, sp, fp, (__u64)(uintptr_t)&ptregs, tls, &end);
+			__u32 n = walk_user(&frames, noproc ? NULL : &proc, pc, sp, fp, (__u64)(uintptr_t)&ptregs, tls, &end, NULL);
 			printf("end %u frames", end);
 			for (__u32 i = 0; i < n && i < MAX_USER_DEPTH; i++)
 				printf(" %#llx", (unsigned long long)frames.pc[i]);

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 
 	"github.com/sonde-profiler/sonde/bpf"
+	"github.com/sonde-profiler/sonde/interp/node"
 	"github.com/sonde-profiler/sonde/interp/python"
 	"github.com/sonde-profiler/sonde/symbolize"
 	"github.com/sonde-profiler/sonde/trace"
@@ -41,6 +42,16 @@ func newRuntimes(s *bpf.Sampler, renew func(pid uint32, image uint64), log *slog
 			Kernel: kernelPython{s},
 			OnError: func(path string, err error) {
 				log.Info("python interpreter whose frames sonde cannot walk; its stacks show the interpreter's", "file", path, "err", err)
+			},
+			OnReuse: renew,
+		}),
+	}, {
+		number: node.Number,
+		name:   "v8",
+		rt: node.New(node.Config{
+			Kernel: kernelV8{s},
+			OnError: func(path string, err error) {
+				log.Info("V8 whose functions sonde cannot name: its frames are [v8], or native where it cannot walk them", "file", path, "err", err)
 			},
 			OnReuse: renew,
 		}),
@@ -88,6 +99,46 @@ func (k kernelPython) WalkEnds() (map[string]uint64, error) {
 	out := make(map[string]uint64, len(ends))
 	for i, n := range ends {
 		out[bpf.PythonEnd(i).String()] = n
+	}
+	return out, nil
+}
+
+// kernelV8 lets package node write the sampler's v8_procs map without knowing BPF.
+type kernelV8 struct{ s *bpf.Sampler }
+
+func (k kernelV8) SetV8(pid uint32, st *node.KernelState) error {
+	return k.s.SetV8(pid, &bpf.V8Proc{
+		ExecId:              st.ExecID,
+		BuiltinsStart:       st.Builtins[0],
+		BuiltinsEnd:         st.Builtins[1],
+		RemapStart:          st.Remapped[0],
+		RemapEnd:            st.Remapped[1],
+		JitStart:            st.JIT[0],
+		JitEnd:              st.JIT[1],
+		OffFpContext:        st.FPContext,
+		OffFpFunction:       st.FPFunction,
+		OffFpBytecodeOffset: st.FPBytecodeOffset,
+		FunctionShared:      st.FunctionShared,
+		SmiShift:            st.SmiShift,
+		TypeEntry:           st.FrameEntry,
+		TypeConstructEntry:  st.FrameConstructEntry,
+	})
+}
+
+func (k kernelV8) DeleteV8(pid uint32) error { return k.s.DeleteV8(pid) }
+
+// FunctionAt is the function the kernel found in a baseline frame at pc.
+func (k kernelV8) FunctionAt(pid uint32, pc uint64) (uint64, bool) { return k.s.V8Function(pid, pc) }
+
+// WalkEnds counts the kernel's walks of V8 frames by how they ended.
+func (k kernelV8) WalkEnds() (map[string]uint64, error) {
+	ends, err := k.s.V8Ends()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]uint64, len(ends))
+	for i, n := range ends {
+		out[bpf.V8End(i).String()] = n
 	}
 	return out, nil
 }

@@ -1,0 +1,355 @@
+/* V8 (Node.js) frames, put in place of the native frames of V8's generated code.
+ *
+ * V8 keeps frame pointers in the code it generates (interpreter, baseline, Maglev and
+ * TurboFan code, and its builtins): each JavaScript frame holds its context at
+ * fp+off_fp_context and its JSFunction at fp+off_fp_function; each other frame (entry,
+ * exit, stub, builtin frames) holds a frame type marker, a small integer with the Smi tag,
+ * where a JavaScript frame holds its context. The native walk found those frames by frame
+ * pointer too (V8's code has no unwind tables; node's file's table says its builtins are
+ * walked so), so its return addresses are the chain v8_frames follows, from the frame
+ * pointer the native walk had where it turned to frame pointers (struct fp_segments: at the
+ * leaf, or where C++ called V8), checking each saved return address against the native
+ * walk's. Where the chain leaves V8's code (at the entry frame
+ * into C++, or where a check fails), the native frames are kept as they are, so node's and
+ * libuv's frames below stay complete.
+ *
+ * A JavaScript frame is recorded for user space to name:
+ * - interpreted code (the pc lies in the embedded builtins: the bytecode handlers) as its
+ *   SharedFunctionInfo and the bytecode offset the frame holds;
+ * - code V8 compiled (baseline, Maglev, TurboFan: the pc lies in the JIT's code) as its pc,
+ *   from which user space finds the code object, its inlined functions and source position.
+ * Other frames keep their native address: builtins are named by node's symbols.
+ *
+ * Offsets are V8's own postmortem metadata (v8dbg_* in the node binary), read by package
+ * interp/node. Everything read here is the process's, which can lie: reads are checked and
+ * the walk bounded by the native frames. A global function, verified once on its own. */
+#ifndef SONDE_V8_H
+#define SONDE_V8_H
+
+/* V8's number among the runtimes, and how its 58 bits of a frame hold what user space
+ * names. Bits 57-56 say the kind. V8_KIND_JIT: bit 47 says the pc is a return address (not
+ * the interrupted instruction), bits 46-0 the pc. V8_KIND_BYTECODE: the SharedFunctionInfo's
+ * address >> V8_SFI_SHIFT (tagged objects are 8-byte aligned; user addresses below 2^47:
+ * 44 bits) above the bytecode offset, saturated at V8_OFFSET_MASK. */
+enum v8_frame_encoding {
+	V8_RUNTIME = 3,
+	V8_KIND_SHIFT = 56,
+	V8_KIND_JIT = 0,
+	V8_KIND_BYTECODE = 1,
+	V8_RETURN_BIT = 47,
+	V8_SFI_SHIFT = 3,
+	V8_OFFSET_BITS = 12,
+	V8_OFFSET_MASK = (1 << 12) - 1,
+};
+
+/* How a walk of V8 frames ended. */
+enum v8_end {
+	V8_COMPLETE = 0,  /* the chain was followed until it left V8's code */
+	V8_NO_FP = 1,     /* V8's frames whose frame pointer is not known were kept native */
+	V8_BAD_READ = 2,  /* reading a frame failed */
+	V8_MISMATCH = 3,  /* a saved return address is not the native walk's: the rest kept native */
+	V8_END_MAX,
+};
+
+/* Where a V8 process keeps its code and how its frames are laid out. */
+struct v8_proc {
+	__u64 exec_id;                        /* the exec the addresses belong to; 0: unknown */
+	__u64 builtins_start, builtins_end;   /* the embedded builtins in the binary's text */
+	__u64 remap_start, remap_end;         /* their copy V8 maps beside its code (short builtin calls), or 0, 0 */
+	__u64 jit_start, jit_end;             /* the anonymous executable mappings, as one span */
+	__s16 off_fp_context;                 /* context or frame type marker, from fp */
+	__s16 off_fp_function;                /* JSFunction */
+	__s16 off_fp_bytecode_offset;         /* an interpreted frame's bytecode offset (a Smi) */
+	__u16 function_shared;                /* JSFunction: shared, from the untagged object */
+	__u8 smi_shift;                       /* Smi value shift: 32 without pointer compression, 1 with */
+	__u8 type_entry, type_construct_entry; /* frame types whose caller is C++ */
+	__u8 pad[5];
+};
+
+/* For bpf2go -type. */
+const struct v8_proc *unused_v8_proc __attribute__((unused));
+const enum v8_end *unused_v8_end __attribute__((unused));
+const enum v8_frame_encoding *unused_v8_frame_encoding __attribute__((unused));
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, struct v8_proc);
+} v8_procs SEC(".maps");
+
+/* The function (SharedFunctionInfo) the frame of a pc of compiled code held: user space
+ * names baseline code (Sparkplug), which does not say its function, by it, and checks
+ * optimized code's outermost function against it, so that code that took the place of the
+ * sampled code is not named in its stead. */
+struct v8_jit_key {
+	__u32 pid;
+	__u32 pad;
+	__u64 pc;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1);
+	__type(key, struct v8_jit_key);
+	__type(value, __u64);
+} v8_jit_functions SEC(".maps");
+
+/* The walk's state, in a per-CPU map rather than on the stack (see python.h). */
+struct v8_state {
+	__u64 fp;     /* the frame pointer of native frame in; valid while fp_ok */
+	__u64 sp;     /* the interrupted stack pointer */
+	__u32 in, n_in;
+	__u32 n_out;
+	__u32 end;    /* enum v8_end */
+	__u8 fp_ok;
+	/* the previous frame was V8's and not its entry: its caller is V8's too, wherever its
+	 * code lies (JIT code on pages the host has not seen yet) */
+	__u8 in_v8;
+	__u8 pad[6];
+};
+
+struct v8_scratch {
+	struct v8_state st;
+	__u64 native[MAX_USER_DEPTH];
+	__u64 slots[8]; /* fp-48 .. fp+8 */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct v8_scratch);
+} v8_scratch_map SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, V8_END_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} v8_counters SEC(".maps");
+
+static __always_inline void v8_count(__u32 end)
+{
+	if (end >= V8_END_MAX)
+		end = V8_BAD_READ;
+	__u64 *c = bpf_map_lookup_elem(&v8_counters, &end);
+	if (c)
+		(*c)++;
+}
+
+/* v8_forget drops a process's V8 at its exec or exit. */
+static __always_inline void v8_forget(__u32 tgid)
+{
+	bpf_map_delete_elem(&v8_procs, &tgid);
+}
+
+#if ARCH_TABLE_UNWIND
+
+struct v8_walk {
+	struct v8_proc *proc;
+	struct v8_scratch *s;
+	struct fp_segments *segs; /* where the native walk followed frame pointers; or NULL */
+	__u64 *out;
+	__u32 pid;
+};
+
+static __always_inline void v8_emit(struct v8_walk *w, __u64 v)
+{
+	struct v8_state *st = &w->s->st;
+	if (st->n_out < MAX_USER_DEPTH)
+		w->out[st->n_out & (MAX_USER_DEPTH - 1)] = v;
+	st->n_out++;
+}
+
+/* v8_slot returns the frame's word at fp+off, off within [-48, 8]. */
+static __always_inline __u64 v8_slot(struct v8_scratch *s, __s16 off)
+{
+	__s32 o = off + 48;
+	if (o < 0 || o > 56)
+		return 0;
+	__u32 i = (__u32)o >> 3;
+	if (i > 7)
+		return 0;
+	return s->slots[i];
+}
+
+/* v8_frameless_caller tells whether the interrupted builtin runs in its caller's frame:
+ * the word at sp, its return address, lies in compiled code (an interpreted caller's
+ * bytecode handlers run in the interpreter's frame and return to builtins). *ra gets it. */
+static __always_inline int v8_frameless_caller(struct v8_walk *w, __u64 *ra)
+{
+	struct v8_proc *p = w->proc;
+	__u64 v = 0;
+	if (bpf_probe_read_user(&v, sizeof(v), (void *)w->s->st.sp))
+		return 0;
+	if (v < p->jit_start || v > p->jit_end)
+		return 0;
+	/* A return address follows a call: call rel32 (e8 and 4 bytes), or call through a
+	 * register (ff d0+r, with a REX prefix for r8-r15). A word the builtin keeps on its
+	 * own frame would rarely pass. */
+	__u8 b[8];
+	if (bpf_probe_read_user(b, sizeof(b), (void *)(v - 8)))
+		return 0;
+	if (b[3] != 0xe8 && !(b[6] == 0xff && (b[7] & 0xf8) == 0xd0))
+		return 0;
+	*ra = v;
+	return 1;
+}
+
+/* v8_note_function remembers the function a frame of compiled code holds, by its pc, for
+ * user space (v8_jit_functions): the identity of what ran there, checked against the code
+ * user space finds at the pc when it reads it later. Written only when it changed. */
+static __always_inline void v8_note_function(struct v8_walk *w, __u64 fn, __u64 pc)
+{
+	__u64 sfi = 0;
+	if (bpf_probe_read_user(&sfi, sizeof(sfi), (void *)(fn - 1 + w->proc->function_shared)) || (sfi & 3) != 1)
+		return;
+	struct v8_jit_key k = {.pid = w->pid, .pc = pc};
+	__u64 *old = bpf_map_lookup_elem(&v8_jit_functions, &k);
+	if (!old || *old != sfi)
+		bpf_map_update_elem(&v8_jit_functions, &k, &sfi, BPF_ANY);
+}
+
+static long v8_step(__u32 i, void *ctx)
+{
+	struct v8_walk *w = ctx;
+	struct v8_proc *p = w->proc;
+	struct v8_scratch *s = w->s;
+	struct v8_state *st = &s->st;
+	if (st->in >= st->n_in || st->n_out >= MAX_USER_DEPTH)
+		return 1;
+	__u32 in = st->in++;
+	__u64 pc = s->native[in & (MAX_USER_DEPTH - 1)];
+	int builtin = (pc >= p->builtins_start && pc <= p->builtins_end) || (pc >= p->remap_start && pc <= p->remap_end);
+	int jit = (pc >= p->jit_start && pc <= p->jit_end) || (st->fp_ok && st->in_v8 && !builtin);
+	if (!st->fp_ok && (builtin || jit) && w->segs) {
+		/* Where the native walk turned to frame pointers, it says which: V8's frames
+		 * called from C++, or under a C++ leaf. */
+		for (__u32 k = 0; k < MAX_FP_SEGMENTS; k++) {
+			if (k < w->segs->count && w->segs->at[k] == in) {
+				st->fp = w->segs->fp[k];
+				st->fp_ok = 1;
+			}
+		}
+	}
+	if (!st->fp_ok || (!builtin && !jit)) {
+		if (!st->fp_ok && (builtin || jit) && st->end == V8_COMPLETE)
+			st->end = V8_NO_FP;
+		v8_emit(w, pc);
+		st->fp_ok = 0;
+		st->in_v8 = 0;
+		return 0;
+	}
+	st->in_v8 = 1;
+	__u64 fp = st->fp;
+	if (fp < 48 || fp >> 47 || bpf_probe_read_user(s->slots, sizeof(s->slots), (void *)(fp - 48))) {
+		st->end = V8_BAD_READ;
+		v8_emit(w, pc);
+		st->fp_ok = 0;
+		return 0;
+	}
+	__u64 next_fp = s->slots[6], ret = s->slots[7];
+	__u64 marker = v8_slot(s, p->off_fp_context);
+	__u8 caller_native = 0;
+	if (!(marker & 1)) {
+		/* A typed frame: a builtin's or a stub's; its address names it. */
+		__u64 type = marker >> 1;
+		if (type == p->type_entry || type == p->type_construct_entry)
+			caller_native = 1;
+		v8_emit(w, pc);
+	} else {
+		__u64 fn = v8_slot(s, p->off_fp_function), caller = 0;
+		if ((fn & 3) != 1 || fn >> 47) {
+			v8_emit(w, pc);
+		} else if (builtin && in == 0 && v8_frameless_caller(w, &caller)) {
+			/* A builtin that set up no frame of its own, interrupted: the frame is its
+			 * caller's, compiled code, whose pc is the return address at sp. The native
+			 * walk, by frame pointer, skipped that frame: it goes in here. */
+			v8_emit(w, pc);
+			v8_note_function(w, fn, caller);
+			v8_emit(w, INTERP_FRAME(V8_RUNTIME, (__u64)V8_KIND_JIT << V8_KIND_SHIFT | 1ULL << V8_RETURN_BIT |
+								    (caller & ((1ULL << 47) - 1))));
+		} else if (builtin) {
+			/* Interpreted: the frame holds its bytecode offset; the function its code. */
+			__u64 sfi = 0;
+			if (bpf_probe_read_user(&sfi, sizeof(sfi), (void *)(fn - 1 + p->function_shared)) || (sfi & 3) != 1 ||
+			    sfi >> 47) {
+				v8_emit(w, pc);
+			} else {
+				__s64 off = (__s64)v8_slot(s, p->off_fp_bytecode_offset) >> (p->smi_shift & 63);
+				__u64 o = off < 0 ? 0 : (__u64)off;
+				if (o > V8_OFFSET_MASK)
+					o = V8_OFFSET_MASK;
+				v8_emit(w, INTERP_FRAME(V8_RUNTIME, (__u64)V8_KIND_BYTECODE << V8_KIND_SHIFT |
+									    ((sfi >> V8_SFI_SHIFT) & ((1ULL << 44) - 1)) << V8_OFFSET_BITS | o));
+			}
+		} else {
+			v8_note_function(w, fn, pc);
+			__u64 ra = in > 0 ? 1ULL << V8_RETURN_BIT : 0;
+			v8_emit(w, INTERP_FRAME(V8_RUNTIME, (__u64)V8_KIND_JIT << V8_KIND_SHIFT | ra | (pc & ((1ULL << 47) - 1))));
+		}
+	}
+	/* The caller: V8's frames keep the chain; the native walk must agree on its return
+	 * address, or the chain is not what it took. */
+	if (caller_native) {
+		st->fp_ok = 0;
+		st->in_v8 = 0;
+		return 0;
+	}
+	if (next_fp <= fp || (st->in < st->n_in && s->native[st->in & (MAX_USER_DEPTH - 1)] != ret)) {
+		st->end = V8_MISMATCH;
+		st->fp_ok = 0;
+		return 0;
+	}
+	st->fp = next_fp;
+	return 0;
+}
+
+/* v8_frames rewrites the sample's n user frames: the frames of V8's code become V8 frames,
+ * and returns how many there are. The dispatch calls it when a native frame lies in V8's
+ * code. */
+__noinline int v8_frames(struct sample_event *e, __u32 n, __u32 complete)
+{
+	/* complete is not needed: V8's frames are found from the leaf, not past the native
+	 * walk's end. Used, so that the compiler passes it as the dispatch expects. */
+	barrier_var(complete);
+	if (!e)
+		return 0;
+	if (n > MAX_USER_DEPTH)
+		n = MAX_USER_DEPTH;
+	__u32 pid = e->pid;
+	struct v8_proc *p = bpf_map_lookup_elem(&v8_procs, &pid);
+	if (!p || (p->exec_id && p->exec_id != e->exec_id) || n == 0)
+		return n;
+	__u32 zero = 0;
+	struct v8_scratch *s = bpf_map_lookup_elem(&v8_scratch_map, &zero);
+	if (!s)
+		return n;
+	if (bpf_probe_read_kernel(s->native, n * sizeof(__u64), e->frames))
+		return n;
+	struct arch_regs regs;
+	struct task_struct *task = bpf_get_current_task_btf();
+	if (bpf_probe_read_kernel(&regs, sizeof(regs), (void *)bpf_task_pt_regs(task)))
+		return n;
+	struct v8_state *st = &s->st;
+	__builtin_memset(st, 0, sizeof(*st));
+	st->n_in = n;
+	/* The interrupted frame's frame pointer is the only one known: a sample whose leaf is
+	 * C++ code keeps V8's frames below it native. */
+	st->fp = ARCH_FP(&regs);
+	st->sp = ARCH_SP(&regs);
+	st->fp_ok = s->native[0] == ARCH_PC(&regs);
+	struct v8_walk w = {.proc = p, .s = s, .out = e->frames, .pid = pid};
+	w.segs = bpf_map_lookup_elem(&fp_segments_map, &zero);
+	bpf_loop(MAX_USER_DEPTH, v8_step, &w, 0);
+	__u32 out = st->n_out;
+	if (out > MAX_USER_DEPTH)
+		out = MAX_USER_DEPTH;
+	v8_count(st->end);
+	return out;
+}
+
+#endif /* ARCH_TABLE_UNWIND */
+#endif

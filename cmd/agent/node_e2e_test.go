@@ -1,0 +1,259 @@
+package main
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sonde-profiler/sonde/internal/testenv"
+	"github.com/sonde-profiler/sonde/reporter/otlp"
+	"github.com/sonde-profiler/sonde/trace"
+)
+
+// nodeWorkload is testdata/nodeworkload.js, by absolute path: stacks name it as their file.
+func nodeWorkload(t testing.TB) string {
+	p, err := filepath.Abs("testdata/nodeworkload.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// jsSpans returns the line span of each function of the workload: from its "function
+// NAME(" line to the next "}" at column 0.
+func jsSpans(t testing.TB) map[string][2]int64 {
+	t.Helper()
+	f, err := os.Open(nodeWorkload(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	start := regexp.MustCompile(`^(?:async )?function (\w+)\(`)
+	spans := map[string][2]int64{}
+	var cur string
+	var line int64
+	for sc := bufio.NewScanner(f); sc.Scan(); {
+		line++
+		if m := start.FindStringSubmatch(sc.Text()); m != nil {
+			cur = m[1]
+			spans[cur] = [2]int64{line, line}
+		} else if cur != "" && sc.Text() == "}" {
+			spans[cur] = [2]int64{spans[cur][0], line}
+			cur = ""
+		}
+	}
+	return spans
+}
+
+// jsFrame is a JavaScript frame of a sample: inlined functions are frames of their own.
+type jsFrame struct {
+	name, file string
+	line       int64
+}
+
+// jsFrames lists a sample's V8 frames, leaf first, each location's inlined functions first.
+func jsFrames(s *trace.Sample) []jsFrame {
+	var out []jsFrame
+	for _, l := range s.Locations {
+		if l.KindName() != "v8js" {
+			continue
+		}
+		for _, ln := range l.Lines {
+			out = append(out, jsFrame{name: ln.Function, file: ln.File, line: ln.Line})
+		}
+	}
+	return out
+}
+
+// profileNode runs the workload in one mode on one node with flags, and profiles it with
+// sonde into OTLP until it has 500 samples.
+func profileNode(t *testing.T, node testenv.Node, mode string, flags ...string) []*trace.Sample {
+	t.Helper()
+	sonde(t)
+	args := append(append([]string{}, flags...), nodeWorkload(t), mode, "120")
+	cmd := exec.Command(node.Path, args...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	// Past start-up and the warm-up of the decoy: the chain runs, long enough to be
+	// optimized where optimizing is on.
+	testenv.WaitCPU(t, cmd.Process.Pid, 1500*time.Millisecond)
+	out := filepath.Join(t.TempDir(), "p.otlp.pb")
+	if r := runSondeUntil(t, 500, "--pid", strconv.Itoa(cmd.Process.Pid), "--output", out, "--top", "0"); r.Err != nil {
+		t.Fatalf("sonde: %v\n%s", r.Err, r.Stderr)
+	}
+	profiles, err := otlp.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var samples []*trace.Sample
+	var n int64
+	for _, p := range profiles {
+		for _, s := range p.Samples {
+			if s.Process != nil && s.Process.PID == uint32(cmd.Process.Pid) {
+				samples = append(samples, s)
+				n += s.Count
+			}
+		}
+	}
+	if n < 50 {
+		t.Fatalf("%d samples of the workload", n)
+	}
+	return samples
+}
+
+// checkChain checks that at least 95 % of the samples show want (leaf first) as their
+// innermost JavaScript frames, each with the workload's file and a line within its
+// function, and that no frame is named after the decoy, which is not running. With
+// leafOptional, a sample may show want without its leaf: the time its caller spends in
+// native code of its own (the gc mode's new Function compiles).
+func checkChain(t *testing.T, samples []*trace.Sample, leafOptional bool, want ...string) {
+	t.Helper()
+	file, spans := nodeWorkload(t), jsSpans(t)
+	var n, good int64
+	var bad [][]jsFrame
+	for _, s := range samples {
+		n += s.Count
+		fs := jsFrames(s)
+		// V8's builtins called as functions (Math.imul in code that does not inline it)
+		// are frames of their own, without a script.
+		for len(fs) > 0 && fs[0].file == "" {
+			fs = fs[1:]
+		}
+		for _, f := range fs {
+			if strings.HasPrefix(f.name, "decoy") {
+				t.Errorf("a frame named after %s, which does not run: %v", f.name, fs)
+			}
+		}
+		match := func(want []string) bool {
+			if len(fs) < len(want) {
+				return false
+			}
+			for i, w := range want {
+				span, f := spans[w], fs[i]
+				if f.name != w || f.file != file || f.line < span[0] || f.line > span[1] {
+					return false
+				}
+			}
+			return true
+		}
+		ok := match(want) || leafOptional && match(want[1:])
+		if !ok && len(bad) < 5 {
+			bad = append(bad, fs)
+		}
+		if ok {
+			good += s.Count
+		}
+	}
+	share := float64(good) / float64(n)
+	t.Logf("%.3f of %d samples show %s with file and line", share, n, strings.Join(want, " <- "))
+	if share < 0.95 {
+		t.Errorf("%.3f of %d samples show %s with file and line, want 0.95; some samples' frames: %v", share, n, strings.Join(want, " <- "), bad)
+	}
+}
+
+// TestNodeStacks profiles Node.js programs and checks their JavaScript frames by name,
+// file and line: optimized (with inlining), interpreted only, async, and while the
+// collector moves objects and code is compiled continuously. Names that occur nowhere
+// else tell a misnamed frame.
+func TestNodeStacks(t *testing.T) {
+	testenv.RequireRoot(t)
+	for _, node := range testenv.Nodes(t) {
+		t.Run(node.Name, func(t *testing.T) {
+			t.Run("optimized", func(t *testing.T) {
+				checkChain(t, profileNode(t, node, "chain"), false, "quokkaLeaf", "quokkaMiddle", "quokkaOuter", "quokkaMain")
+			})
+			t.Run("interpreted", func(t *testing.T) {
+				checkChain(t, profileNode(t, node, "chain", "--no-opt", "--no-maglev", "--no-sparkplug"), false,
+					"quokkaLeaf", "quokkaMiddle", "quokkaOuter", "quokkaMain")
+			})
+			t.Run("baseline", func(t *testing.T) {
+				// Sparkplug's code only: frames named by their function, at its first line.
+				checkChain(t, profileNode(t, node, "chain", "--no-opt", "--no-maglev", "--always-sparkplug"), false,
+					"quokkaLeaf", "quokkaMiddle", "quokkaOuter", "quokkaMain")
+			})
+			t.Run("async", func(t *testing.T) {
+				// After its first await, an async function runs from the microtask queue:
+				// its awaiting callers are not on the stack, V8's own frames are.
+				checkChain(t, profileNode(t, node, "async"), false, "tapirLeaf")
+			})
+			t.Run("gc", func(t *testing.T) {
+				checkChain(t, profileNode(t, node, "gc"), true, "okapiLeaf", "okapiMiddle", "okapiMain")
+			})
+		})
+	}
+}
+
+// TestNodeUnnamed profiles Node 22, whose V8 metadata lacks what sonde names functions
+// with: its JavaScript frames are walked and named [v8], never guessed, and the native
+// frames below them stay, down to node::Start.
+func TestNodeUnnamed(t *testing.T) {
+	testenv.RequireRoot(t)
+	node := testenv.Node22(t)
+	var n, good int64
+	for _, s := range profileNode(t, node, "chain") {
+		n += s.Count
+		fs := jsFrames(s)
+		named := false
+		for _, f := range fs {
+			if f.name != "[v8]" && !strings.HasPrefix(f.name, "Builtins_") {
+				t.Errorf("a frame of an unnamed V8 named %q", f.name)
+			}
+			named = named || f.name == "[v8]"
+		}
+		root := false
+		for _, l := range s.Locations {
+			root = root || len(l.Lines) > 0 && strings.HasPrefix(l.Lines[0].Function, "node::Start")
+		}
+		if named && root {
+			good += s.Count
+		}
+	}
+	share := float64(good) / float64(n)
+	t.Logf("%s: %.3f of %d samples show [v8] frames above node::Start", node.Name, share, n)
+	if share < 0.95 {
+		t.Errorf("%s: %.3f of %d samples show [v8] frames above node::Start, want 0.95", node.Name, share, n)
+	}
+}
+
+// BenchmarkNodeSample measures the kernel's cost per sample (bpf_stats) of a Node.js
+// program in optimized JavaScript, V8's frames walked, against a native program of about
+// the same native depth. The goal: within 1.5 times the native cost.
+func BenchmarkNodeSample(b *testing.B) {
+	testenv.RequireRoot(b)
+	measure := func(b *testing.B, args ...string) {
+		w := exec.Command(args[0], args[1:]...)
+		if err := w.Start(); err != nil {
+			b.Fatal(err)
+		}
+		defer func() { w.Process.Kill(); w.Wait() }()
+		testenv.WaitCPU(b, w.Process.Pid, time.Second) // optimized by then
+		for b.Loop() {
+			_, stderr, err := runSonde(b, "--pid", strconv.Itoa(w.Process.Pid), "--duration", "4s", "--bpf-stats", "--top", "0")
+			if err != nil {
+				b.Fatalf("sonde: %v\n%s", err, stderr)
+			}
+			m := regexp.MustCompile(`bpf_ns_per_sample=(\d+)`).FindStringSubmatch(stderr)
+			if m == nil {
+				b.Fatalf("no bpf stats in:\n%s", stderr)
+			}
+			ns, _ := strconv.ParseFloat(m[1], 64)
+			b.ReportMetric(ns, "bpf-ns/sample")
+		}
+	}
+	b.Run("native", func(b *testing.B) {
+		measure(b, buildWorkload(b, "depth", depthC, "-O2", "-fomit-frame-pointer"), "60", "20")
+	})
+	for _, node := range testenv.Nodes(b) {
+		b.Run("node-"+node.Version, func(b *testing.B) {
+			measure(b, node.Path, nodeWorkload(b), "chain", "60")
+		})
+	}
+}

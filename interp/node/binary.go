@@ -1,0 +1,311 @@
+package node
+
+import (
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/sonde-profiler/sonde/internal/objfile"
+	"github.com/sonde-profiler/sonde/unwind"
+)
+
+// ErrNotV8: the file holds no V8.
+var ErrNotV8 = errors.New("not V8")
+
+// ErrNoMetadata: the file holds V8's builtins but not the postmortem metadata sonde reads
+// V8's frames and objects with.
+var ErrNoMetadata = errors.New("V8 without postmortem metadata (v8dbg_* symbols)")
+
+// Metadata is what a V8 build says of itself in its v8dbg_* symbols: offsets in bytes
+// from an object's (untagged) start or from a frame pointer, instance types, constants.
+type Metadata struct {
+	// Frames.
+	FPContext, FPFunction, FPBytecodeOffset int64
+	FPBytecodeArray                         int64
+	FrameEntry, FrameConstructEntry         int64
+	SmiShift                                int64 // SmiShiftSize + SmiTagSize: where a Smi's value starts
+	BytecodeHeader                          int64 // BytecodeArray's data: a frame's bytecode offset counts from the tagged pointer
+	// Objects.
+	MapInstanceType                            int64
+	FixedArrayLength, FixedArrayData           int64
+	FunctionShared                             int64
+	SFINameOrScopeInfo, SFIScript, SFIFunction int64
+	ScriptName, ScriptSource, ScriptLineEnds   int64
+	StringLength, SeqChars                     int64
+	ConsFirst, ConsSecond                      int64
+	SlicedParent, SlicedOffset, ThinActual     int64
+	CodeDeoptData, CodePositions               int64
+	InstructionStart                           int64 // InstructionStream: its instructions
+	ScopeInfoContextLocals, ScopeInfoFirstVars int64
+	DeoptInliningPositions, DeoptLiterals      int64
+	DeoptSFI                                   int64
+	// Instance types.
+	FirstNonString, StringRepMask, StringEncMask       int64
+	ConsTag, SlicedTag, ThinTag, OneByteTag            int64
+	TypeCode, TypeInstructionStream, TypeBytecodeArray int64
+	TypeByteArray, TypeFixedArray, TypeScopeInfo       int64
+	TypeSFI, TypeScript, TypeWeakFixedArray            int64
+	TypeInterpreterData                                int64
+}
+
+// V8 is what a file holding V8 tells.
+type V8 struct {
+	Meta Metadata
+	// Builtins is the embedded builtins' [start, end), ELF virtual addresses.
+	Builtins [2]uint64
+	// Unnamed says why V8's frames are walked but its functions not named (its metadata
+	// lacks what naming reads, or its layout is not one sonde reads): they are named
+	// [v8], and counted. Nil: named.
+	Unnamed error
+	loads   []elf.ProgHeader
+}
+
+// Bias returns the load bias of the file mapped at start from file offset offset.
+func (v *V8) Bias(start, offset uint64) (uint64, bool) {
+	for _, p := range v.loads {
+		if p.Off <= offset && offset < p.Off+p.Filesz {
+			return start - (p.Vaddr + offset - p.Off), true
+		}
+	}
+	return 0, false
+}
+
+// fileOffset returns the file offset of an ELF virtual address.
+func (v *V8) fileOffset(vaddr uint64) (uint64, bool) {
+	for _, p := range v.loads {
+		if p.Vaddr <= vaddr && vaddr < p.Vaddr+p.Filesz {
+			return vaddr - p.Vaddr + p.Off, true
+		}
+	}
+	return 0, false
+}
+
+// Inspect tells whether an ELF file holds V8 and, if it does, reads its metadata.
+func Inspect(f *elf.File) (v *V8, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			v, err = nil, fmt.Errorf("inspect v8: corrupt file: %v", p)
+		}
+	}()
+	// Most files are not V8: its metadata is exported (dynamic symbols), which tells them
+	// apart before the larger symbol table is read.
+	dyn, err := f.DynamicSymbols()
+	if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
+		return nil, fmt.Errorf("read dynamic symbols: %w", err)
+	}
+	dbg := map[string]elf.Symbol{}
+	isV8 := false
+	for _, s := range dyn {
+		switch {
+		case strings.HasPrefix(s.Name, "v8dbg_"):
+			dbg[s.Name[len("v8dbg_"):]] = s
+		case strings.HasPrefix(s.Name, "_ZN2v88internal") && s.Section != elf.SHN_UNDEF:
+			isV8 = true
+		}
+	}
+	if len(dbg) == 0 {
+		if isV8 {
+			return nil, ErrNoMetadata
+		}
+		return nil, ErrNotV8
+	}
+	v = &V8{}
+	if v.Builtins, err = builtins(f); err != nil {
+		return nil, err
+	}
+	var missing []string
+	get := func(name string) int64 {
+		s, ok := dbg[name]
+		if !ok {
+			missing = append(missing, name)
+			return 0
+		}
+		return symbolValue(f, s)
+	}
+	m := &v.Meta
+	m.FPContext = get("off_fp_context_or_frame_type")
+	m.FPFunction = get("off_fp_function")
+	m.FPBytecodeOffset = get("off_fp_bytecode_offset")
+	m.FPBytecodeArray = get("off_fp_bytecode_array")
+	m.FrameEntry = get("frametype_EntryFrame")
+	m.FrameConstructEntry = get("frametype_ConstructEntryFrame")
+	m.SmiShift = get("SmiShiftSize") + get("SmiValueShift")
+	m.MapInstanceType = get("class_Map__instance_type__uint16_t")
+	m.FunctionShared = get("class_JSFunction__shared__SharedFunctionInfo")
+	m.TypeBytecodeArray = get("type_BytecodeArray__BYTECODE_ARRAY_TYPE")
+	// What the kernel walks frames with: without it, V8 is not walked.
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("v8 metadata without %s: %w", strings.Join(missing, ", "), ErrNoMetadata)
+	}
+	if ts := symbolValue(f, dbg["TaggedSize"]); ts != 8 {
+		return nil, fmt.Errorf("v8 with %d-byte tagged values (pointer compression): not supported", ts)
+	}
+	if m.SmiShift != 32 {
+		return nil, fmt.Errorf("v8 with Smis shifted by %d: not supported", m.SmiShift)
+	}
+	for _, off := range []int64{m.FPContext, m.FPFunction, m.FPBytecodeOffset, m.FPBytecodeArray} {
+		if off < -48 || off > 8 || off%8 != 0 {
+			return nil, fmt.Errorf("v8 frame slot at fp%+d: past what the kernel reads", off)
+		}
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD {
+			v.loads = append(v.loads, p.ProgHeader)
+		}
+	}
+	// What functions are named with: without it, V8's frames are walked and named [v8].
+	m.BytecodeHeader = get("class_BytecodeArray__data__uintptr_t")
+	m.FixedArrayLength = get("class_FixedArrayBase__length__SMI")
+	m.FixedArrayData = get("class_FixedArray__data__uintptr_t")
+	m.SFINameOrScopeInfo = get("class_SharedFunctionInfo__name_or_scope_info__Object")
+	m.SFIScript = get("class_SharedFunctionInfo__script_or_debug_info__HeapObject")
+	m.SFIFunction = get("class_SharedFunctionInfo__function_data__Object")
+	m.ScriptName = get("class_Script__name__Object")
+	m.ScriptSource = get("class_Script__source__Object")
+	m.ScriptLineEnds = get("class_Script__line_ends__Object")
+	m.StringLength = get("class_String__length__int32_t")
+	m.SeqChars = get("class_SeqOneByteString__chars__char")
+	m.ConsFirst = get("class_ConsString__first__String")
+	m.ConsSecond = get("class_ConsString__second__String")
+	m.SlicedParent = get("class_SlicedString__parent__String")
+	m.SlicedOffset = get("class_SlicedString__offset__SMI")
+	m.ThinActual = get("class_ThinString__actual__String")
+	m.CodeDeoptData = get("class_Code__deoptimization_data__FixedArray")
+	m.CodePositions = get("class_Code__source_position_table__ByteArray")
+	m.InstructionStart = get("class_InstructionStream__instruction_start__uintptr_t")
+	m.ScopeInfoContextLocals = get("scopeinfo_idx_ncontextlocals")
+	m.ScopeInfoFirstVars = get("scopeinfo_idx_first_vars")
+	m.DeoptInliningPositions = get("DeoptimizationDataInliningPositionsIndex")
+	m.DeoptLiterals = get("DeoptimizationDataLiteralArrayIndex")
+	m.DeoptSFI = get("DeoptimizationDataSharedFunctionInfoIndex")
+	m.FirstNonString = get("FirstNonstringType")
+	m.StringRepMask = get("StringRepresentationMask")
+	m.StringEncMask = get("StringEncodingMask")
+	m.ConsTag = get("ConsStringTag")
+	m.SlicedTag = get("SlicedStringTag")
+	m.ThinTag = get("ThinStringTag")
+	m.OneByteTag = get("OneByteStringTag")
+	m.TypeCode = get("type_Code__CODE_TYPE")
+	m.TypeInstructionStream = get("type_InstructionStream__INSTRUCTION_STREAM_TYPE")
+	m.TypeByteArray = get("type_ByteArray__BYTE_ARRAY_TYPE")
+	m.TypeFixedArray = get("type_FixedArray__FIXED_ARRAY_TYPE")
+	m.TypeScopeInfo = get("type_ScopeInfo__SCOPE_INFO_TYPE")
+	m.TypeSFI = get("type_SharedFunctionInfo__SHARED_FUNCTION_INFO_TYPE")
+	m.TypeScript = get("type_Script__SCRIPT_TYPE")
+	m.TypeWeakFixedArray = get("type_WeakFixedArray__WEAK_FIXED_ARRAY_TYPE")
+	m.TypeInterpreterData = get("type_InterpreterData__INTERPRETER_DATA_TYPE")
+	switch {
+	case len(missing) > 0:
+		v.Unnamed = fmt.Errorf("v8 metadata without %s: %w", strings.Join(missing, ", "), ErrNoMetadata)
+	case m.InstructionStart != 16:
+		v.Unnamed = fmt.Errorf("v8 InstructionStream with instructions at %d, not after its map and code: not supported", m.InstructionStart)
+	}
+	return v, nil
+}
+
+// symbolValue reads a v8dbg_ symbol's value: an int of the symbol's size in the file's
+// data, zero in .bss.
+func symbolValue(f *elf.File, s elf.Symbol) int64 {
+	n := s.Size
+	if n != 1 && n != 2 && n != 4 && n != 8 {
+		n = 4
+	}
+	if int(s.Section) >= len(f.Sections) || s.Section == elf.SHN_UNDEF {
+		return 0
+	}
+	if sec := f.Sections[s.Section]; sec.Type == elf.SHT_NOBITS {
+		return 0
+	}
+	for _, p := range f.Progs {
+		if p.Type != elf.PT_LOAD || s.Value < p.Vaddr || s.Value+n > p.Vaddr+p.Filesz {
+			continue
+		}
+		b, err := objfile.ProgData(p, s.Value-p.Vaddr, n)
+		if err != nil || uint64(len(b)) != n {
+			return 0
+		}
+		switch n {
+		case 1:
+			return int64(int8(b[0]))
+		case 2:
+			return int64(int16(binary.LittleEndian.Uint16(b)))
+		case 4:
+			return int64(int32(binary.LittleEndian.Uint32(b)))
+		default:
+			return int64(binary.LittleEndian.Uint64(b))
+		}
+	}
+	return 0
+}
+
+// builtins finds the embedded builtins' span among the file's Builtins_* functions.
+func builtins(f *elf.File) ([2]uint64, error) {
+	var span [2]uint64
+	syms, err := f.Symbols()
+	if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
+		return span, fmt.Errorf("read symbols: %w", err)
+	}
+	for _, s := range syms {
+		if strings.HasPrefix(s.Name, "Builtins_") && s.Value != 0 && elf.ST_TYPE(s.Info) == elf.STT_FUNC {
+			if span[0] == 0 || s.Value < span[0] {
+				span[0] = s.Value
+			}
+			span[1] = max(span[1], s.Value+max(s.Size, 1))
+		}
+	}
+	if span[0] == 0 {
+		return span, errors.New("v8 without Builtins_* symbols: its builtins cannot be told")
+	}
+	return span, nil
+}
+
+// BuiltinsCode finds V8's embedded builtins in a file that carries V8's metadata: code
+// that keeps frame pointers and has no call frame information, which the native walk
+// crosses by frame pointer (unwind.RegisterFramePointerCode).
+func BuiltinsCode(f *elf.File) (ranges [][2]uint64) {
+	defer func() {
+		if recover() != nil {
+			ranges = nil
+		}
+	}()
+	// Any V8 with its metadata: walked by frame pointer even where sonde cannot read the
+	// rest of its layout, so that the native frames below its frames stay.
+	if !hasDynamicSymbol(f, "v8dbg_off_fp_function") {
+		return nil
+	}
+	span, err := builtins(f)
+	if err != nil {
+		return nil
+	}
+	return [][2]uint64{span}
+}
+
+func init() { unwind.RegisterFramePointerCode(BuiltinsCode) }
+
+// hasDynamicSymbol tells whether f exports name, scanning .dynsym in place rather than
+// building the list of every symbol: most files are not V8.
+func hasDynamicSymbol(f *elf.File, name string) bool {
+	const entSize = 24
+	dynsym := f.Section(".dynsym")
+	if dynsym == nil || dynsym.Type != elf.SHT_DYNSYM || f.Class != elf.ELFCLASS64 || int(dynsym.Link) >= len(f.Sections) {
+		return false
+	}
+	syms, err := objfile.SectionData(dynsym, objfile.MaxSectionSize)
+	if err != nil {
+		return false
+	}
+	strs, err := objfile.SectionData(f.Sections[dynsym.Link], objfile.MaxSectionSize)
+	if err != nil {
+		return false
+	}
+	for off := entSize; off+entSize <= len(syms); off += entSize {
+		at := uint64(f.ByteOrder.Uint32(syms[off:]))
+		end := at + uint64(len(name))
+		if end < uint64(len(strs)) && strs[end] == 0 && string(strs[at:end]) == name {
+			return true
+		}
+	}
+	return false
+}

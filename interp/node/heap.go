@@ -1,0 +1,656 @@
+package node
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sort"
+	"unicode/utf16"
+)
+
+// Bounds of what is read from a process: everything there can lie.
+const (
+	maxString      = 4096     // characters of a name or file
+	maxSource      = 16 << 20 // characters of a script's source, when its line ends are computed here
+	maxLineEnds    = 1 << 20  // lines of a script
+	maxPositions   = 1 << 20  // bytes of a source position table
+	maxInlined     = 64       // functions inlined into each other at one pc
+	maxCodeScan    = 1 << 20  // bytes searched back from a pc for its instructions' start
+	scanChunk      = 16 << 10 // bytes read at once in that search
+	codeAlignment  = 32       // instructions start on 32-byte boundaries (64 on newer V8s, a multiple)
+	maxScopeLocals = 1 << 12
+	// inlineLocalNames: a ScopeInfo lists up to this many context locals' names inline,
+	// more in a hash table of one slot (kScopeInfoMaxInlinedLocalNamesSize).
+	inlineLocalNames = 75
+	noPosition       = -1
+)
+
+var (
+	errType   = errors.New("not the object expected")
+	errBounds = errors.New("past a bound")
+)
+
+// heap reads V8's objects in one process. Not safe for concurrent use.
+type heap struct {
+	m     Memory
+	md    *Metadata
+	isMap uint64 // the InstructionStream map, once found
+}
+
+func untag(v uint64) (uint64, bool) {
+	if v&3 != 1 || v>>47 != 0 || v < 4096 {
+		return 0, false
+	}
+	return v - 1, true
+}
+
+func (h *heap) smi(v uint64) (int64, bool) {
+	if v&1 != 0 {
+		return 0, false
+	}
+	return int64(v) >> h.md.SmiShift, true
+}
+
+func (h *heap) word(addr uint64) (uint64, error) { return readU64(h.m, addr) }
+
+// field reads a tagged field of an untagged object and untags it.
+func (h *heap) field(obj uint64, off int64) (uint64, error) {
+	v, err := h.word(obj + uint64(off))
+	if err != nil {
+		return 0, err
+	}
+	p, ok := untag(v)
+	if !ok {
+		return 0, errType
+	}
+	return p, nil
+}
+
+func (h *heap) typeOf(obj uint64) (int64, error) {
+	m, err := h.field(obj, 0)
+	if err != nil {
+		return 0, err
+	}
+	var b [2]byte
+	if err := h.m.ReadAt(b[:], m+uint64(h.md.MapInstanceType)); err != nil {
+		return 0, err
+	}
+	return int64(binary.LittleEndian.Uint16(b[:])), nil
+}
+
+func (h *heap) isType(obj uint64, t int64) bool {
+	got, err := h.typeOf(obj)
+	return err == nil && got == t
+}
+
+func (h *heap) length(obj uint64) (int, error) {
+	v, err := h.word(obj + uint64(h.md.FixedArrayLength))
+	if err != nil {
+		return 0, err
+	}
+	n, ok := h.smi(v)
+	if !ok || n < 0 {
+		return 0, errType
+	}
+	return int(n), nil
+}
+
+// str reads a String object, at most max characters of it.
+func (h *heap) str(obj uint64, max int) (string, error) {
+	var b [4]byte
+	if err := h.m.ReadAt(b[:], obj+uint64(h.md.StringLength)); err != nil {
+		return "", err
+	}
+	n := int(int32(binary.LittleEndian.Uint32(b[:])))
+	if n < 0 {
+		return "", errType
+	}
+	u, err := h.chars(obj, 0, min(n, max), 0)
+	if err != nil {
+		return "", err
+	}
+	return string(utf16.Decode(u)), nil
+}
+
+// chars reads n characters of a string from its character off, following cons, sliced
+// and thin strings depth levels deep at most.
+func (h *heap) chars(obj uint64, off, n, depth int) ([]uint16, error) {
+	if depth > 8 {
+		return nil, errBounds
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	md := h.md
+	t, err := h.typeOf(obj)
+	if err != nil {
+		return nil, err
+	}
+	if t >= md.FirstNonString {
+		return nil, errType
+	}
+	switch t & md.StringRepMask {
+	case 0: // sequential
+		oneByte := t&md.StringEncMask == md.OneByteTag
+		size := 2
+		if oneByte {
+			size = 1
+		}
+		raw := make([]byte, n*size)
+		if err := h.m.ReadAt(raw, obj+uint64(md.SeqChars)+uint64(off*size)); err != nil {
+			return nil, err
+		}
+		out := make([]uint16, n)
+		for i := range out {
+			if oneByte {
+				out[i] = uint16(raw[i])
+			} else {
+				out[i] = binary.LittleEndian.Uint16(raw[2*i:])
+			}
+		}
+		return out, nil
+	case md.ThinTag:
+		a, err := h.field(obj, md.ThinActual)
+		if err != nil {
+			return nil, err
+		}
+		return h.chars(a, off, n, depth+1)
+	case md.SlicedTag:
+		p, err := h.field(obj, md.SlicedParent)
+		if err != nil {
+			return nil, err
+		}
+		v, err := h.word(obj + uint64(md.SlicedOffset))
+		if err != nil {
+			return nil, err
+		}
+		o, ok := h.smi(v)
+		if !ok || o < 0 {
+			return nil, errType
+		}
+		return h.chars(p, off+int(o), n, depth+1)
+	case md.ConsTag:
+		first, err := h.field(obj, md.ConsFirst)
+		if err != nil {
+			return nil, err
+		}
+		second, err := h.field(obj, md.ConsSecond)
+		if err != nil {
+			return nil, err
+		}
+		var lb [4]byte
+		if err := h.m.ReadAt(lb[:], first+uint64(md.StringLength)); err != nil {
+			return nil, err
+		}
+		fl := int(int32(binary.LittleEndian.Uint32(lb[:])))
+		var out []uint16
+		if off < fl {
+			a, err := h.chars(first, off, min(n, fl-off), depth+1)
+			if err != nil {
+				return nil, err
+			}
+			out = a
+		}
+		if rest := n - len(out); rest > 0 {
+			b, err := h.chars(second, max(off-fl, 0), rest, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, b...)
+		}
+		return out, nil
+	default: // external: its characters are behind a C++ object's virtual call
+		return nil, fmt.Errorf("external string: %w", errType)
+	}
+}
+
+// function is what naming a SharedFunctionInfo's frames needs.
+type function struct {
+	name      string
+	file      string
+	script    uint64
+	start     int   // the function's start position in its script, or noPosition
+	lineEnds  []int // positions of the script's line ends
+	positions []position
+}
+
+func (f *function) line(pos int) int64 {
+	if pos < 0 {
+		pos = f.start
+	}
+	if pos < 0 || f.lineEnds == nil {
+		return 0
+	}
+	return int64(sort.SearchInts(f.lineEnds, pos) + 1)
+}
+
+// sfi reads a SharedFunctionInfo: its name, script and bytecode's positions.
+func (h *heap) sfi(sfi uint64, scripts func(script uint64) ([]int, string, error)) (*function, error) {
+	md := h.md
+	if !h.isType(sfi, md.TypeSFI) {
+		return nil, errType
+	}
+	f := &function{start: noPosition}
+	var err error
+	if f.name, f.start, err = h.functionName(sfi); err != nil {
+		return nil, err
+	}
+	if script, err := h.field(sfi, md.SFIScript); err == nil && h.isType(script, md.TypeScript) {
+		f.script = script
+		f.lineEnds, f.file, _ = scripts(script)
+	}
+	if bc := h.bytecode(sfi); bc != 0 {
+		f.positions, _ = h.positionsOf(bc, bytecodePositionsOffset)
+	}
+	return f, nil
+}
+
+// bytecodePositionsOffset: BytecodeArray's source_position_table, which the metadata does
+// not name: after constant_pool and handler_table, checked to be a ByteArray when read.
+const bytecodePositionsOffset = 32
+
+// bytecode returns a function's BytecodeArray, or 0.
+func (h *heap) bytecode(sfi uint64) uint64 {
+	md := h.md
+	fd, err := h.field(sfi, md.SFIFunction)
+	if err != nil {
+		return 0
+	}
+	for range 3 {
+		t, err := h.typeOf(fd)
+		if err != nil {
+			return 0
+		}
+		switch t {
+		case md.TypeBytecodeArray:
+			return fd
+		case md.TypeCode: // baseline code: its bytecode beside it
+			fd, err = h.field(fd, md.CodeDeoptData)
+		case md.TypeInterpreterData:
+			fd, err = h.field(fd, 8)
+		default:
+			return 0
+		}
+		if err != nil {
+			return 0
+		}
+	}
+	return 0
+}
+
+// functionName returns a SharedFunctionInfo's name and the start position of its
+// function, from its ScopeInfo when compiled.
+func (h *heap) functionName(sfi uint64) (string, int, error) {
+	md := h.md
+	v, err := h.word(sfi + uint64(md.SFINameOrScopeInfo))
+	if err != nil {
+		return "", noPosition, err
+	}
+	obj, ok := untag(v)
+	if !ok {
+		return "", noPosition, nil // no name
+	}
+	t, err := h.typeOf(obj)
+	if err != nil {
+		return "", noPosition, err
+	}
+	if t < md.FirstNonString {
+		s, err := h.str(obj, maxString)
+		return s, noPosition, err
+	}
+	if t != md.TypeScopeInfo {
+		return "", noPosition, errType
+	}
+	return h.scopeInfoName(obj)
+}
+
+// The ScopeInfo's flags the name depends on (ScopeFlags of V8 11 and 12): whether a
+// class variable's slot precedes the function variable's, whether the function names
+// itself (function_variable, not NONE), whether an inferred name follows.
+const (
+	scopeHasSavedClassVariable = 1 << 10
+	scopeFunctionVariableShift = 12
+	scopeHasInferredName       = 1 << 14
+)
+
+// scopeInfoName reads a function's name from its ScopeInfo: the slots after the
+// context locals' names and infos hold the function variable's name, then the inferred
+// name, then the function's position.
+func (h *heap) scopeInfoName(si uint64) (string, int, error) {
+	md := h.md
+	slot := func(i int64) (uint64, error) { return h.word(si + uint64(md.FixedArrayLength+8*i)) }
+	// ScopeInfo's slots start where a FixedArray's length is: flags first.
+	fv, err := slot(0)
+	if err != nil {
+		return "", noPosition, err
+	}
+	flags, ok := h.smi(fv)
+	if !ok {
+		return "", noPosition, errType
+	}
+	nv, err := slot(md.ScopeInfoContextLocals)
+	if err != nil {
+		return "", noPosition, err
+	}
+	n, ok := h.smi(nv)
+	if !ok || n < 0 || n > maxScopeLocals {
+		return "", noPosition, errType
+	}
+	names := n
+	if n >= inlineLocalNames {
+		names = 1
+	}
+	i := md.ScopeInfoFirstVars + names + n
+	if flags&scopeHasSavedClassVariable != 0 {
+		i++
+	}
+	var name string
+	if flags>>scopeFunctionVariableShift&3 != 0 {
+		if v, err := slot(i); err == nil {
+			if p, ok := untag(v); ok {
+				name, _ = h.str(p, maxString)
+			}
+		}
+		i += 2
+	}
+	if flags&scopeHasInferredName != 0 {
+		if name == "" {
+			if v, err := slot(i); err == nil {
+				if p, ok := untag(v); ok {
+					name, _ = h.str(p, maxString)
+				}
+			}
+		}
+		i++
+	}
+	start := noPosition
+	if v, err := slot(i); err == nil {
+		if s, ok := h.smi(v); ok && s >= 0 {
+			start = int(s)
+		}
+	}
+	return name, start, nil
+}
+
+// script reads a Script's file name and line ends: V8's own when it computed them, else
+// computed from its source.
+func (h *heap) script(script uint64) ([]int, string, error) {
+	md := h.md
+	var file string
+	if n, err := h.field(script, md.ScriptName); err == nil {
+		file, _ = h.str(n, maxString)
+	}
+	if le, err := h.field(script, md.ScriptLineEnds); err == nil && h.isType(le, md.TypeFixedArray) {
+		n, err := h.length(le)
+		if err == nil && n <= maxLineEnds {
+			raw := make([]byte, 8*n)
+			if err := h.m.ReadAt(raw, le+uint64(md.FixedArrayData)); err == nil {
+				ends := make([]int, n)
+				for i := range ends {
+					v, _ := h.smi(binary.LittleEndian.Uint64(raw[8*i:]))
+					ends[i] = int(v)
+				}
+				return ends, file, nil
+			}
+		}
+	}
+	src, err := h.field(script, md.ScriptSource)
+	if err != nil {
+		return nil, file, err
+	}
+	var lb [4]byte
+	if err := h.m.ReadAt(lb[:], src+uint64(md.StringLength)); err != nil {
+		return nil, file, err
+	}
+	n := int(int32(binary.LittleEndian.Uint32(lb[:])))
+	if n < 0 || n > maxSource {
+		return nil, file, errBounds
+	}
+	chars, err := h.chars(src, 0, n, 0)
+	if err != nil {
+		return nil, file, err
+	}
+	var ends []int
+	for i, c := range chars {
+		if c == '\n' {
+			ends = append(ends, i)
+		}
+	}
+	return append(ends, n), file, nil
+}
+
+// position is one entry of a source position table: code from offset on (a bytecode
+// offset, or a pc offset in machine code) comes from source position pos (V8's
+// SourcePosition: script offset and inlining id).
+type position struct {
+	offset int
+	pos    uint64
+}
+
+// positionsOf decodes the source position table of a BytecodeArray or Code at off.
+func (h *heap) positionsOf(obj uint64, off int64) ([]position, error) {
+	t, err := h.field(obj, off)
+	if err != nil {
+		return nil, err
+	}
+	if !h.isType(t, h.md.TypeByteArray) {
+		return nil, errType
+	}
+	n, err := h.length(t)
+	if err != nil || n > maxPositions {
+		return nil, errBounds
+	}
+	raw := make([]byte, n)
+	if err := h.m.ReadAt(raw, t+16); err != nil {
+		return nil, err
+	}
+	return decodePositions(raw), nil
+}
+
+// decodePositions decodes V8's source position table: pairs of zigzag VLQ deltas, the
+// code offset's sign telling a statement, the source position a SourcePosition's bits.
+func decodePositions(raw []byte) []position {
+	var out []position
+	var off, pos int64
+	for i := 0; i < len(raw); {
+		d1, n1 := vlq(raw[i:])
+		if n1 == 0 {
+			break
+		}
+		i += n1
+		d2, n2 := vlq(raw[i:])
+		if n2 == 0 {
+			break
+		}
+		i += n2
+		if d1 < 0 {
+			d1 = -d1 - 1
+		}
+		off += d1
+		pos += d2
+		out = append(out, position{offset: int(off), pos: uint64(pos)})
+	}
+	return out
+}
+
+func vlq(b []byte) (int64, int) {
+	var u uint64
+	for i := 0; i < len(b) && i < 10; i++ {
+		u |= uint64(b[i]&0x7f) << (7 * i)
+		if b[i]&0x80 == 0 {
+			return int64(u>>1) ^ -int64(u&1), i + 1
+		}
+	}
+	return 0, 0
+}
+
+// SourcePosition's fields (V8's source-position.h): bit 0 external, then the script
+// offset + 1 in 30 bits, then the inlining id + 1 in 16.
+func scriptOffset(p uint64) int { return int(p>>1&(1<<30-1)) - 1 }
+func inliningID(p uint64) int   { return int(p>>31&(1<<16-1)) - 1 }
+
+// at returns the entry of positions covering offset, or false.
+func at(positions []position, offset int) (position, bool) {
+	i := sort.Search(len(positions), func(i int) bool { return positions[i].offset > offset })
+	if i == 0 {
+		return position{}, false
+	}
+	return positions[i-1], true
+}
+
+// frame is one function at a pc: inlined frames have several.
+type frame struct {
+	sfi uint64
+	pos int // script offset, or noPosition
+}
+
+// code finds the Code object whose instructions hold pc: the InstructionStream before pc,
+// by its map, whose Code points back at the same instructions. An InstructionStream is its
+// map, its Code, then its instructions (Inspect checks the metadata says so).
+func (h *heap) code(pc uint64) (code, start uint64, err error) {
+	md := h.md
+	buf := make([]byte, scanChunk)
+	hi := pc &^ (codeAlignment - 1)
+	for scanned := uint64(0); scanned < maxCodeScan && hi > scanChunk; scanned += scanChunk - 16 {
+		lo := hi - scanChunk + 16
+		last := false
+		if err := h.m.ReadAt(buf, lo-16); err != nil {
+			// The code may begin its mapping: the page of hi is what there is.
+			lo = max(hi&^4095, 16+codeAlignment) + codeAlignment
+			if lo > hi || h.m.ReadAt(buf[:hi-lo+16], lo-16) != nil {
+				return 0, 0, err
+			}
+			last = true
+		}
+		for a := hi; a >= lo; a -= codeAlignment {
+			i := a - 16 - (lo - 16)
+			mw := binary.LittleEndian.Uint64(buf[i:])
+			cw := binary.LittleEndian.Uint64(buf[i+8:])
+			m, ok1 := untag(mw)
+			c, ok2 := untag(cw)
+			if !ok1 || !ok2 {
+				continue
+			}
+			if h.isMap != 0 && m != h.isMap {
+				continue
+			}
+			if h.isMap == 0 && !h.isType(a-16, md.TypeInstructionStream) {
+				continue
+			}
+			if h.owns(c, a) {
+				h.isMap = m
+				return c, a, nil
+			}
+		}
+		if last {
+			break
+		}
+		hi = lo - codeAlignment
+	}
+	return 0, 0, errors.New("no code object found before the pc")
+}
+
+// owns tells whether Code c points at instructions starting at start: the identity of
+// the code the pc is in.
+func (h *heap) owns(c, start uint64) bool {
+	if !h.isType(c, h.md.TypeCode) {
+		return false
+	}
+	var b [64]byte
+	if h.m.ReadAt(b[:], c) != nil {
+		return false
+	}
+	for i := 8; i < len(b); i += 8 {
+		if binary.LittleEndian.Uint64(b[i:]) == start {
+			return true
+		}
+	}
+	return false
+}
+
+// baselineCode is jitFrames's answer for baseline code, whose function the code does not
+// say: its BytecodeArray, which the function's must be.
+type baselineCode struct{ bytecode uint64 }
+
+func (b *baselineCode) Error() string { return "baseline code" }
+
+// jitFrames returns the functions at a pc of optimized code, innermost first.
+func (h *heap) jitFrames(pc uint64, ret bool) ([]frame, error) {
+	md := h.md
+	code, start, err := h.code(pc)
+	if err != nil {
+		return nil, err
+	}
+	deopt, err := h.field(code, md.CodeDeoptData)
+	if err != nil {
+		return nil, err
+	}
+	if h.isType(deopt, md.TypeBytecodeArray) {
+		return nil, &baselineCode{bytecode: deopt}
+	}
+	if !h.isType(deopt, md.TypeFixedArray) {
+		return nil, fmt.Errorf("code without deoptimization data (a stub): %w", errType)
+	}
+	elem := func(i int64) (uint64, error) { return h.field(deopt, md.FixedArrayData+8*i) }
+	outer, err := elem(md.DeoptSFI)
+	if err != nil || !h.isType(outer, md.TypeSFI) {
+		return nil, errType
+	}
+	off := int(pc - start)
+	if ret && off > 0 {
+		off--
+	}
+	positions, _ := h.positionsOf(code, md.CodePositions)
+	p, ok := at(positions, off)
+	if !ok {
+		return []frame{{sfi: outer, pos: noPosition}}, nil
+	}
+	var inlining []byte
+	var literals uint64
+	var frames []frame
+	for range maxInlined {
+		id := inliningID(p.pos)
+		if id < 0 {
+			return append(frames, frame{sfi: outer, pos: scriptOffset(p.pos)}), nil
+		}
+		if inlining == nil {
+			ip, err := elem(md.DeoptInliningPositions)
+			if err != nil || !h.isType(ip, md.TypeByteArray) {
+				return nil, errType
+			}
+			n, err := h.length(ip)
+			if err != nil || n > maxPositions {
+				return nil, errBounds
+			}
+			inlining = make([]byte, n)
+			if err := h.m.ReadAt(inlining, ip+16); err != nil {
+				return nil, err
+			}
+			if literals, err = elem(md.DeoptLiterals); err != nil {
+				return nil, err
+			}
+		}
+		// InliningPosition: the call's SourcePosition, then the inlined function's index
+		// among the literals.
+		if (id+1)*16 > len(inlining) {
+			return nil, errBounds
+		}
+		e := inlining[id*16:]
+		fn := int64(int32(binary.LittleEndian.Uint32(e[8:])))
+		n, err := h.length(literals)
+		if err != nil || fn < 0 || fn >= int64(n) {
+			return nil, errBounds
+		}
+		v, err := h.word(literals + uint64(md.FixedArrayData+8*fn))
+		if err != nil {
+			return nil, err
+		}
+		sfi, ok := untag(v &^ 2) // a weak reference has bit 1 set
+		if !ok || !h.isType(sfi, md.TypeSFI) {
+			return nil, errType
+		}
+		frames = append(frames, frame{sfi: sfi, pos: scriptOffset(p.pos)})
+		p = position{pos: binary.LittleEndian.Uint64(e[0:])}
+	}
+	return nil, errBounds
+}

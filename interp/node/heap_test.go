@@ -1,0 +1,350 @@
+package node
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/sonde-profiler/sonde/trace"
+)
+
+// node20 is the metadata of Node 20.20's V8 (11.3), as Inspect reads it from its v8dbg_*
+// symbols; the fake heaps below are laid out by it.
+var node20 = Metadata{FPContext: -8, FPFunction: -16, FPBytecodeOffset: -40, FPBytecodeArray: -32, FrameEntry: 1, FrameConstructEntry: 2,
+	SmiShift: 32, BytecodeHeader: 54, MapInstanceType: 12, FixedArrayLength: 8, FixedArrayData: 16, FunctionShared: 24,
+	SFINameOrScopeInfo: 16, SFIScript: 32, SFIFunction: 8, ScriptName: 16, ScriptSource: 8, ScriptLineEnds: 56,
+	StringLength: 12, SeqChars: 16, ConsFirst: 16, ConsSecond: 24, SlicedParent: 16, SlicedOffset: 24, ThinActual: 16,
+	CodeDeoptData: 16, CodePositions: 24, InstructionStart: 16, ScopeInfoContextLocals: 2, ScopeInfoFirstVars: 3,
+	DeoptInliningPositions: 7, DeoptLiterals: 2, DeoptSFI: 6, FirstNonString: 128, StringRepMask: 7, StringEncMask: 8,
+	ConsTag: 1, SlicedTag: 3, ThinTag: 5, OneByteTag: 8, TypeCode: 245, TypeInstructionStream: 252, TypeBytecodeArray: 191,
+	TypeByteArray: 190, TypeFixedArray: 175, TypeScopeInfo: 261, TypeSFI: 262, TypeScript: 167, TypeWeakFixedArray: 240,
+	TypeInterpreterData: 159}
+
+// fakeHeap is a process's memory made of objects laid out as V8 does.
+type fakeHeap struct {
+	base uint64
+	mem  []byte
+	maps map[int64]uint64
+}
+
+func newFakeHeap() *fakeHeap {
+	return &fakeHeap{base: 0x10000000, maps: map[int64]uint64{}}
+}
+
+func (f *fakeHeap) ReadAt(p []byte, addr uint64) error {
+	if addr < f.base || addr+uint64(len(p)) > f.base+uint64(len(f.mem)) {
+		return fmt.Errorf("read %d bytes at %#x: %w", len(p), addr, errors.New("unmapped"))
+	}
+	copy(p, f.mem[addr-f.base:])
+	return nil
+}
+
+// alloc places size bytes, aligned to align, and returns their untagged address.
+func (f *fakeHeap) alloc(size, align int) uint64 {
+	for (len(f.mem)+int(f.base%uint64(align)))%align != 0 {
+		f.mem = append(f.mem, 0)
+	}
+	a := f.base + uint64(len(f.mem))
+	f.mem = append(f.mem, make([]byte, size)...)
+	return a
+}
+
+func (f *fakeHeap) put64(addr, v uint64) { binary.LittleEndian.PutUint64(f.mem[addr-f.base:], v) }
+func (f *fakeHeap) put32(addr uint64, v uint32) {
+	binary.LittleEndian.PutUint32(f.mem[addr-f.base:], v)
+}
+func smi(v int64) uint64 { return uint64(v) << 32 }
+
+// mapOf returns the tagged Map of an instance type.
+func (f *fakeHeap) mapOf(t int64) uint64 {
+	if m, ok := f.maps[t]; ok {
+		return m
+	}
+	m := f.alloc(80, 8)
+	binary.LittleEndian.PutUint16(f.mem[m-f.base+uint64(node20.MapInstanceType):], uint16(t))
+	f.maps[t] = m + 1
+	return m + 1
+}
+
+// object allocates an object of type t with the given 8-byte slots after its map, and
+// returns it tagged.
+func (f *fakeHeap) object(t int64, slots ...uint64) uint64 {
+	a := f.alloc(8+8*len(slots), 8)
+	f.put64(a, f.mapOf(t))
+	for i, s := range slots {
+		f.put64(a+8+8*uint64(i), s)
+	}
+	return a + 1
+}
+
+func (f *fakeHeap) str(s string) uint64 {
+	a := f.alloc(16+len(s), 8)
+	f.put64(a, f.mapOf(40)) // a sequential one-byte string
+	f.put32(a+12, uint32(len(s)))
+	copy(f.mem[a-f.base+16:], s)
+	return a + 1
+}
+
+func (f *fakeHeap) byteArray(b []byte) uint64 {
+	a := f.alloc(16+len(b), 8)
+	f.put64(a, f.mapOf(node20.TypeByteArray))
+	f.put64(a+8, smi(int64(len(b))))
+	copy(f.mem[a-f.base+16:], b)
+	return a + 1
+}
+
+func (f *fakeHeap) fixedArray(t int64, elems ...uint64) uint64 {
+	return f.object(t, append([]uint64{smi(int64(len(elems)))}, elems...)...)
+}
+
+// encodePositions writes a source position table as V8 does.
+func encodePositions(entries []position) []byte {
+	var out []byte
+	put := func(v int64) {
+		u := uint64(v<<1) ^ uint64(v>>63)
+		for u >= 0x80 {
+			out = append(out, byte(u)|0x80)
+			u >>= 7
+		}
+		out = append(out, byte(u))
+	}
+	var off, pos int64
+	for _, e := range entries {
+		put(-(int64(e.offset) - off) - 1) // not a statement
+		put(int64(e.pos) - pos)
+		off, pos = int64(e.offset), int64(e.pos)
+	}
+	return out
+}
+
+func sourcePosition(scriptOffset, inlining int) uint64 {
+	return uint64(scriptOffset+1)<<1 | uint64(inlining+1)<<31
+}
+
+// function makes a SharedFunctionInfo named name (in its ScopeInfo, as compiled
+// functions keep it) of script, whose function starts at start.
+func (f *fakeHeap) function(name string, script uint64, start int) uint64 {
+	// ScopeInfo: flags (a function scope naming itself, with an inferred name slot),
+	// parameter count, context locals (none), the function variable's name and slot,
+	// the inferred name, the position.
+	flags := int64(2 | 1<<scopeFunctionVariableShift | scopeHasInferredName)
+	si := f.object(node20.TypeScopeInfo, smi(flags), smi(1), smi(0), f.str(name), smi(-1), f.object(5), smi(int64(start)), smi(int64(start+20)))
+	bc := f.object(node20.TypeBytecodeArray, smi(8), 0, 0, f.byteArray(encodePositions([]position{{0, sourcePosition(start+3, -1)}, {4, sourcePosition(start+40, -1)}})))
+	// SharedFunctionInfo: map, function_data, name_or_scope_info, …, script_or_debug_info.
+	return f.object(node20.TypeSFI, bc, si, 0, script)
+}
+
+func TestJITFramesInlined(t *testing.T) {
+	f := newFakeHeap()
+	src := "function leaf() {}\nfunction middle() { leaf() }\nfunction outer() { middle() }\n"
+	script := f.object(node20.TypeScript, f.str(src), f.str("/app/x.js"), 0, 0, 0, 0, f.object(5))
+	leaf := f.function("leaf", script, 0)
+	middle := f.function("middle", script, 19)
+	outer := f.function("outer", script, 48)
+	// outer inlined middle (inlining 0, called at 60), which inlined leaf (inlining 1,
+	// called at 40 in middle).
+	inl := make([]byte, 32)
+	binary.LittleEndian.PutUint64(inl[0:], sourcePosition(60, -1))
+	binary.LittleEndian.PutUint32(inl[8:], 1)
+	binary.LittleEndian.PutUint64(inl[16:], sourcePosition(40, 0))
+	binary.LittleEndian.PutUint32(inl[24:], 0)
+	literals := f.fixedArray(node20.TypeWeakFixedArray, leaf|2, middle) // a weak reference to leaf
+	deopt := f.fixedArray(node20.TypeFixedArray, 0, smi(2), literals, 0, 0, 0, outer, f.byteArray(inl))
+	positions := f.byteArray(encodePositions([]position{{0, sourcePosition(50, -1)}, {16, sourcePosition(5, 1)}, {32, sourcePosition(62, -1)}}))
+	// The instructions: an InstructionStream (map, code) before them, 64-aligned; its Code
+	// points back at them.
+	is := f.alloc(16+256, 64) // instructions at is+16... aligned below
+	start := is + 16
+	for start%64 != 0 {
+		is++
+		start++
+	}
+	code := f.object(node20.TypeCode, 0, deopt, positions, is+1, start)
+	f.put64(is, f.mapOf(node20.TypeInstructionStream))
+	f.put64(is+8, code)
+
+	n := NewNamer(NamerConfig{Images: fixedImage{}, Memory: func(uint32) Memory { return f }})
+	h := &heap{m: f, md: &node20}
+	lines, err := n.jitLines(h, 1, 1, start+20, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []trace.Line{
+		{Function: "leaf", SystemName: "leaf", File: "/app/x.js", Line: 1},
+		{Function: "middle", SystemName: "middle", File: "/app/x.js", Line: 2},
+		{Function: "outer", SystemName: "outer", File: "/app/x.js", Line: 3},
+	}
+	if !slices.Equal(lines, want) {
+		t.Errorf("inlined frames %v, want %v", lines, want)
+	}
+	// Before any inlining, outer alone.
+	lines, err = n.jitLines(h, 1, 1, start+1, false)
+	if err != nil || len(lines) != 1 || lines[0].Function != "outer" || lines[0].Line != 3 {
+		t.Errorf("outer's own code: %v, %v", lines, err)
+	}
+	// The kernel's record of the sampled frame's function must agree with the code's.
+	for _, c := range []struct {
+		fn    uint64
+		named bool
+	}{{outer, true}, {leaf, false}} {
+		n := NewNamer(NamerConfig{Images: fixedImage{}, Memory: func(uint32) Memory { return f }, Functions: fakeFunctions{start + 20: c.fn}})
+		if _, err := n.jitLines(h, 1, 1, start+20, true); (err == nil) != c.named {
+			t.Errorf("sampled frame's function %#x: %v, want named %v", c.fn, err, c.named)
+		}
+	}
+	// A pc whose instructions are not a Code's is not named.
+	f.put64(is+8, outer)
+	if _, err := (&heap{m: f, md: &node20}).jitFrames(start+20, true); err == nil {
+		t.Error("a pc whose InstructionStream points at no Code was named")
+	}
+}
+
+type fixedImage struct{}
+
+func (fixedImage) Image(pid uint32) *Image {
+	return &Image{v8: &V8{Meta: node20}}
+}
+
+func TestInterpretedFrame(t *testing.T) {
+	f := newFakeHeap()
+	src := "// head\nfunction a() {\n  x();\n  y();\n  z();\n  w();\n  v();\n}\n"
+	script := f.object(node20.TypeScript, f.str(src), f.str("/app/y.js"), 0, 0, 0, 0, f.object(5))
+	sfi := f.function("a", script, 8)
+	n := NewNamer(NamerConfig{Images: fixedImage{}, Memory: func(uint32) Memory { return f }})
+	code, off := DecodeFrame(payloadOf(t, EncodeBytecodeFrame(sfi, uint32(node20.BytecodeHeader-1+5))))
+	loc := &trace.Location{Interp: &trace.InterpFrame{PID: 1, Image: 1, Code: code, Offset: off}}
+	lines, ok := n.Name(loc)
+	// Offset 5 is past the entry at 4: script offset 8+40, on line 6.
+	if !ok || len(lines) != 1 || lines[0] != (trace.Line{Function: "a", SystemName: "a", File: "/app/y.js", Line: 6}) {
+		t.Errorf("interpreted frame named %v, %v", lines, ok)
+	}
+	// Not a SharedFunctionInfo: unnamed, counted.
+	code, off = DecodeFrame(payloadOf(t, EncodeBytecodeFrame(script, 60)))
+	if lines, ok := n.Name(&trace.Location{Interp: &trace.InterpFrame{PID: 1, Image: 1, Code: code, Offset: off}}); ok {
+		t.Errorf("a script named as a function: %v", lines)
+	}
+	if st := n.Stats(); st.Named != 1 || st.Unnamed != 1 {
+		t.Errorf("stats %+v, want 1 named, 1 unnamed", st)
+	}
+}
+
+func payloadOf(t *testing.T, frame uint64) uint64 {
+	rt, payload, ok := trace.DecodeInterpFrame(frame)
+	if !ok || rt != Number {
+		t.Fatalf("frame %#x: runtime %d, %v", frame, rt, ok)
+	}
+	return payload
+}
+
+func TestDecodeFrame(t *testing.T) {
+	code, off := DecodeFrame(payloadOf(t, EncodeJITFrame(0x7f0012345678, true)))
+	if code != jitFlag|retFlag|0x7f0012345678 || off != 0 {
+		t.Errorf("JIT frame decoded as %#x, %d", code, off)
+	}
+	code, off = DecodeFrame(payloadOf(t, EncodeBytecodeFrame(0x3a0012345679, 77)))
+	if code != 0x3a0012345678 || off != 77 {
+		t.Errorf("bytecode frame decoded as %#x, %d", code, off)
+	}
+	if _, off = DecodeFrame(payloadOf(t, EncodeBytecodeFrame(0x3a0012345679, 1<<20))); off != offsetMask {
+		t.Errorf("a bytecode offset past the bits saturates at %d, got %d", offsetMask, off)
+	}
+}
+
+func TestDecodePositions(t *testing.T) {
+	want := []position{{0, sourcePosition(3, -1)}, {7, sourcePosition(1000, 2)}, {300, sourcePosition(12, -1)}}
+	if got := decodePositions(encodePositions(want)); !slices.Equal(got, want) {
+		t.Errorf("decoded %v, want %v", got, want)
+	}
+	// The first entry of a TurboFan table read from Node 20: pc offset 1, script offset 12.
+	got := decodePositions([]byte{0x03, 0x34})
+	if len(got) != 1 || got[0].offset != 1 || scriptOffset(got[0].pos) != 12 || inliningID(got[0].pos) != -1 {
+		t.Errorf("decoded %v", got)
+	}
+	// Truncated input ends the table.
+	if got := decodePositions([]byte{0x80, 0x80}); len(got) != 0 {
+		t.Errorf("truncated table decoded as %v", got)
+	}
+}
+
+func TestCodeRange(t *testing.T) {
+	maps := `00400000-00b6f000 r--p 00000000 fe:00 247580 /usr/bin/node
+7f10f8000000-7f10f8002000 rw-p 00000000 00:00 0 
+7f10f8002000-7f10f8003000 ---p 00000000 00:00 0 
+7f10f8003000-7f10f803f000 rwxp 00000000 00:00 0 
+7f10f803f000-7f1117e40000 ---p 00000000 00:00 0 
+7f1117e40000-7f1117e41000 r-xp 014c4000 fe:00 247580 /usr/bin/node
+7f1117e41000-7f1117e50000 rw-p 00000000 00:00 0 
+`
+	got := codeRange([]byte(maps), [2]uint64{0x7f10f8003000, 0x7f10f803f000})
+	if got != [2]uint64{0x7f10f8000000, 0x7f1117e40000} {
+		t.Errorf("code range %#x", got)
+	}
+	if got := codeRange(nil, [2]uint64{1, 2}); got != [2]uint64{1, 2} {
+		t.Errorf("without maps: %#x", got)
+	}
+}
+
+// TestNamerBounds: what the namer keeps stays within MaxBytes, however much is read.
+func TestNamerBounds(t *testing.T) {
+	f := newFakeHeap()
+	src := "function a() {}\n"
+	var sfis []uint64
+	for i := range 200 {
+		script := f.object(node20.TypeScript, f.str(src), f.str(fmt.Sprintf("/app/%d.js", i)), 0, 0, 0, 0, f.object(5))
+		sfis = append(sfis, f.function(fmt.Sprintf("fn%d", i), script, 0))
+	}
+	n := NewNamer(NamerConfig{Images: fixedImage{}, Memory: func(uint32) Memory { return f }, MaxBytes: 8 << 10})
+	for _, sfi := range sfis {
+		code, off := DecodeFrame(payloadOf(t, EncodeBytecodeFrame(sfi, 60)))
+		if _, ok := n.Name(&trace.Location{Interp: &trace.InterpFrame{PID: 1, Image: 1, Code: code, Offset: off}}); !ok {
+			t.Fatalf("function %#x unnamed", sfi)
+		}
+	}
+	if st := n.Stats(); st.CachedBytes > 8<<10 || st.Cached == 0 || st.Cached >= 200 {
+		t.Errorf("kept %d entries, %d bytes; want some, within 8 KiB", st.Cached, st.CachedBytes)
+	}
+}
+
+type fakeFunctions map[uint64]uint64
+
+func (f fakeFunctions) FunctionAt(pid uint32, pc uint64) (uint64, bool) {
+	v, ok := f[pc]
+	return v, ok
+}
+
+// TestBaselineFrame: a pc of baseline code is named by the function the kernel found in
+// its frame, only when that function's bytecode is the code's.
+func TestBaselineFrame(t *testing.T) {
+	f := newFakeHeap()
+	src := "\n\nfunction b() { return 1 }\n"
+	script := f.object(node20.TypeScript, f.str(src), f.str("/app/b.js"), 0, 0, 0, 0, f.object(5))
+	sfi := f.function("b", script, 2)
+	other := f.function("other", script, 2)
+	bytecode := binary.LittleEndian.Uint64(f.mem[sfi-1+uint64(node20.SFIFunction)-f.base:])
+	is := f.alloc(16+256, 64)
+	start := is + 16
+	for start%64 != 0 {
+		is++
+		start++
+	}
+	code := f.object(node20.TypeCode, 0, bytecode, 0, is+1, start)
+	f.put64(is, f.mapOf(node20.TypeInstructionStream))
+	f.put64(is+8, code)
+	pc := start + 8
+	for _, c := range []struct {
+		found uint64
+		named bool
+	}{{sfi, true}, {other, false}, {0, false}} {
+		fns := fakeFunctions{}
+		if c.found != 0 {
+			fns[pc] = c.found
+		}
+		n := NewNamer(NamerConfig{Images: fixedImage{}, Memory: func(uint32) Memory { return f }, Functions: fns})
+		lines, err := n.jitLines(&heap{m: f, md: &node20}, 1, 1, pc, true)
+		if named := err == nil && len(lines) == 1 && lines[0].Function == "b" && lines[0].Line == 3; named != c.named {
+			t.Errorf("kernel's function %#x: %v, %v; want named %v", c.found, lines, err, c.named)
+		}
+	}
+}

@@ -1,0 +1,470 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/elastic/go-freelru"
+
+	"github.com/sonde-profiler/sonde/trace"
+)
+
+// How the kernel packs a frame's 58 bits (bpf/v8.h, enum v8_frame_encoding).
+const (
+	kindShift    = 56
+	kindJIT      = 0
+	kindBytecode = 1
+	returnBit    = 47
+	sfiShift     = 3
+	offsetBits   = 12
+	offsetMask   = 1<<offsetBits - 1
+	pcMask       = 1<<47 - 1
+	sfiBits      = 44
+)
+
+// A frame's code identity as DecodeFrame gives it: a pc of compiled code carries jitFlag
+// (and retFlag for a return address), which no address has; else it is a
+// SharedFunctionInfo's untagged address.
+const (
+	jitFlag = 1 << 62
+	retFlag = 1 << 61
+)
+
+// EncodeBytecodeFrame writes an interpreted frame as the kernel does, for tests: the
+// SharedFunctionInfo's tagged address and the frame's raw bytecode offset.
+func EncodeBytecodeFrame(sfi uint64, offset uint32) uint64 {
+	return trace.EncodeInterpFrame(Number, kindBytecode<<kindShift|(sfi>>sfiShift&(1<<sfiBits-1))<<offsetBits|uint64(min(offset, offsetMask)))
+}
+
+// EncodeJITFrame writes a frame of compiled code as the kernel does, for tests.
+func EncodeJITFrame(pc uint64, ret bool) uint64 {
+	p := kindJIT<<kindShift | pc&pcMask
+	if ret {
+		p |= 1 << returnBit
+	}
+	return trace.EncodeInterpFrame(Number, p)
+}
+
+// DecodeFrame splits a frame's payload into its code identity and offset.
+func DecodeFrame(payload uint64) (code uint64, offset uint32) {
+	if payload>>kindShift&3 == kindBytecode {
+		return (payload >> offsetBits & (1<<sfiBits - 1)) << sfiShift, uint32(payload & offsetMask)
+	}
+	code = jitFlag | payload&pcMask
+	if payload>>returnBit&1 != 0 {
+		code |= retFlag
+	}
+	return code, 0
+}
+
+// NamerConfig configures a Namer.
+type NamerConfig struct {
+	// Images tells which V8 a process runs: the Tracker.
+	Images interface{ Image(pid uint32) *Image }
+	// Memory opens a process's memory; nil means ProcessMemory.
+	Memory func(pid uint32) Memory
+	// MaxCodes bounds the functions and pcs kept, named or failed; 0 means DefaultMaxCodes.
+	MaxCodes int
+	// MaxScripts bounds the scripts whose line ends are kept; 0 means DefaultMaxScripts.
+	MaxScripts int
+	// MaxBytes bounds, roughly, the bytes of what is kept: line ends and source positions,
+	// names, files; 0 means DefaultMaxBytes. Half goes to scripts, half to functions.
+	MaxBytes int
+	// MaxPending bounds what waits to be read; 0 means DefaultMaxPending.
+	MaxPending int
+	// Recheck is how long what was read is trusted before it is read again when next seen.
+	Recheck time.Duration
+	// OnReuse hears that an address now holds other code: the aggregator's RenewImage.
+	OnReuse func(pid uint32, image uint64)
+	// Functions tells the function the kernel found in a baseline frame; nil: baseline
+	// frames are not named.
+	Functions FunctionFinder
+	now       func() time.Time
+}
+
+// Defaults of NamerConfig.
+const (
+	DefaultMaxCodes   = 1 << 16
+	DefaultMaxScripts = 256
+	DefaultMaxBytes   = 64 << 20
+	DefaultMaxPending = 4096
+	DefaultRecheck    = 5 * time.Second
+)
+
+// NamerStats counts what a Namer did.
+type NamerStats struct {
+	Read        uint64 // functions and pcs read from processes
+	ReadErrors  uint64 // reads that failed: the process exited, the object moved or is not named
+	Dropped     uint64 // not read early for a full queue
+	Named       uint64 // locations named
+	Unnamed     uint64 // locations left unnamed
+	Rechecks    uint64
+	Reused      uint64 // addresses found holding other code than the one named
+	Cached      int
+	CachedBytes int
+}
+
+func (s NamerStats) LogValue() slog.Value {
+	return slog.GroupValue(slog.Uint64("read", s.Read), slog.Uint64("read_errors", s.ReadErrors),
+		slog.Uint64("dropped", s.Dropped), slog.Uint64("named", s.Named), slog.Uint64("unnamed", s.Unnamed),
+		slog.Uint64("rechecks", s.Rechecks), slog.Uint64("reused", s.Reused), slog.Int("cached", s.Cached), slog.Int("cached_bytes", s.CachedBytes))
+}
+
+type codeKey struct{ image, code uint64 }
+
+// entry is what was read for a code identity: an interpreted function, or the frames at
+// a pc of compiled code; nil both when it could not be read.
+type entry struct {
+	fn      *function
+	lines   []trace.Line
+	checked time.Time
+}
+
+func (e *entry) ok() bool { return e.fn != nil || e.lines != nil }
+
+func (e *entry) same(o *entry) bool {
+	switch {
+	case e.fn != nil && o.fn != nil:
+		return e.fn.name == o.fn.name && e.fn.file == o.fn.file && e.fn.start == o.fn.start
+	case e.lines != nil && o.lines != nil:
+		return slices.Equal(e.lines, o.lines)
+	}
+	return false
+}
+
+type scriptKey struct{ image, script uint64 }
+
+type scriptInfo struct {
+	file     string
+	lineEnds []int
+}
+
+func (s *scriptInfo) size() int { return 64 + len(s.file) + 8*len(s.lineEnds) }
+
+func (e *entry) size() int {
+	n := 64
+	if e.fn != nil {
+		n += 64 + len(e.fn.name) + len(e.fn.file) + 16*len(e.fn.positions)
+	}
+	for _, l := range e.lines {
+		n += 64 + len(l.Function) + len(l.SystemName) + len(l.File)
+	}
+	return n
+}
+
+type pending struct {
+	pid   uint32
+	key   codeKey
+	check *entry
+}
+
+// Namer names V8 frames, reading what they need as soon as stacks first show them.
+type Namer struct {
+	cfg     NamerConfig
+	mu      sync.Mutex
+	codes   *freelru.LRU[codeKey, *entry]
+	scripts *freelru.LRU[scriptKey, *scriptInfo]
+	queue   []pending
+	queued  map[codeKey]bool
+	wake    chan struct{}
+	stats   NamerStats
+	// Bytes of what codes and scripts keep, kept up to date by their eviction callbacks,
+	// which run under mu.
+	codeBytes, scriptBytes int
+}
+
+// NewNamer returns a Namer; Run reads what SeenCode queues.
+func NewNamer(cfg NamerConfig) *Namer {
+	if cfg.Memory == nil {
+		cfg.Memory = func(pid uint32) Memory { return ProcessMemory(pid) }
+	}
+	if cfg.MaxCodes <= 0 {
+		cfg.MaxCodes = DefaultMaxCodes
+	}
+	if cfg.MaxScripts <= 0 {
+		cfg.MaxScripts = DefaultMaxScripts
+	}
+	if cfg.MaxPending <= 0 {
+		cfg.MaxPending = DefaultMaxPending
+	}
+	if cfg.Recheck <= 0 {
+		cfg.Recheck = DefaultRecheck
+	}
+	if cfg.now == nil {
+		cfg.now = time.Now
+	}
+	hash := func(a, b uint64) uint32 {
+		h := a*0x9e3779b97f4a7c15 ^ b>>3
+		return uint32(h ^ h>>32)
+	}
+	codes, _ := freelru.New[codeKey, *entry](uint32(cfg.MaxCodes), func(k codeKey) uint32 { return hash(k.image, k.code) })
+	scripts, _ := freelru.New[scriptKey, *scriptInfo](uint32(cfg.MaxScripts), func(k scriptKey) uint32 { return hash(k.image, k.script) })
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = DefaultMaxBytes
+	}
+	n := &Namer{cfg: cfg, codes: codes, scripts: scripts, queued: map[codeKey]bool{}, wake: make(chan struct{}, 1)}
+	codes.SetOnEvict(func(_ codeKey, e *entry) { n.codeBytes -= e.size() })
+	scripts.SetOnEvict(func(_ scriptKey, s *scriptInfo) { n.scriptBytes -= s.size() })
+	return n
+}
+
+// addCode keeps what was read for k within the bounds; n.mu is held.
+func (n *Namer) addCode(k codeKey, e *entry) {
+	n.codes.Remove(k)
+	n.codes.Add(k, e)
+	n.codeBytes += e.size()
+	for n.codeBytes > n.cfg.MaxBytes/2 {
+		if _, _, ok := n.codes.RemoveOldest(); !ok {
+			break
+		}
+	}
+}
+
+// addScript keeps a script's line ends within the bounds; n.mu is held.
+func (n *Namer) addScript(k scriptKey, s *scriptInfo) {
+	n.scripts.Remove(k)
+	n.scripts.Add(k, s)
+	n.scriptBytes += s.size()
+	for n.scriptBytes > n.cfg.MaxBytes/2 {
+		if _, _, ok := n.scripts.RemoveOldest(); !ok {
+			break
+		}
+	}
+}
+
+// SeenCode queues code to be read, unless known or queued; what was read long enough
+// ago is queued to be checked again.
+func (n *Namer) SeenCode(pid uint32, image, code uint64) {
+	if img := n.cfg.Images.Image(pid); img != nil && img.v8.Unnamed != nil {
+		return // named [v8]: nothing to read
+	}
+	k := codeKey{image: image, code: code}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.queued[k] {
+		return
+	}
+	var check *entry
+	if e, ok := n.codes.Peek(k); ok {
+		if !e.ok() || n.cfg.now().Sub(e.checked) < n.cfg.Recheck {
+			return
+		}
+		check = e
+	}
+	if len(n.queue) >= n.cfg.MaxPending {
+		n.stats.Dropped++
+		return
+	}
+	n.queued[k] = true
+	n.queue = append(n.queue, pending{pid: pid, key: k, check: check})
+	select {
+	case n.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run reads what SeenCode queued until ctx ends.
+func (n *Namer) Run(ctx context.Context) error {
+	for {
+		n.mu.Lock()
+		batch := n.queue
+		n.queue = nil
+		n.mu.Unlock()
+		for _, p := range batch {
+			e := n.read(p.pid, p.key)
+			n.mu.Lock()
+			delete(n.queued, p.key)
+			if p.check != nil {
+				n.stats.Rechecks++
+				if e.ok() && e.same(p.check) {
+					p.check.checked = e.checked
+					n.mu.Unlock()
+					continue
+				}
+				n.stats.Reused++
+				n.codes.Remove(p.key)
+				n.mu.Unlock()
+				if n.cfg.OnReuse != nil {
+					n.cfg.OnReuse(p.pid, p.key.image)
+				}
+				continue
+			}
+			n.addCode(p.key, e)
+			n.mu.Unlock()
+		}
+		if len(batch) > 0 {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-n.wake:
+		}
+	}
+}
+
+// read reads what a code identity names in a process.
+func (n *Namer) read(pid uint32, k codeKey) *entry {
+	e := &entry{checked: n.cfg.now()}
+	img := n.cfg.Images.Image(pid)
+	if img == nil {
+		n.count(func(s *NamerStats) { s.ReadErrors++ })
+		return e
+	}
+	h := img.heap(n.cfg.Memory(pid))
+	defer img.keep(h)
+	var err error
+	if k.code&jitFlag != 0 {
+		e.lines, err = n.jitLines(h, pid, k.image, k.code&pcMask, k.code&retFlag != 0)
+	} else {
+		e.fn, err = n.function(h, k.image, k.code)
+	}
+	n.count(func(s *NamerStats) {
+		s.Read++
+		if err != nil {
+			s.ReadErrors++
+		}
+	})
+	return e
+}
+
+func (n *Namer) function(h *heap, image, sfi uint64) (*function, error) {
+	return h.sfi(sfi, func(script uint64) ([]int, string, error) {
+		k := scriptKey{image: image, script: script}
+		n.mu.Lock()
+		si, ok := n.scripts.Get(k)
+		n.mu.Unlock()
+		if ok {
+			return si.lineEnds, si.file, nil
+		}
+		ends, file, err := h.script(script)
+		n.mu.Lock()
+		n.addScript(k, &scriptInfo{file: file, lineEnds: ends})
+		n.mu.Unlock()
+		return ends, file, err
+	})
+}
+
+// jitLines names the functions at a pc of compiled code, innermost first.
+func (n *Namer) jitLines(h *heap, pid uint32, image, pc uint64, ret bool) ([]trace.Line, error) {
+	frames, err := h.jitFrames(pc, ret)
+	var baseline *baselineCode
+	if errors.As(err, &baseline) {
+		return n.baselineLines(h, pid, image, pc, baseline)
+	}
+	if err != nil {
+		return nil, err
+	}
+	// The code at the pc now must be the sampled frame's function's, when the kernel
+	// still has what it was: other code in its place is not named in its stead.
+	if n.cfg.Functions != nil && len(frames) > 0 {
+		if tagged, ok := n.cfg.Functions.FunctionAt(pid, pc); ok {
+			if sfi, _ := untag(tagged); sfi != frames[len(frames)-1].sfi {
+				return nil, errors.New("the code at the pc is another function's than the sampled frame's")
+			}
+		}
+	}
+	lines := make([]trace.Line, 0, len(frames))
+	for _, f := range frames {
+		fn, err := n.function(h, image, f.sfi)
+		if err != nil {
+			return nil, err
+		}
+		lines = append(lines, fn.lineAt(f.pos))
+	}
+	return lines, nil
+}
+
+// baselineLines names a frame of baseline code by the function the kernel found in its
+// frame, once that function's bytecode is the code's: at its first line, as the pc's
+// bytecode offset is not read.
+func (n *Namer) baselineLines(h *heap, pid uint32, image, pc uint64, b *baselineCode) ([]trace.Line, error) {
+	if n.cfg.Functions == nil {
+		return nil, b
+	}
+	tagged, ok := n.cfg.Functions.FunctionAt(pid, pc)
+	if !ok {
+		return nil, errors.New("baseline code whose function the kernel no longer has")
+	}
+	sfi, ok := untag(tagged)
+	if !ok || h.bytecode(sfi) != b.bytecode {
+		return nil, errors.New("baseline code whose function's bytecode is other code's")
+	}
+	fn, err := n.function(h, image, sfi)
+	if err != nil {
+		return nil, err
+	}
+	return []trace.Line{fn.lineAt(noPosition)}, nil
+}
+
+func (f *function) lineAt(pos int) trace.Line {
+	name := f.name
+	if name == "" {
+		name = "<anonymous>"
+	}
+	return trace.Line{Function: name, SystemName: name, File: f.file, Line: f.line(pos)}
+}
+
+// Name returns the lines of a V8 location: one per function, inlined ones first.
+func (n *Namer) Name(loc *trace.Location) ([]trace.Line, bool) {
+	f := loc.Interp
+	if f == nil {
+		return nil, false
+	}
+	if img := n.cfg.Images.Image(f.PID); img != nil && img.v8.Unnamed != nil {
+		n.count(func(s *NamerStats) { s.Unnamed++ })
+		return []trace.Line{{Function: "[v8]", SystemName: "[v8]"}}, true
+	}
+	k := codeKey{image: f.Image, code: f.Code}
+	n.mu.Lock()
+	e, ok := n.codes.Get(k)
+	n.mu.Unlock()
+	if !ok {
+		e = n.read(f.PID, k)
+		n.mu.Lock()
+		n.addCode(k, e)
+		n.mu.Unlock()
+	}
+	var lines []trace.Line
+	switch {
+	case e.lines != nil:
+		lines = e.lines
+	case e.fn != nil:
+		pos := noPosition
+		img := n.cfg.Images.Image(f.PID)
+		if f.Offset < offsetMask && img != nil {
+			// The frame's offset counts from the BytecodeArray's tagged address.
+			off := int(f.Offset) - int(img.v8.Meta.BytecodeHeader-1)
+			if p, ok := at(e.fn.positions, off); ok && inliningID(p.pos) < 0 {
+				pos = scriptOffset(p.pos)
+			}
+		}
+		lines = []trace.Line{e.fn.lineAt(pos)}
+	}
+	if lines == nil {
+		n.count(func(s *NamerStats) { s.Unnamed++ })
+		return nil, false
+	}
+	n.count(func(s *NamerStats) { s.Named++ })
+	return lines, true
+}
+
+func (n *Namer) count(f func(*NamerStats)) {
+	n.mu.Lock()
+	f(&n.stats)
+	n.mu.Unlock()
+}
+
+// Stats returns the counts so far.
+func (n *Namer) Stats() NamerStats {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	st := n.stats
+	st.Cached = n.codes.Len()
+	st.CachedBytes = n.codeBytes + n.scriptBytes
+	return st
+}

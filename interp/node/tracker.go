@@ -1,0 +1,336 @@
+package node
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/sonde-profiler/sonde/internal/objfile"
+	"github.com/sonde-profiler/sonde/trace"
+)
+
+// KernelState is what the kernel needs to walk a process's V8 frames: bpf.V8Proc field
+// for field, translated by cmd/agent.
+type KernelState struct {
+	ExecID        uint64
+	Builtins, JIT [2]uint64 // [start, end) of the embedded builtins and of the JIT's code
+	// Remapped is where V8 mapped its builtins again, beside its code so that calls to
+	// them are short, or zero.
+	Remapped [2]uint64
+	// Frame slots from the frame pointer.
+	FPContext, FPFunction, FPBytecodeOffset int16
+	FunctionShared                          uint16 // JSFunction: shared
+	SmiShift                                uint8
+	FrameEntry, FrameConstructEntry         uint8 // frame types whose caller is C++
+}
+
+// Kernel is where the tracker writes: bpf.Sampler behind an adapter, or a fake in tests.
+type Kernel interface {
+	SetV8(pid uint32, s *KernelState) error
+	DeleteV8(pid uint32) error
+}
+
+// FunctionFinder is a Kernel that remembers the function (a tagged SharedFunctionInfo) it
+// found in the frame of a pc of compiled code: how a frame of baseline code is named, and
+// what optimized code found at the pc must belong to.
+type FunctionFinder interface {
+	FunctionAt(pid uint32, pc uint64) (uint64, bool)
+}
+
+// Image is V8 as one exec of a process maps it.
+type Image struct {
+	v8     *V8
+	bias   uint64
+	execID uint64
+	state  KernelState
+	isMap  atomic.Uint64 // the InstructionStream map, once found
+}
+
+func (img *Image) heap(m Memory) *heap {
+	return &heap{m: m, md: &img.v8.Meta, isMap: img.isMap.Load()}
+}
+
+func (img *Image) keep(h *heap) {
+	if h.isMap != 0 {
+		img.isMap.Store(h.isMap)
+	}
+}
+
+// TrackerConfig configures a Tracker.
+type TrackerConfig struct {
+	Kernel Kernel
+	// MaxFiles bounds the files whose verdict is remembered; 0 means DefaultMaxFiles.
+	MaxFiles int
+	// OnError hears once per file why V8 in it cannot be walked.
+	OnError func(path string, err error)
+	// Maps reads /proc/PID/maps; nil reads it from /proc.
+	Maps func(pid uint32) []byte
+}
+
+func (c *TrackerConfig) readMaps(pid uint32) []byte {
+	if c.Maps != nil {
+		return c.Maps(pid)
+	}
+	b, _ := os.ReadFile("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/maps")
+	return b
+}
+
+// DefaultMaxFiles is how many files' verdicts a Tracker keeps.
+const DefaultMaxFiles = 4096
+
+// TrackerStats counts what a Tracker did.
+type TrackerStats struct {
+	FilesInspected int    // files looked at, V8 or not
+	V8s            int    // of which V8 builds sonde walks
+	Unnamed        int    // of which builds whose functions it cannot name: their frames are [v8]
+	Unsupported    int    // V8 builds it cannot walk (no metadata, another frame layout)
+	Processes      int    // processes running V8 now
+	KernelErrors   uint64 // writes to the kernel that failed
+}
+
+func (s TrackerStats) LogValue() slog.Value {
+	return slog.GroupValue(slog.Int("files_inspected", s.FilesInspected), slog.Int("v8", s.V8s),
+		slog.Int("unnamed", s.Unnamed), slog.Int("unsupported", s.Unsupported), slog.Int("processes", s.Processes), slog.Uint64("kernel_errors", s.KernelErrors))
+}
+
+// Tracker finds V8 among each process's mappings and tells the kernel how to walk it.
+type Tracker struct {
+	cfg   TrackerConfig
+	mu    sync.Mutex
+	files map[objfile.ID]*V8
+	procs map[uint32]*Image
+	stats TrackerStats
+}
+
+// NewTracker returns a Tracker writing to cfg.Kernel.
+func NewTracker(cfg TrackerConfig) *Tracker {
+	if cfg.MaxFiles <= 0 {
+		cfg.MaxFiles = DefaultMaxFiles
+	}
+	return &Tracker{cfg: cfg, files: map[objfile.ID]*V8{}, procs: map[uint32]*Image{}}
+}
+
+// jitSpan is the span of a process's anonymous executable mappings: V8's code space.
+func jitSpan(mappings []*trace.Mapping) [2]uint64 {
+	var span [2]uint64
+	for _, m := range mappings {
+		if m.File != nil || strings.HasPrefix(m.Path, "[") || (m.Path != "" && !strings.HasPrefix(m.Path, "[anon")) {
+			continue
+		}
+		if span[0] == 0 || m.Start < span[0] {
+			span[0] = m.Start
+		}
+		span[1] = max(span[1], m.End)
+	}
+	return span
+}
+
+// maxCodeRange bounds the span taken for V8's code range: V8 reserves at most 128 MiB on
+// x64 (kMaximalCodeRangeSize); 4 GiB is the most any of its configurations reserve.
+const maxCodeRange = 4 << 30
+
+// codeRange widens the span of a process's anonymous executable mappings to the run of
+// adjacent anonymous mappings around it, as /proc/PID/maps lists them: V8 reserves its
+// code range at once and makes pages of it executable as it compiles, so pages it makes
+// executable later lie in the same run. Only executable pages hold a pc: the rest of the
+// run costs nothing.
+func codeRange(maps []byte, span [2]uint64) [2]uint64 {
+	if span[0] == 0 {
+		return span
+	}
+	type r struct{ start, end uint64 }
+	var anon []r
+	for _, line := range strings.Split(string(maps), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 || len(f) > 6 || f[4] != "0" || (len(f) == 6 && f[5] != "") {
+			continue
+		}
+		a, b, ok := strings.Cut(f[0], "-")
+		if !ok {
+			continue
+		}
+		start, err1 := strconv.ParseUint(a, 16, 64)
+		end, err2 := strconv.ParseUint(b, 16, 64)
+		if err1 != nil || err2 != nil || end <= start {
+			continue
+		}
+		anon = append(anon, r{start, end})
+	}
+	out := span
+	for i := 0; i < len(anon); {
+		j := i
+		for j+1 < len(anon) && anon[j+1].start == anon[j].end {
+			j++
+		}
+		lo, hi := anon[i].start, anon[j].end
+		if lo <= span[0] && span[1] <= hi && hi-lo <= maxCodeRange {
+			out = [2]uint64{lo, hi}
+		}
+		i = j + 1
+	}
+	return out
+}
+
+// remapped finds the builtins' copy V8 maps beside its code: a mapping of the same file
+// holding the builtins' file offsets at another place than the file's load bias puts them.
+func remapped(v *V8, f *objfile.File, bias uint64, mappings []*trace.Mapping) [2]uint64 {
+	off, ok := v.fileOffset(v.Builtins[0])
+	if !ok {
+		return [2]uint64{}
+	}
+	size := v.Builtins[1] - v.Builtins[0]
+	for _, m := range mappings {
+		if m.File == nil || m.File.ID() != f.ID() || off < m.Offset || off-m.Offset >= m.End-m.Start {
+			continue
+		}
+		start := m.Start + (off - m.Offset)
+		if start == v.Builtins[0]+bias {
+			continue // the file's own text
+		}
+		return [2]uint64{start, min(start+size, m.End)}
+	}
+	return [2]uint64{}
+}
+
+// ProcessMappings looks for V8 among a process's executable mappings; a process whose
+// JIT code grows is told again.
+func (t *Tracker) ProcessMappings(pid uint32, execID uint64, mappings []*trace.Mapping) {
+	for _, m := range mappings {
+		if m.File == nil || m.File.IsGo {
+			continue
+		}
+		v := t.v8(m.File)
+		if v == nil {
+			continue
+		}
+		bias, ok := v.Bias(m.Start, m.Offset)
+		if !ok {
+			continue
+		}
+		md := &v.Meta
+		state := KernelState{
+			ExecID:              execID,
+			Builtins:            [2]uint64{v.Builtins[0] + bias, v.Builtins[1] + bias},
+			JIT:                 codeRange(t.cfg.readMaps(pid), jitSpan(mappings)),
+			FPContext:           int16(md.FPContext),
+			FPFunction:          int16(md.FPFunction),
+			FPBytecodeOffset:    int16(md.FPBytecodeOffset),
+			FunctionShared:      uint16(md.FunctionShared),
+			SmiShift:            uint8(md.SmiShift),
+			FrameEntry:          uint8(md.FrameEntry),
+			FrameConstructEntry: uint8(md.FrameConstructEntry),
+		}
+		state.Remapped = remapped(v, m.File, bias, mappings)
+		t.mu.Lock()
+		old := t.procs[pid]
+		if old != nil && old.bias == bias && old.execID == execID && old.state == state {
+			t.mu.Unlock()
+			return
+		}
+		img := old
+		if img == nil || img.bias != bias || img.execID != execID {
+			img = &Image{v8: v, bias: bias, execID: execID}
+		} else {
+			// The same image, its code grown: the namer keeps reading through it.
+			next := &Image{v8: v, bias: bias, execID: execID}
+			next.isMap.Store(img.isMap.Load())
+			img = next
+		}
+		img.state = state
+		t.procs[pid] = img
+		t.stats.Processes = len(t.procs)
+		t.mu.Unlock()
+		if err := t.cfg.Kernel.SetV8(pid, &state); err != nil {
+			t.count(func(s *TrackerStats) { s.KernelErrors++ })
+		}
+		return
+	}
+	t.forget(pid)
+}
+
+// ProcessGone forgets a process.
+func (t *Tracker) ProcessGone(pid uint32) { t.forget(pid) }
+
+func (t *Tracker) forget(pid uint32) {
+	t.mu.Lock()
+	_, had := t.procs[pid]
+	delete(t.procs, pid)
+	t.stats.Processes = len(t.procs)
+	t.mu.Unlock()
+	if had {
+		if err := t.cfg.Kernel.DeleteV8(pid); err != nil {
+			t.count(func(s *TrackerStats) { s.KernelErrors++ })
+		}
+	}
+}
+
+// Image returns V8 as a process maps it, or nil.
+func (t *Tracker) Image(pid uint32) *Image {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.procs[pid]
+}
+
+func (t *Tracker) v8(f *objfile.File) *V8 {
+	id := f.ID()
+	t.mu.Lock()
+	v, seen := t.files[id]
+	t.mu.Unlock()
+	if seen {
+		return v
+	}
+	v, err := inspectFile(f)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.files) >= t.cfg.MaxFiles {
+		clear(t.files)
+	}
+	t.files[id] = v
+	t.stats.FilesInspected++
+	switch {
+	case v != nil:
+		t.stats.V8s++
+		if v.Unnamed != nil {
+			t.stats.Unnamed++
+			if t.cfg.OnError != nil {
+				t.cfg.OnError(f.Path, fmt.Errorf("its frames are walked and named [v8]: %w", v.Unnamed))
+			}
+		}
+	case err != nil && err != ErrNotV8:
+		t.stats.Unsupported++
+		if t.cfg.OnError != nil {
+			t.cfg.OnError(f.Path, err)
+		}
+	}
+	return v
+}
+
+func inspectFile(f *objfile.File) (*V8, error) {
+	h, err := f.Open()
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	e, err := h.ELF()
+	if err != nil {
+		return nil, ErrNotV8
+	}
+	return Inspect(e)
+}
+
+func (t *Tracker) count(f func(*TrackerStats)) {
+	t.mu.Lock()
+	f(&t.stats)
+	t.mu.Unlock()
+}
+
+// Stats returns the counts so far.
+func (t *Tracker) Stats() TrackerStats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.stats
+}

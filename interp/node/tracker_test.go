@@ -1,0 +1,162 @@
+package node
+
+import (
+	"debug/elf"
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/sonde-profiler/sonde/internal/objfile"
+	"github.com/sonde-profiler/sonde/internal/testenv"
+	"github.com/sonde-profiler/sonde/trace"
+)
+
+type fakeKernel struct {
+	set     map[uint32]KernelState
+	deleted []uint32
+}
+
+func (k *fakeKernel) SetV8(pid uint32, s *KernelState) error {
+	k.set[pid] = *s
+	return nil
+}
+
+func (k *fakeKernel) DeleteV8(pid uint32) error {
+	k.deleted = append(k.deleted, pid)
+	return nil
+}
+
+func hostFile(t *testing.T, path string) *objfile.File {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	f := objfile.HostFile(objfile.Key{Dev: st.Dev, Inode: st.Ino}, path)
+	if err := objfile.Identify(f); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestInspectNode reads the system's node: its metadata says what the kernel walker and
+// the namer assume of the frame layout, and its builtins are found.
+func TestInspectNode(t *testing.T) {
+	node, err := filepath.EvalSymlinks(testenv.Nodes(t)[0].Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := elf.Open(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	v, err := Inspect(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := v.Meta
+	if m.FPContext != -8 || m.FPFunction != -16 || m.SmiShift != 32 || m.InstructionStart != 16 {
+		t.Errorf("metadata %+v", m)
+	}
+	if v.Builtins[0] == 0 || v.Builtins[1] <= v.Builtins[0] {
+		t.Errorf("builtins %#x", v.Builtins)
+	}
+	if got := BuiltinsCode(e); len(got) != 1 || got[0] != v.Builtins {
+		t.Errorf("frame-pointer code %#x, want the builtins %#x", got, v.Builtins)
+	}
+	// A file without V8.
+	sh, _ := filepath.EvalSymlinks("/bin/sh")
+	se, err := elf.Open(sh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer se.Close()
+	if _, err := Inspect(se); !errors.Is(err, ErrNotV8) {
+		t.Errorf("/bin/sh: %v, want ErrNotV8", err)
+	}
+	if got := BuiltinsCode(se); got != nil {
+		t.Errorf("/bin/sh: frame-pointer code %#x", got)
+	}
+}
+
+// TestTracker: V8 is found among a process's mappings, its builtins placed at the load
+// bias and again where V8 remapped them, its code range taken from the process's maps;
+// a process gone is deleted from the kernel.
+func TestTracker(t *testing.T) {
+	path, err := filepath.EvalSymlinks(testenv.Nodes(t)[0].Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := hostFile(t, path)
+	e, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	v, err := Inspect(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off, ok := v.fileOffset(v.Builtins[0])
+	if !ok {
+		t.Fatal("builtins outside the file")
+	}
+	var text elf.ProgHeader
+	for _, p := range v.loads {
+		if p.Flags&elf.PF_X != 0 {
+			text = p
+		}
+	}
+	k := &fakeKernel{set: map[uint32]KernelState{}}
+	maps := "7f10f8000000-7f10f8003000 rw-p 00000000 00:00 0 \n7f10f8003000-7f10f803f000 rwxp 00000000 00:00 0 \n7f10f803f000-7f1117e40000 ---p 00000000 00:00 0 \n"
+	tr := NewTracker(TrackerConfig{Kernel: k, Maps: func(uint32) []byte { return []byte(maps) }})
+	const remap = 0x7f1117e40000
+	tr.ProcessMappings(42, 7, []*trace.Mapping{
+		{Start: text.Vaddr, End: text.Vaddr + text.Filesz, Offset: text.Off, Path: path, File: f},
+		{Start: 0x7f10f8003000, End: 0x7f10f803f000},
+		{Start: remap, End: remap + (v.Builtins[1] - v.Builtins[0]), Offset: off, Path: path, File: hostFile(t, path)},
+	})
+	st, ok := k.set[42]
+	if !ok {
+		t.Fatal("no V8 state for the process")
+	}
+	if st.ExecID != 7 || st.Builtins != v.Builtins || st.JIT != [2]uint64{0x7f10f8000000, 0x7f1117e40000} ||
+		st.Remapped != [2]uint64{remap, remap + v.Builtins[1] - v.Builtins[0]} {
+		t.Errorf("state %+v", st)
+	}
+	if st.FPFunction != -16 || st.FunctionShared == 0 || st.FrameEntry == 0 {
+		t.Errorf("frame layout %+v", st)
+	}
+	self, _ := os.Executable()
+	tr.ProcessMappings(43, 1, []*trace.Mapping{{Start: 0x1000, End: 0x2000, Path: self, File: hostFile(t, self)}})
+	if _, ok := k.set[43]; ok {
+		t.Error("a process without V8 was told to the kernel")
+	}
+	tr.ProcessGone(42)
+	if len(k.deleted) != 1 || k.deleted[0] != 42 || tr.Image(42) != nil {
+		t.Errorf("deleted %v", k.deleted)
+	}
+	if s := tr.Stats(); s.V8s != 1 || s.Processes != 0 {
+		t.Errorf("stats %+v", s)
+	}
+}
+
+// TestInspectNode22: Node 22's metadata has the frame layout but not what naming reads:
+// its frames are walked and named [v8].
+func TestInspectNode22(t *testing.T) {
+	e, err := elf.Open(testenv.Node22(t).Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	v, err := Inspect(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(v.Unnamed, ErrNoMetadata) || v.Meta.FPFunction != -16 || v.Meta.FunctionShared == 0 {
+		t.Errorf("Node 22: unnamed %v, metadata %+v", v.Unnamed, v.Meta)
+	}
+}
