@@ -201,23 +201,23 @@ int main(int argc,char**argv){double rate=atof(argv[1]),end=now()+atof(argv[2]),
 
 // stats reads what the churn and overflow tests compare: memory, descriptors,
 // goroutines, and the per-process state sonde and the kernel hold.
-// stats reads what a leak would raise. heap is the Go heap's allocated bytes: what a leak
-// grows. RSS is no measure of it: freed heap goes back to the system lazily, and sonde's
-// code pages come in as code paths first run.
+// stats reads what a leak would raise. heap is the Go heap live at the last collection:
+// what a leak grows. RSS is no measure of it: freed heap goes back to the system lazily,
+// and sonde's code pages come in as code paths first run; nor is the heap allocated, which
+// holds the garbage of the cycle a reading lands in.
 func (a *agent) stats(t *testing.T) (heap, fds, goroutines, kernelProcs, tracked float64) {
 	m := a.metrics(t)
-	return m["go_memstats_heap_alloc_bytes"], m["process_open_fds"], m["go_goroutines"], m[`sonde_bpf_map_entries{map="proc_maps"}`], m["sonde_processes"]
+	return m["go_gc_heap_live_bytes"], m["process_open_fds"], m["go_goroutines"], m[`sonde_bpf_map_entries{map="proc_maps"}`], m["sonde_processes"]
 }
 
-// floorHeap is the lowest of first and eleven more readings of the heap 0.6 s apart,
-// three intervals' worth and many collections (sonde runs GOGC=50): a reading lands
-// anywhere in a collection cycle, which moves it by up to half the live heap, while what
-// cannot be collected (a leak) raises the floor.
+// floorHeap is the lowest of first and eleven more readings of the live heap 0.6 s apart,
+// three intervals' worth: what an interval's work holds for a moment may be live at one
+// collection, while what cannot be collected (a leak) raises the floor.
 func (a *agent) floorHeap(t testing.TB, first float64) float64 {
 	low := first
 	for range 11 {
 		time.Sleep(600 * time.Millisecond)
-		low = min(low, a.metrics(t)["go_memstats_heap_alloc_bytes"])
+		low = min(low, a.metrics(t)["go_gc_heap_live_bytes"])
 	}
 	return low
 }
@@ -294,10 +294,12 @@ func TestChurn(t *testing.T) {
 	t.Logf("before: heap %.1f MiB (floor), %v fds, %v goroutines, %v kernel processes, %v tracked", heap0/(1<<20), fds0, gor0, kern0, tracked0)
 	t.Logf("after:  heap %.1f MiB (floor), %v fds, %v goroutines, %v kernel processes, %v tracked", heap1/(1<<20), fds1, gor1, kern1, tracked1)
 	t.Logf("during: %v samples, RSS %.1f MiB", during["sonde_samples_total"], during["sonde_memory_rss_bytes"]/(1<<20))
-	// Thousands of processes came and went: a leak of a few hundred bytes each shows as
-	// megabytes, above a tenth of the heap and a megabyte of slack.
-	if heap1 > heap0*1.1+1<<20 {
-		t.Errorf("heap %.1f MiB after the churn, %.1f MiB before: more than 10%% and 1 MiB more", heap1/(1<<20), heap0/(1<<20))
+	// Tens of thousands of processes came and went: a leak of a few hundred bytes each
+	// shows as more than a tenth of the heap and 4 MiB of slack. The slack is for the live
+	// heap's reading, which is as of the last collection: an idle agent collects seldom,
+	// and the last one may have caught an interval's naming pass holding its buffers.
+	if heap1 > heap0*1.1+4<<20 {
+		t.Errorf("heap %.1f MiB after the churn, %.1f MiB before: more than 10%% and 4 MiB more", heap1/(1<<20), heap0/(1<<20))
 	}
 	if fds1 > fds0+2 || gor1 > gor0+2 {
 		t.Errorf("file descriptors %v → %v, goroutines %v → %v: a leak", fds0, fds1, gor0, gor1)

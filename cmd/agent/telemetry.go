@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"regexp"
 	"sync/atomic"
 	"time"
 
@@ -62,7 +63,11 @@ type telemetry struct {
 // are collected, and listens on cfg.metricsAddr. It serves nothing until serve.
 func newTelemetry(p *pipeline, h *health) (*telemetry, error) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// The live heap as of the last collection (go_gc_heap_live_bytes) beside the usual
+	// memstats: what sonde holds, without the garbage the next collection takes.
+	reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)})),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	exp, err := promexporter.New(promexporter.WithRegisterer(reg), promexporter.WithoutScopeInfo())
 	if err != nil {
 		return nil, fmt.Errorf("prometheus exporter: %w", err)
