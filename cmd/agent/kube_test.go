@@ -224,7 +224,20 @@ func TestCgroupFlag(t *testing.T) {
 	other, _ := os.MkdirTemp(root, "sonde-other-")
 	inner := filepath.Join(dir, "inner")
 	os.Mkdir(inner, 0o755)
-	defer func() { os.Remove(inner); os.Remove(dir); os.Remove(other) }()
+	// Registered before the workloads start, so that it runs after they are killed: a
+	// cgroup with a process in it cannot be removed, and the kernel frees an exited one's
+	// last task a moment later.
+	t.Cleanup(func() {
+		testenv.Wait("the test's cgroups to be removable", testenv.StartTimeout, func() (bool, string) {
+			var errs []string
+			for _, d := range []string{inner, dir, other} {
+				if err := os.Remove(d); err != nil && !os.IsNotExist(err) {
+					errs = append(errs, err.Error())
+				}
+			}
+			return len(errs) == 0, strings.Join(errs, "; ")
+		})
+	})
 	bin := buildWorkload(t, "chain", chainC, "-O2")
 	in, out := startWorkload(t, bin, 30), startWorkload(t, bin, 30)
 	os.WriteFile(filepath.Join(inner, "cgroup.procs"), []byte(strconv.Itoa(in.Process.Pid)), 0o644)
