@@ -3,8 +3,6 @@ package bpf
 import (
 	"errors"
 	"fmt"
-	"slices"
-	"sync"
 
 	"github.com/cilium/ebpf"
 )
@@ -36,18 +34,14 @@ type kernelRuntime struct {
 
 var kernelRuntimes []kernelRuntime
 
-// interpRegions serialises the read-modify-write of interp_procs entries, which several
-// runtimes' trackers share.
-type interpRegions struct{ mu sync.Mutex }
-
 // setRegions replaces runtime's regions in pid's entry, keeping other runtimes' regions of
 // the same exec; no regions removes the runtime from the entry.
 func (s *Sampler) setRegions(pid uint32, execID uint64, runtime uint8, regions []Region) error {
 	if runtime == 0 || runtime > InterpRuntimeMax {
 		return fmt.Errorf("runtime number %d out of range", runtime)
 	}
-	s.interp.mu.Lock()
-	defer s.interp.mu.Unlock()
+	s.interpMu.Lock()
+	defer s.interpMu.Unlock()
 	var p samplerInterpProc
 	if err := s.objs.InterpProcs.Lookup(pid, &p); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("read runtimes of pid %d: %w", pid, err)
@@ -85,22 +79,4 @@ func (s *Sampler) setRegions(pid uint32, execID uint64, runtime uint8, regions [
 		return fmt.Errorf("set runtimes of pid %d: %w", pid, err)
 	}
 	return nil
-}
-
-// interpRuntimes lists the runtime numbers pid's entry names, for tests.
-func (s *Sampler) interpRuntimes(pid uint32) ([]uint8, error) {
-	var p samplerInterpProc
-	if err := s.objs.InterpProcs.Lookup(pid, &p); err != nil {
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return nil, nil
-		}
-		return nil, err
-	}
-	var out []uint8
-	for _, r := range p.Regions[:min(int(p.Count), MaxInterpRegions)] {
-		if !slices.Contains(out, uint8(r.Runtime)) {
-			out = append(out, uint8(r.Runtime))
-		}
-	}
-	return out, nil
 }

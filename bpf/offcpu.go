@@ -155,8 +155,6 @@ type offCPUStart struct {
 type offCPUPending struct {
 	byTID map[uint32]*offCPUStart
 	byPID map[uint32]map[uint32]struct{}
-	// unmatched counts ends whose switch-out was not kept (lost, or evicted).
-	unmatched uint64
 	// schedStart and schedEnd bound __schedule, where the kernel stacks are cut.
 	schedStart, schedEnd uint64
 }
@@ -228,8 +226,7 @@ func (p *offCPUPending) end(raw []byte) (*Sample, uint64) {
 	e := (*samplerOffcpuEndEvent)(unsafe.Pointer(&raw[0]))
 	st := p.byTID[e.Tid]
 	if st == nil || st.start != e.StartNs || st.sample.PID != e.Pid {
-		p.unmatched++
-		return nil, 0
+		return nil, 0 // its switch-out was lost in a full ring, or evicted
 	}
 	p.drop(e.Tid)
 	return &st.sample, e.WeightNs
@@ -237,15 +234,12 @@ func (p *offCPUPending) end(raw []byte) (*Sample, uint64) {
 
 // OffCPUState is how many waiting threads the kernel and user space follow: both go back
 // to where they were when the threads run again, exit or are forgotten.
-type OffCPUState struct {
-	Kernel, User int
-	Unmatched    uint64 // ends whose switch-out user space did not keep
-}
+type OffCPUState struct{ Kernel, User int }
 
 // OffCPUState counts the waiting threads followed now. User is as of the reader's last
 // record: a gauge.
 func (s *Sampler) OffCPUState() (OffCPUState, error) {
-	st := OffCPUState{User: int(s.offPending.Load()), Unmatched: s.offUnmatched.Load()}
+	st := OffCPUState{User: int(s.offPending.Load())}
 	var (
 		tid uint32
 		v   samplerOffcpuStart

@@ -163,13 +163,14 @@ type Sampler struct {
 	polls     atomic.Uint64 // reads of the ring buffer that worked, records or not
 	lastPoll  atomic.Int64  // unix nanoseconds of the latest
 
-	interp interpRegions
-	offCPU offCPUPending // the reader's only
-	// offPending and offUnmatched publish offCPU's figures to other goroutines.
-	offPending   atomic.Int64
-	offUnmatched atomic.Uint64
-	tablesMu     sync.Mutex
-	slots        tableSlots
+	// interpMu serialises the read-modify-write of interp_procs entries, which several
+	// runtimes' trackers share.
+	interpMu sync.Mutex
+	offCPU   offCPUPending // the reader's only
+	// offPending publishes offCPU's size to other goroutines.
+	offPending atomic.Int64
+	tablesMu   sync.Mutex
+	slots      tableSlots
 
 	pending     []pendingContext // by CPU; only Run's goroutine touches it
 	pendingVMAs []pendingVMAs    // by CPU, likewise
@@ -432,7 +433,6 @@ func (s *Sampler) dispatch(raw []byte, sample *Sample, h Handler) {
 	case samplerEventKindEVENT_OFFCPU_END:
 		off, weight := s.offCPU.end(raw)
 		s.offPending.Store(int64(len(s.offCPU.byTID)))
-		s.offUnmatched.Store(s.offCPU.unmatched)
 		if off != nil && weight > 0 {
 			off.OffCPU = weight
 			h.HandleSample(off)
