@@ -63,3 +63,44 @@ func TestNamingPassesDecompressOnce(t *testing.T) {
 		t.Errorf("%d bytes of decompressed DWARF held by a file idle for %v", st.DecompressedBytes, dwarfIdle)
 	}
 }
+
+// A file whose hot code is named gives its decompressed sections back, although it is
+// still sampled: lookups of new addresses in units decoded already read no section, and
+// do not keep the copies (10 MiB for a distribution's libc) for as long as the file is in
+// use.
+func TestDecodedUnitsDoNotHoldSections(t *testing.T) {
+	bin := testprog.BuildCXX(t, "-O2", "-gdwarf-4", "-gz")
+	s := New(Options{})
+	now := time.Unix(1_000_000, 0)
+	s.now = func() time.Time { return now }
+	m := wholeFile(t, bin, objfile.Key{Dev: 1, Inode: 78})
+	addrs := spreadText(t, bin, 40)
+	pass := func(vaddrs []uint64) {
+		t.Helper()
+		if errs := s.Symbolize(&trace.Profile{Locations: locationsAt(t, m, vaddrs)}); len(errs) > 0 {
+			t.Fatalf("symbolize: %v", errs)
+		}
+	}
+	pass(addrs)
+	st := s.Stats()
+	if st.DecompressedBytes == 0 {
+		t.Fatal("nothing decompressed: the -gz build has no compressed section")
+	}
+	// Every pass names addresses never seen, one byte further into the same functions:
+	// the same units, which the unit cache holds.
+	for i := uint64(1); now.Sub(time.Unix(1_000_000, 0)) <= dwarfIdle+10*time.Second; i++ {
+		now = now.Add(10 * time.Second)
+		shifted := make([]uint64, len(addrs))
+		for j, a := range addrs {
+			shifted[j] = a + i
+		}
+		pass(shifted)
+	}
+	after := s.Stats()
+	if after.DecompressedBytes != 0 {
+		t.Errorf("%d bytes of decompressed DWARF still held after %v of lookups in decoded units", after.DecompressedBytes, dwarfIdle)
+	}
+	if after.DecompressedTotalBytes != st.DecompressedTotalBytes {
+		t.Errorf("lookups in decoded units decompressed %d bytes more", after.DecompressedTotalBytes-st.DecompressedTotalBytes)
+	}
+}

@@ -46,7 +46,10 @@ type objFile struct {
 	// being dropped. lookupFailed says a lookup's error was returned already.
 	faulted, lookupFailed bool
 	releasedAt            time.Time // when the mappings' resident pages were last given back
-	usedAt                time.Time // the last lookup, which may have needed the DWARF
+	// dwarfReadAt is when a lookup last read the DWARF sections (decoded a unit),
+	// dwarfReads the table's count of such reads then.
+	dwarfReadAt time.Time
+	dwarfReads  uint64
 	// awaitID is the build ID whose debug file the DebugFetcher was asked for and
 	// did not have yet.
 	awaitID string

@@ -539,7 +539,7 @@ func (s *Symbolizer) finish(refs map[*objfile.File]*fileRef) {
 	s.closing = s.closing[:0]
 	// Files this call did not read may hold decompressed DWARF from earlier ones.
 	s.files.Each(func(_ fileID, e fileEntry) {
-		if e.obj != nil && e.obj.dwarf != nil && now.Sub(e.obj.usedAt) >= dwarfIdle {
+		if e.obj != nil && e.obj.dwarf != nil && now.Sub(e.obj.dwarfReadAt) >= dwarfIdle {
 			e.obj.dwarf.Trim()
 		}
 	})
@@ -594,7 +594,6 @@ func (s *Symbolizer) fileLines(ref *fileRef, f *objfile.File, off uint64) ([]tra
 		source    string
 		lookupErr error
 	)
-	obj.usedAt = s.now()
 	if fault := mmapfile.Guard(func() { lines, source, lookupErr = obj.lookup(off) }); fault != nil {
 		s.dropFaulted(ref, obj)
 		return nil, SourceNone, errors.Join(err, fmt.Errorf("read %s: %w", f.Path, fault))
@@ -663,6 +662,7 @@ func (s *Symbolizer) object(ref *fileRef, f *objfile.File) (*objFile, error) {
 		s.stats.FilesFailed++
 	default:
 		s.stats.FilesLoaded++
+		obj.dwarfReadAt = s.now() // Load read the sections to index them
 		if err != nil {
 			s.stats.DebugInfoFailed++
 		}
@@ -792,11 +792,12 @@ func (obj *objFile) releasePages() {
 	}
 }
 
-// dwarfIdle is how long a file's decompressed DWARF sections stay after its last lookup.
-// Decompressing them again is what naming costs most (a distribution's debug file of
-// libc is 10 MiB of zlib), and a busy interval needs them every few seconds; the bound on
-// them across files (Options.MaxDecompressedBytes) keeps what they hold in check
-// meanwhile, and a file no longer sampled gives them back.
+// dwarfIdle is how long a file's decompressed DWARF sections stay after a lookup last
+// read them. Decompressing them again is what naming costs most (a distribution's debug
+// file of libc is 10 MiB of zlib), and a busy interval may need them every few seconds;
+// the bound on them across files (Options.MaxDecompressedBytes) keeps what they hold in
+// check meanwhile. Lookups in units decoded already read no section: a file whose hot
+// code is named, or no longer sampled, gives them back.
 const dwarfIdle = time.Minute
 
 // trim lets go of what only a run of lookups needs: the pages of the mappings the
@@ -804,8 +805,13 @@ const dwarfIdle = time.Minute
 // if it has not for a while, and decompressed DWARF sections no lookup used for
 // dwarfIdle.
 func (obj *objFile) trim(now time.Time) {
-	if obj.dwarf != nil && now.Sub(obj.usedAt) >= dwarfIdle {
-		obj.dwarf.Trim()
+	if obj.dwarf != nil {
+		if r := obj.dwarf.SectionReads(); r != obj.dwarfReads {
+			obj.dwarfReads, obj.dwarfReadAt = r, now
+		}
+		if now.Sub(obj.dwarfReadAt) >= dwarfIdle {
+			obj.dwarf.Trim()
+		}
 	}
 	if now.Sub(obj.releasedAt) < releaseInterval {
 		return

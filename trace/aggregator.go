@@ -582,8 +582,8 @@ func (a *Aggregator) Stats() Stats {
 	defer a.mu.Unlock()
 	st := a.stats
 	st.Traces, st.Chunks, st.Locations = a.agg.n, a.chunks.lru.Len(), len(a.locations)
-	m := a.chunks.lru.Metrics()
-	st.ChunkHits, st.ChunkMisses, st.ChunkEvictions, st.ChunkCollisions = m.Hits, m.Misses, m.Evictions, a.chunks.collisions
+	c := a.chunks
+	st.ChunkHits, st.ChunkMisses, st.ChunkEvictions, st.ChunkCollisions = c.hits, c.misses, c.evictions, c.collisions
 	return st
 }
 

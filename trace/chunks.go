@@ -6,7 +6,7 @@ import (
 	"slices"
 	"unsafe"
 
-	"github.com/elastic/go-freelru"
+	"github.com/sonde-profiler/sonde/internal/lru"
 )
 
 // Defaults for chunk interning. Eight frames per chunk keep a stack of typical depth (15-30)
@@ -46,11 +46,13 @@ type chunk struct {
 // concurrent use; the Collector's lock guards it.
 type chunker struct {
 	size int
-	lru  *freelru.LRU[uint64, *chunk]
+	lru  *lru.LRU[uint64, *chunk]
 	seed maphash.Seed
 	// collisions counts distinct chunks that hashed alike: the later one stays out of the
 	// cache, correct but unshared.
 	collisions uint64
+	// hits, misses and evictions count the cache's lookups and what it pushed out.
+	hits, misses, evictions uint64
 	// onEvict hears of each chunk the cache lets go of.
 	onEvict func(*chunk)
 }
@@ -60,12 +62,9 @@ func newChunker(size, capacity int) (*chunker, error) {
 		return nil, fmt.Errorf("chunk size %d and cache capacity %d must be positive", size, capacity)
 	}
 	seed := maphash.MakeSeed()
-	lru, err := freelru.New[uint64, *chunk](uint32(capacity), func(h uint64) uint32 { return uint32(h ^ h>>32) })
-	if err != nil {
-		return nil, fmt.Errorf("chunk cache: %w", err)
-	}
-	c := &chunker{size: size, lru: lru, seed: seed}
-	lru.SetOnEvict(func(_ uint64, ch *chunk) {
+	cache := lru.New[uint64, *chunk](capacity)
+	c := &chunker{size: size, lru: cache, seed: seed}
+	cache.SetOnEvict(func(_ uint64, ch *chunk) {
 		ch.cached = false
 		if c.onEvict != nil {
 			c.onEvict(ch)
@@ -108,14 +107,18 @@ func mix(h uint64) uint64 {
 // intern returns the shared chunk for frames, creating it on a miss.
 func (c *chunker) intern(space, hash uint64, frames []uint64) *chunk {
 	if ch, ok := c.lru.Get(hash); ok {
+		c.hits++
 		if ch.space == space && slices.Equal(ch.frames, frames) {
 			return ch
 		}
 		c.collisions++
 		return &chunk{hash: hash, space: space, frames: slices.Clone(frames)}
 	}
+	c.misses++
 	ch := &chunk{hash: hash, space: space, frames: slices.Clone(frames), cached: true}
-	c.lru.Add(hash, ch)
+	if c.lru.Add(hash, ch) {
+		c.evictions++
+	}
 	return ch
 }
 

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/elastic/go-freelru"
+	"github.com/sonde-profiler/sonde/internal/lru"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -25,12 +25,7 @@ func ChunkedCodec(chunkSize, lruSize int) Codec {
 		Name: fmt.Sprintf("chunked/%d", chunkSize),
 		Desc: fmt.Sprintf("repeated start/length over %d-location chunks, %d-entry hash-LRU", chunkSize, lruSize),
 		New: func() Encoder {
-			lru, err := freelru.New[uint64, int32](uint32(lruSize), func(h uint64) uint32 { return uint32(h ^ h>>32) })
-			if err != nil {
-				// Only a zero capacity fails, ruled out above.
-				panic(fmt.Sprintf("chunked: %v", err))
-			}
-			return &chunkedEncoder{k: chunkSize, lru: lru}
+			return &chunkedEncoder{k: chunkSize, lru: lru.New[uint64, int32](lruSize)}
 		},
 		Decode: decodeChunked,
 	}
@@ -38,7 +33,7 @@ func ChunkedCodec(chunkSize, lruSize int) Codec {
 
 type chunkedEncoder struct {
 	k   int
-	lru *freelru.LRU[uint64, int32]
+	lru *lru.LRU[uint64, int32]
 	li  []int32
 	// starts and lengths are one sample's references, reused.
 	starts, lengths []int32

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/elastic/go-freelru"
+	"github.com/sonde-profiler/sonde/internal/lru"
 )
 
 // KernelModel prices one sample record on the BPF ring buffer.
@@ -62,10 +62,7 @@ func SimulateKernel(c *Corpus, m KernelModel, chunkSize, lruSize, minDepth int) 
 	if chunkSize < 1 || lruSize < 1 {
 		return r, fmt.Errorf("simulate kernel: chunk size %d and LRU size %d must be positive", chunkSize, lruSize)
 	}
-	lru, err := freelru.New[uint64, struct{}](uint32(lruSize), func(h uint64) uint32 { return uint32(h ^ h>>32) })
-	if err != nil {
-		return r, fmt.Errorf("simulate kernel: %w", err)
-	}
+	cache := lru.New[uint64, struct{}](lruSize)
 	// contents checks the 64-bit hashes for collisions, which the kernel could not.
 	contents := make(map[uint64]string)
 	var key []byte
@@ -90,13 +87,13 @@ func SimulateKernel(c *Corpus, m KernelModel, chunkSize, lruSize, minDepth int) 
 				r.Collisions++
 			}
 			proposed += int64(m.Hash)
-			if _, ok := lru.Get(h); ok {
+			if _, ok := cache.Get(h); ok {
 				r.ChunkHits++
 				continue
 			}
 			r.ChunkMisses++
 			proposed += int64(m.Frame * len(chunk))
-			lru.Add(h, struct{}{})
+			cache.Add(h, struct{}{})
 		}
 		r.Events++
 		r.Today += today
@@ -108,7 +105,7 @@ func SimulateKernel(c *Corpus, m KernelModel, chunkSize, lruSize, minDepth int) 
 		}
 	}
 	r.DistinctChunks = len(contents)
-	r.LRUFilled = lru.Len()
+	r.LRUFilled = cache.Len()
 	return r, nil
 }
 

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/elastic/go-freelru"
+	"github.com/sonde-profiler/sonde/internal/lru"
 
 	"github.com/sonde-profiler/sonde/trace"
 )
@@ -166,8 +166,8 @@ type pending struct {
 type Namer struct {
 	cfg     NamerConfig
 	mu      sync.Mutex
-	codes   *freelru.LRU[codeKey, *entry]
-	scripts *freelru.LRU[scriptKey, *scriptInfo]
+	codes   *lru.LRU[codeKey, *entry]
+	scripts *lru.LRU[scriptKey, *scriptInfo]
 	queue   []pending
 	queued  map[codeKey]bool
 	wake    chan struct{}
@@ -197,12 +197,8 @@ func NewNamer(cfg NamerConfig) *Namer {
 	if cfg.now == nil {
 		cfg.now = time.Now
 	}
-	hash := func(a, b uint64) uint32 {
-		h := a*0x9e3779b97f4a7c15 ^ b>>3
-		return uint32(h ^ h>>32)
-	}
-	codes, _ := freelru.New[codeKey, *entry](uint32(cfg.MaxCodes), func(k codeKey) uint32 { return hash(k.image, k.code) })
-	scripts, _ := freelru.New[scriptKey, *scriptInfo](uint32(cfg.MaxScripts), func(k scriptKey) uint32 { return hash(k.image, k.script) })
+	codes := lru.New[codeKey, *entry](cfg.MaxCodes)
+	scripts := lru.New[scriptKey, *scriptInfo](cfg.MaxScripts)
 	if cfg.MaxBytes <= 0 {
 		cfg.MaxBytes = DefaultMaxBytes
 	}

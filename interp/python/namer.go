@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/elastic/go-freelru"
+	"github.com/sonde-profiler/sonde/internal/lru"
 
 	"github.com/sonde-profiler/sonde/trace"
 )
@@ -88,7 +88,7 @@ type cachedCode struct {
 type Namer struct {
 	cfg    NamerConfig
 	mu     sync.Mutex
-	codes  *freelru.LRU[codeKey, *cachedCode]
+	codes  *lru.LRU[codeKey, *cachedCode]
 	queue  []pendingCode
 	queued map[codeKey]bool
 	wake   chan struct{}
@@ -112,10 +112,7 @@ func NewNamer(cfg NamerConfig) *Namer {
 	if cfg.now == nil {
 		cfg.now = time.Now
 	}
-	codes, _ := freelru.New[codeKey, *cachedCode](uint32(cfg.MaxCodes), func(k codeKey) uint32 {
-		h := k.code>>4 ^ k.image*0x9e3779b97f4a7c15
-		return uint32(h ^ h>>32)
-	})
+	codes := lru.New[codeKey, *cachedCode](cfg.MaxCodes)
 	return &Namer{cfg: cfg, codes: codes, queued: map[codeKey]bool{}, wake: make(chan struct{}, 1)}
 }
 

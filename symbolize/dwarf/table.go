@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/sonde-profiler/sonde/internal/mmapfile"
@@ -85,6 +86,7 @@ type Table struct {
 	secs   [numSections]section
 	failed map[uint32]bool // units whose decoding failed
 	closed bool
+	reads  atomic.Uint64 // units decoded: lookups that read the sections
 
 	decoded map[uint32]*cached // this table's units in the cache; the cache's lock guards it
 	// scratchUsed orders the tables holding decompressed copies by their last use; the
@@ -423,6 +425,10 @@ func (t *Table) Lookup(addr uint64) (frames []Frame, err error) {
 	return ut.lookup(addr), nil
 }
 
+// SectionReads counts the lookups that read the sections, decoding a unit the cache
+// did not hold; the others need no section, decompressed or not.
+func (t *Table) SectionReads() uint64 { return t.reads.Load() }
+
 // unitAt returns the unit whose code lies at addr: of the spans holding addr, the
 // one starting last.
 func (t *Table) unitAt(addr uint64) (uint32, bool) {
@@ -450,6 +456,7 @@ func (t *Table) unit(u uint32) (*unitTable, error) {
 	if t.closed || t.failed[u] {
 		return nil, nil
 	}
+	t.reads.Add(1)
 	ut, err := t.decode(u)
 	if err != nil {
 		if errors.Is(err, mmapfile.ErrFault) {
