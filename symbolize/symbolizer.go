@@ -275,7 +275,16 @@ type kernelState struct {
 	loadedAt time.Time      // of the last attempt, successful or not
 	tried    bool
 	failing  bool // the last attempt failed and its error was returned
+	reads    int  // attempts
+	// missed holds when addresses no symbol named were first looked up. A reread is
+	// for an address no read since then has failed to name, or one would be made
+	// every 30 s for an address no reread names (a trampoline), parsing the whole of
+	// kallsyms each time.
+	missed map[uint64]time.Time
 }
+
+// maxKernelMissed bounds kernelState.missed; past it, the set starts over.
+const maxKernelMissed = 4096
 
 // New returns a Symbolizer; it reads nothing until asked to name locations.
 func New(opts Options) *Symbolizer {
@@ -833,14 +842,26 @@ func (s *Symbolizer) kernelLines(addr uint64) ([]trace.Line, error) {
 			return namedLine(sym.Name), err
 		}
 	}
-	if err != nil || s.now().Sub(k.loadedAt) < kallsymsReloadInterval {
+	if err != nil {
 		return nil, err
+	}
+	first, seen := k.missed[addr]
+	if !seen {
+		if k.missed == nil || len(k.missed) >= maxKernelMissed {
+			k.missed = make(map[uint64]time.Time)
+		}
+		first = s.now()
+		k.missed[addr] = first
+	}
+	if k.loadedAt.After(first) || s.now().Sub(k.loadedAt) < kallsymsReloadInterval {
+		return nil, nil
 	}
 	if err := s.loadKernel(); err != nil {
 		return nil, err
 	}
 	if k.syms != nil {
 		if sym, ok := k.syms.Lookup(addr); ok {
+			delete(k.missed, addr)
 			return namedLine(sym.Name), nil
 		}
 	}
@@ -852,6 +873,7 @@ func (s *Symbolizer) kernelLines(addr uint64) ([]trace.Line, error) {
 func (s *Symbolizer) loadKernel() error {
 	k := &s.kernel
 	k.tried = true
+	k.reads++
 	k.loadedAt = s.now()
 	syms, err := LoadKallsyms(s.kallsymsPath)
 	if err != nil {

@@ -373,3 +373,23 @@ func TestByFileGroupsLocations(t *testing.T) {
 		t.Errorf("order %v, want %v", got, want)
 	}
 }
+
+// An address kallsyms never names costs one reread, not one every
+// kallsymsReloadInterval for as long as it is sampled: each reread parses all of it.
+func TestSymbolizerKallsymsMissRereadOnce(t *testing.T) {
+	s := New(Options{KallsymsPath: writeKallsyms(t, testKallsyms)})
+	now := time.Unix(1000, 0)
+	s.now = func() time.Time { return now }
+	const trampoline = 0xffffffffc0f00010
+	for range 10 {
+		loc := &trace.Location{Kind: trace.FrameKernel, Address: trampoline}
+		s.Symbolize(&trace.Profile{Locations: []*trace.Location{loc}})
+		if len(loc.Lines) != 0 {
+			t.Fatalf("named %q", loc.Lines[0].Function)
+		}
+		now = now.Add(kallsymsReloadInterval)
+	}
+	if s.kernel.reads != 2 {
+		t.Errorf("kallsyms read %d times for one address it never names, want 2 (the first read and one reread)", s.kernel.reads)
+	}
+}

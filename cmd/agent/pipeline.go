@@ -354,10 +354,17 @@ func (p *pipeline) prime() {
 func (p *pipeline) loop(sampled <-chan error) error {
 	timer := time.NewTimer(jittered(p.cfg.interval))
 	defer timer.Stop()
-	for {
+	for first := true; ; first = false {
 		select {
 		case <-timer.C:
 			p.deliver(p.agg.Flush(time.Now()))
+			if first {
+				// Start-up is over: what it touched of the executable and no longer
+				// needs goes.
+				if _, err := releaseOwnCode(); err != nil {
+					p.log.Debug("cannot release own code pages", "err", err)
+				}
+			}
 			timer.Reset(jittered(p.cfg.interval))
 		case err := <-sampled:
 			return err
