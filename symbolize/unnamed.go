@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/trace"
 	"github.com/sonde-profiler/sonde/unwind"
 )
@@ -150,16 +151,16 @@ func cmpUint64(a, b uint64) int {
 
 // gotSlots maps GOT slots to the names of the functions their relocations resolve.
 func gotSlots(f *elf.File) map[uint64]string {
-	var syms []elf.Symbol
-	if l, err := readSymbols(f.DynamicSymbols); err == nil {
-		syms = l
-	}
+	// The table is read in place and only the names relocations use are copied: a JVM's
+	// library exports tens of thousands of symbols, and listing them all with
+	// debug/elf cost megabytes per library.
+	syms, _ := objfile.OpenSymbols(f, elf.SHT_DYNSYM)
 	slots := map[uint64]string{}
 	for _, s := range f.Sections {
 		if s.Type != elf.SHT_RELA || s.Size > maxPLTSection || s.Flags&elf.SHF_ALLOC == 0 {
 			continue
 		}
-		data, err := s.Data()
+		data, err := objfile.SectionData(s, maxPLTSection)
 		if err != nil {
 			continue
 		}
@@ -169,11 +170,13 @@ func gotSlots(f *elf.File) map[uint64]string {
 			addend := int64(binary.LittleEndian.Uint64(data[off+16:]))
 			switch typ, sym := uint32(info), info>>32; typ {
 			case rJumpSlot, rGlobDat:
-				// DynamicSymbols leaves out the null symbol 0.
-				if sym == 0 || sym > uint64(len(syms)) || syms[sym-1].Name == "" {
+				if syms == nil || sym == 0 || sym >= uint64(syms.Len()) {
 					continue
 				}
-				name := syms[sym-1].Name
+				name := syms.Name(int(sym))
+				if name == "" {
+					continue
+				}
 				if i := strings.IndexByte(name, '@'); i > 0 {
 					name = name[:i]
 				}
@@ -184,15 +187,4 @@ func gotSlots(f *elf.File) map[uint64]string {
 		}
 	}
 	return slots
-}
-
-// readSymbols calls one of debug/elf's symbol readers, which trust a hostile file's
-// headers enough to panic on some: such a table is an error.
-func readSymbols(read func() ([]elf.Symbol, error)) (list []elf.Symbol, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			list, err = nil, fmt.Errorf("corrupt symbol table: %v", p)
-		}
-	}()
-	return read()
 }

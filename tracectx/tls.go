@@ -64,21 +64,17 @@ var ErrUnsupported = errors.New("unsupported")
 // FindTLS looks for otel_thread_ctx_v1 in a module's dynamic symbols and works out how the
 // module reaches it. It returns nil without error when the module does not define it.
 func FindTLS(f *elf.File) (*TLSSymbol, error) {
-	syms, err := dynamicSymbols(f)
-	if err != nil || syms == nil {
-		return nil, err
+	if s := f.SectionByType(elf.SHT_DYNSYM); s != nil && s.Size > maxDynamicSymbols*24 {
+		return nil, fmt.Errorf(".dynsym of %d bytes: %w", s.Size, ErrOversized)
 	}
-	index := -1
-	var sym elf.Symbol
-	for i, s := range syms {
-		if s.Name == SymbolName && s.Section != elf.SHN_UNDEF {
-			index, sym = i+1, s // relocations count the null symbol as 0
-			break
-		}
+	sym, found, err := objfile.FindSymbol(f, elf.SHT_DYNSYM, SymbolName, true)
+	if err != nil {
+		return nil, fmt.Errorf("read .dynsym: %w", err)
 	}
-	if index < 0 {
+	if !found {
 		return nil, nil
 	}
+	index := sym.Index // relocations count the null symbol as 0, as Index does
 	if elf.ST_TYPE(sym.Info) != elf.STT_TLS {
 		return nil, fmt.Errorf("%s is not a TLS symbol: %w", SymbolName, ErrInvalid)
 	}
@@ -146,30 +142,6 @@ func relocTypes(m elf.Machine) (tlsdesc, dtpmod, tpoff uint32) {
 // maxDynamicSymbols bounds the dynamic symbol table read: the largest libraries export
 // a few hundred thousand.
 const maxDynamicSymbols = 4 << 20
-
-func dynamicSymbols(f *elf.File) ([]elf.Symbol, error) {
-	s := f.Section(".dynsym")
-	if s == nil {
-		return nil, nil
-	}
-	if s.Size > maxDynamicSymbols*24 {
-		return nil, fmt.Errorf(".dynsym of %d bytes: %w", s.Size, ErrOversized)
-	}
-	syms, err := safeSymbols(f)
-	if err != nil {
-		return nil, fmt.Errorf("read .dynsym: %w", err)
-	}
-	return syms, nil
-}
-
-func safeSymbols(f *elf.File) (syms []elf.Symbol, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			syms, err = nil, fmt.Errorf("corrupt dynamic symbols: %v", p)
-		}
-	}()
-	return f.DynamicSymbols()
-}
 
 // eachRela calls fn for each RELA relocation of the module's dynamic relocation sections
 // until fn returns false.

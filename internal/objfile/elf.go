@@ -1,7 +1,9 @@
 package objfile
 
 import (
+	"bytes"
 	"cmp"
+	"encoding/binary"
 	"debug/elf"
 	"fmt"
 	"io"
@@ -132,29 +134,104 @@ func ProgData(p *elf.Prog, off, n uint64) ([]byte, error) {
 	return b, nil
 }
 
-// LookupSymbol finds the first symbol called name in f's .symtab, scanning the table where
-// it lies (in place, for a file from MapELF) rather than building debug/elf's list of
-// every symbol with its name: megabytes for a large Go binary, to find one or two.
+// LookupSymbol finds the first symbol called name in f's .symtab.
 func LookupSymbol(f *elf.File, name string) (value uint64, info byte, ok bool) {
-	const entSize = 24 // Elf64_Sym: name u32, info, other u8, shndx u16, value, size u64
-	symtab := f.Section(".symtab")
-	if symtab == nil || symtab.Type != elf.SHT_SYMTAB || f.Class != elf.ELFCLASS64 || int(symtab.Link) >= len(f.Sections) {
-		return 0, 0, false
+	s, ok, _ := FindSymbol(f, elf.SHT_SYMTAB, name, false)
+	return s.Value, s.Info, ok
+}
+
+// Symbol is one entry of a symbol table.
+type Symbol struct {
+	Index   int // in its table, where the null symbol is 0, as relocations count
+	Info    byte
+	Section elf.SectionIndex
+	Value   uint64
+	Size    uint64
+}
+
+// FindSymbol finds the first symbol called name in f's table of type typ (SHT_SYMTAB or
+// SHT_DYNSYM), skipping undefined ones if defined is set. It scans the table where it
+// lies (in place, for a file from MapELF) rather than building debug/elf's list of every
+// symbol with its name: megabytes for a large Go binary or a JVM's library, to find one
+// or two. The error says why a table present could not be read.
+func FindSymbol(f *elf.File, typ elf.SectionType, name string, defined bool) (Symbol, bool, error) {
+	t, err := OpenSymbols(f, typ)
+	if t == nil {
+		return Symbol{}, false, err
 	}
-	syms, err := SectionData(symtab, MaxSectionSize)
-	if err != nil {
-		return 0, 0, false
-	}
-	strs, err := SectionData(f.Sections[symtab.Link], MaxSectionSize)
-	if err != nil {
-		return 0, 0, false
-	}
-	for off := entSize; off+entSize <= len(syms); off += entSize { // entry 0 is the null symbol
-		at := uint64(f.ByteOrder.Uint32(syms[off:]))
-		end := at + uint64(len(name))
-		if end < uint64(len(strs)) && strs[end] == 0 && string(strs[at:end]) == name {
-			return f.ByteOrder.Uint64(syms[off+8:]), syms[off+4], true
+	for i := 1; i < t.Len(); i++ { // entry 0 is the null symbol
+		if !t.NameIs(i, name) {
+			continue
+		}
+		if s := t.At(i); !defined || s.Section != elf.SHN_UNDEF {
+			return s, true, nil
 		}
 	}
-	return 0, 0, false
+	return Symbol{}, false, nil
+}
+
+// Symbols is a 64-bit symbol table read where it lies: an entry and its name are
+// decoded when asked for.
+type Symbols struct {
+	syms, strs []byte
+	order      binary.ByteOrder
+}
+
+// symSize is an Elf64_Sym's: name u32, info, other u8, shndx u16, value, size u64.
+const symSize = 24
+
+// OpenSymbols returns f's table of type typ (SHT_SYMTAB or SHT_DYNSYM), nil when f has
+// none, and an error when the table present cannot be read.
+func OpenSymbols(f *elf.File, typ elf.SectionType) (*Symbols, error) {
+	table := f.SectionByType(typ)
+	if table == nil || f.Class != elf.ELFCLASS64 {
+		return nil, nil
+	}
+	if int(table.Link) >= len(f.Sections) {
+		return nil, fmt.Errorf("%s links to section %d of %d", table.Name, table.Link, len(f.Sections))
+	}
+	syms, err := SectionData(table, MaxSectionSize)
+	if err != nil {
+		return nil, err
+	}
+	strs, err := SectionData(f.Sections[table.Link], MaxSectionSize)
+	if err != nil {
+		return nil, err
+	}
+	return &Symbols{syms: syms, strs: strs, order: f.ByteOrder}, nil
+}
+
+// Len is the number of entries, the null symbol 0 included.
+func (t *Symbols) Len() int { return len(t.syms) / symSize }
+
+// At decodes entry i, which must be below Len.
+func (t *Symbols) At(i int) Symbol {
+	e := t.syms[i*symSize:]
+	return Symbol{
+		Index:   i,
+		Info:    e[4],
+		Section: elf.SectionIndex(t.order.Uint16(e[6:])),
+		Value:   t.order.Uint64(e[8:]),
+		Size:    t.order.Uint64(e[16:]),
+	}
+}
+
+// NameIs says whether entry i, below Len, is called name, without copying its name.
+func (t *Symbols) NameIs(i int, name string) bool {
+	at := uint64(t.order.Uint32(t.syms[i*symSize:]))
+	end := at + uint64(len(name))
+	return end < uint64(len(t.strs)) && t.strs[end] == 0 && string(t.strs[at:end]) == name
+}
+
+// Name returns entry i's name, copied; "" when it lies outside the string table.
+func (t *Symbols) Name(i int) string {
+	at := uint64(t.order.Uint32(t.syms[i*symSize:]))
+	if at >= uint64(len(t.strs)) {
+		return ""
+	}
+	s := t.strs[at:]
+	if n := bytes.IndexByte(s, 0); n >= 0 {
+		return string(s[:n])
+	}
+	return ""
 }
