@@ -35,6 +35,10 @@ type FrameLayout struct {
 type Layout struct {
 	// Statics (addresses in the process).
 	CodeCacheHeaps, CodeCacheLowBound, CodeCacheHighBound uint64
+	// InterpreterCode is AbstractInterpreter::_code, the StubQueue holding the
+	// template interpreter's code: a pc in it is an interpreted frame's.
+	InterpreterCode                 uint64
+	StubQueueBuffer, StubQueueLimit Member
 	// Version is the JVM's major version, from Abstract_VM_Version::_vm_major_version
 	// (read at attach): the compressed streams' encoding changed with JDK 20.
 	versionAddr uint64
@@ -188,6 +192,9 @@ func NewLayout(vs *VMStructs) (*Layout, error) {
 	l.CodeCacheLowBound = b.static("CodeCache", "_low_bound")
 	l.CodeCacheHighBound = b.static("CodeCache", "_high_bound")
 	l.versionAddr = b.static("Abstract_VM_Version", "_vm_major_version")
+	l.InterpreterCode = b.static("AbstractInterpreter", "_code")
+	l.StubQueueBuffer = b.member("StubQueue", 0, "_stub_buffer")
+	l.StubQueueLimit = b.member("StubQueue", 0, "_buffer_limit")
 
 	// GrowableArray<CodeHeap*> is not in the tables; every GrowableArray keeps its
 	// length in GrowableArrayBase and its element pointer at the same place whatever the

@@ -196,6 +196,27 @@ func (p *Process) Bounds() (low, high uint64, err error) {
 	return low, high, nil
 }
 
+// Interpreter returns the range of the template interpreter's code: a pc in it belongs
+// to an interpreted frame, whose frame pointer leads to its Method* and bcp
+// (Layout.Frame).
+func (p *Process) Interpreter() (start, end uint64, err error) {
+	l := p.Layout
+	q, err := readU64(p.m, l.InterpreterCode)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read AbstractInterpreter::_code: %w", err)
+	}
+	r, err := p.record(q, l.StubQueueBuffer, l.StubQueueLimit)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read the interpreter's StubQueue: %w", err)
+	}
+	start = r.u(l.StubQueueBuffer)
+	limit := r.i(l.StubQueueLimit)
+	if start == 0 || limit <= 0 || limit > maxBlobSize {
+		return 0, 0, fmt.Errorf("interpreter code at %#x of %d bytes: implausible", start, limit)
+	}
+	return start, start + uint64(limit), nil
+}
+
 // Blob is a code blob: compiled code (an nmethod) or code HotSpot generated itself (the
 // interpreter, stubs, adapters).
 type Blob struct {
