@@ -4,13 +4,16 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/internal/testenv"
+	"github.com/sonde-profiler/sonde/trace"
 )
 
 // jvm is a running SondeChain (testdata/SondeChain.java) and sonde's view of it.
@@ -331,6 +334,59 @@ func TestMissingField(t *testing.T) {
 			l := j.p.Layout
 			t.Logf("JDK %s: interpreter frame %+v; code begin a pointer: %v; blob kind: %v; nmethod debug info in immutable data: %v",
 				jdk.Name, l.Frame, l.CodeBeginIsPointer, l.HasBlobKind, l.NMethodImmutable)
+		})
+	}
+}
+
+// TestFindAndKernelState finds HotSpot among a process's mappings as the agent gives them
+// (inspecting libjvm.so once, whatever else is mapped), and reads what a kernel walker
+// needs of it.
+func TestFindAndKernelState(t *testing.T) {
+	for _, jdk := range testenv.JDKs {
+		t.Run(fmt.Sprint(jdk.Major), func(t *testing.T) {
+			j := startChain(t, jdk)
+			maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", j.pid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, ok := FindLibJVM(maps)
+			if !ok {
+				t.Fatal("no libjvm.so in maps")
+			}
+			dir := fmt.Sprintf("/proc/%d", j.pid)
+			file := objfile.NewFile(m.Key, m.Path, objfile.Source{ProcDir: dir, Start: m.Start, End: m.End, Path: m.Path})
+			java := objfile.NewFile(objfile.Key{Dev: 1, Inode: 1}, jdk.Java(), objfile.Source{Path: jdk.Java()})
+			mappings := []*trace.Mapping{
+				{Start: 0x1000, End: 0x2000, Path: jdk.Java(), File: java},
+				{Start: m.Start, End: m.End, Offset: m.Offset, Path: m.Path, File: file},
+			}
+			f := NewFinder(0)
+			for range 2 {
+				p, err := f.Find(uint32(j.pid), mappings)
+				if err != nil || p == nil || p.Version != jdk.Major || p.Bias() != j.p.Bias() {
+					t.Fatalf("find: %+v, %v", p, err)
+				}
+			}
+			if p, err := f.Find(uint32(j.pid), mappings[:1]); p != nil || err != nil {
+				t.Errorf("a process without libjvm: %+v, %v", p, err)
+			}
+			if s := f.Stats(); s.FilesInspected != 1 || s.HotSpots != 1 || s.Attached != 2 || s.AttachErrors != 0 {
+				t.Errorf("finder %+v", s)
+			}
+
+			ks, err := j.p.KernelState()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ks.Heaps) == 0 || ks.FPMethod != -24 || ks.FPBCP != -64 || ks.ConstMethodSize == 0 {
+				t.Errorf("kernel state %+v", ks)
+			}
+			for _, h := range ks.Heaps {
+				if h.Low < ks.CodeCache[0] || h.High > ks.CodeCache[1] {
+					t.Errorf("heap [%#x, %#x) outside the code cache [%#x, %#x)", h.Low, h.High, ks.CodeCache[0], ks.CodeCache[1])
+				}
+			}
+			t.Logf("JDK %s: %+v", jdk.Name, *ks)
 		})
 	}
 }

@@ -3,6 +3,7 @@ package jvm
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sort"
 	"strings"
 )
@@ -24,7 +25,8 @@ type FrameLayout struct {
 	SenderSP, LastSP, Method, Locals, BCP int32
 	// Derived says the tables published only sender_sp and last_sp (x86_64's do), and the
 	// rest follows from last_sp as frame_x86.hpp defines each slot: one word below the
-	// previous (method, mirror, mdp, cache, locals, bcp).
+	// previous (method, mirror, mdp, cache, locals, bcp). Only on x86_64: elsewhere the
+	// missing slots are an error.
 	Derived bool
 }
 
@@ -311,9 +313,13 @@ func NewLayout(vs *VMStructs) (*Layout, error) {
 	m, ok1 := ic["frame::interpreter_frame_method_offset"]
 	loc, ok2 := ic["frame::interpreter_frame_locals_offset"]
 	bcp, ok3 := ic["frame::interpreter_frame_bcp_offset"]
-	if ok1 && ok2 && ok3 {
+	switch {
+	case ok1 && ok2 && ok3:
 		fr.Method, fr.Locals, fr.BCP = m, loc, bcp
-	} else {
+	case runtime.GOARCH != "amd64":
+		b.missing = append(b.missing, "frame::interpreter_frame_method_offset", "frame::interpreter_frame_locals_offset",
+			"frame::interpreter_frame_bcp_offset")
+	default:
 		fr.Method, fr.Locals, fr.BCP = fr.LastSP-1, fr.LastSP-5, fr.LastSP-6
 		fr.Derived = true
 	}
