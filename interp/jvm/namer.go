@@ -250,22 +250,23 @@ func (n *Namer) makeRoom(size int) bool {
 	if size > n.max {
 		return false
 	}
-	for n.bytes+size > n.max {
+	for n.bytes+size > n.max && len(n.nmethods)+len(n.methods) > 0 {
+		// Debug info first: it is the larger, and read again from one place.
+		dropped := false
 		for a := range n.nmethods {
 			n.dropNMethod(a)
-			n.stats.Evicted++
+			dropped = true
 			break
 		}
-		if n.bytes+size <= n.max {
-			break
+		if !dropped {
+			for a := range n.methods {
+				n.dropMethod(a)
+				break
+			}
 		}
-		for a := range n.methods {
-			n.dropMethod(a)
-			n.stats.Evicted++
-			break
-		}
+		n.stats.Evicted++
 	}
-	return true
+	return n.bytes+size <= n.max
 }
 
 func (n *Namer) dropNMethod(addr uint64) {
