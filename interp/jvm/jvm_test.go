@@ -405,3 +405,81 @@ func TestFindAndKernelState(t *testing.T) {
 		})
 	}
 }
+
+// TestNameEverything names every pc with debug info of every nmethod a busier program
+// (testdata/SondeMix.java: lambdas, streams, string concatenation, exceptions) leaves in
+// the code cache: the JDK's own methods, hidden classes, method handles. Each pc's
+// outermost frame must be its nmethod's method, every frame a method of a named class.
+func TestNameEverything(t *testing.T) {
+	for _, jdk := range testenv.JDKs {
+		t.Run(fmt.Sprint(jdk.Major), func(t *testing.T) {
+			testenv.RequireRoot(t)
+			testenv.RequireJDK(t, jdk)
+			dir := t.TempDir()
+			if out, err := exec.Command(jdk.Javac(), "-g", "-d", dir, filepath.Join("testdata", "SondeMix.java")).CombinedOutput(); err != nil {
+				t.Fatalf("javac: %v\n%s", err, out)
+			}
+			cmd := exec.Command(jdk.Java(), "-XX:+UseSerialGC", "-Xmx64m", "-XX:-UsePerfData", "-cp", dir, "SondeMix")
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				cmd.Process.Kill()
+				cmd.Wait()
+			})
+			// Past start-up and into compiling its loop.
+			testenv.WaitCPU(t, cmd.Process.Pid, 1500*time.Millisecond)
+			p, err := Attach(uint32(cmd.Process.Pid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := NewNamer(p, NamerConfig{})
+			var nmethods, pcs, frames, inlined int
+			var failures []string
+			start := time.Now()
+			if _, err := p.Blobs(func(b *Blob) bool {
+				if !b.NMethod {
+					return true
+				}
+				nmethods++
+				d, err := p.ReadDebugInfo(b)
+				if err != nil {
+					failures = append(failures, err.Error())
+					return true
+				}
+				// The first PcDesc and the last are sentinels (offsets -1 and past the
+				// code), not pcs.
+				for i, pd := range d.PcDescs {
+					if i == 0 || i == len(d.PcDescs)-1 || pd.ScopeOffset == 0 {
+						continue
+					}
+					pcs++
+					fs, err := n.Compiled(b.CodeBegin + uint64(pd.PcOffset))
+					if err != nil {
+						failures = append(failures, err.Error())
+						continue
+					}
+					frames += len(fs)
+					for i, f := range fs {
+						last := i == len(fs)-1
+						if f.Class == "" || f.Name == "" || f.Signature == "" || f.Inlined == last || (last && f.Method != b.Method) {
+							t.Errorf("nmethod %d at %#x, pc offset %d: frame %d %+v", b.CompileID, b.Addr, pd.PcOffset, i, f)
+						}
+						if f.Inlined {
+							inlined++
+						}
+					}
+				}
+				return true
+			}); err != nil {
+				t.Logf("code cache walk ended early: %v", err)
+			}
+			t.Logf("JDK %s: %d nmethods, %d pcs named as %d frames (%d inlined) in %v; %d failures; namer %+v",
+				jdk.Name, nmethods, pcs, frames, inlined, time.Since(start).Round(time.Millisecond), len(failures), n.Stats())
+			// nmethods flushed while the walk reads them fail to read; nothing else may.
+			if nmethods < 50 || pcs < 500 || len(failures) > pcs/100 {
+				t.Errorf("%d nmethods, %d pcs, %d failures: %v", nmethods, pcs, len(failures), failures[:min(len(failures), 10)])
+			}
+		})
+	}
+}
