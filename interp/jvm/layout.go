@@ -33,7 +33,8 @@ type FrameLayout struct {
 // Layout is what the tables say of the structures sonde reads: offsets and sizes of
 // fields, sizes of types, addresses of statics and constants. Every value comes from
 // the process's own tables; where builds differ in which fields exist, the Layout says
-// which scheme it found (CodeBegin.Pointer, NMethodImmutable).
+// which of them it found (CodeBeginIsPointer, HasBlobKind, NMethodImmutable,
+// SourceFileInKlass).
 type Layout struct {
 	// Statics (addresses in the process).
 	CodeCacheHeaps, CodeCacheLowBound, CodeCacheHighBound uint64
@@ -41,8 +42,8 @@ type Layout struct {
 	// template interpreter's code: a pc in it is an interpreted frame's.
 	InterpreterCode                 uint64
 	StubQueueBuffer, StubQueueLimit Member
-	// Version is the JVM's major version, from Abstract_VM_Version::_vm_major_version
-	// (read at attach): the compressed streams' encoding changed with JDK 20.
+	// versionAddr is Abstract_VM_Version::_vm_major_version's: the compressed streams'
+	// encoding changed with JDK 20, and nothing else tells.
 	versionAddr uint64
 
 	GrowableArrayLen, GrowableArrayData Member
@@ -93,11 +94,14 @@ type Layout struct {
 
 	ConstantPoolSize                       uint64
 	ConstantPoolHolder, ConstantPoolLength Member
-	ConstantPoolSourceFile                 Member
-	KlassName, InstanceKlassMethods        Member
-	ArrayMethodsLength, ArrayMethodsData   Member
-	SymbolLength, SymbolBody               Member
-	InvocationEntryBCI                     int64
+	// ConstantPoolSourceFile is the source file's index into the pool: a field of the
+	// pool, or of its class (InstanceKlass) where SourceFileInKlass says so.
+	ConstantPoolSourceFile               Member
+	SourceFileInKlass                    bool
+	KlassName, InstanceKlassMethods      Member
+	ArrayMethodsLength, ArrayMethodsData Member
+	SymbolLength, SymbolBody             Member
+	InvocationEntryBCI                   int64
 
 	Frame FrameLayout
 }
@@ -268,8 +272,8 @@ func NewLayout(vs *VMStructs) (*Layout, error) {
 		l.NMethodDependenciesOffset = nm(0, "_dependencies_offset")
 		l.NMethodMetadataOffset = nm(0, "_metadata_offset")
 		if !l.CodeBeginIsPointer {
-			// Offsets from the nmethod and a code offset: JDK 21-24's mix of the two
-			// schemes, whose metadata lies elsewhere still.
+			// A code offset with JDK 17's debug info fields: neither JDK 17's layout nor
+			// 25's, and where its metadata lies is not known.
 			b.missing = append(b.missing, "CodeBlob::_mutable_data (the metadata's place beside _code_offset)")
 		}
 	}
@@ -281,12 +285,21 @@ func NewLayout(vs *VMStructs) (*Layout, error) {
 	l.MethodSize = b.typeSize("Method")
 	l.ConstMethodSize = b.typeSize("ConstMethod")
 	l.ConstMethodConstants = b.member("ConstMethod", 0, "_constants")
-	l.ConstMethodFlags = b.member("ConstMethod", 0, "_flags", "_flags._flags")
+	// The flags' field and the line number table's bit in it are read as one pair:
+	// JDK 17's u2 ConstMethod::_flags with ConstMethod::_has_linenumber_table, or
+	// JDK 21's ConstMethodFlags (ConstMethod::_flags._flags) with its own constant.
+	hasLines := "ConstMethod::_has_linenumber_table"
+	if b.has("ConstMethod", "_flags._flags") {
+		l.ConstMethodFlags = b.member("ConstMethod", 0, "_flags._flags")
+		hasLines = "ConstMethodFlags::_misc_has_linenumber_table"
+	} else {
+		l.ConstMethodFlags = b.member("ConstMethod", 0, "_flags")
+	}
+	l.HasLineNumberTable = b.intConstant(hasLines)
 	l.ConstMethodCode = b.member("ConstMethod", 0, "_code_size")
 	l.ConstMethodNameIndex = b.member("ConstMethod", 0, "_name_index")
 	l.ConstMethodSignatureIndex = b.member("ConstMethod", 0, "_signature_index")
 	l.ConstMethodIDNum = b.member("ConstMethod", 0, "_method_idnum")
-	l.HasLineNumberTable = b.intConstant("ConstMethod::_has_linenumber_table", "ConstMethodFlags::_misc_has_linenumber_table")
 
 	l.ConstantPoolSize = b.typeSize("ConstantPool")
 	l.ConstantPoolHolder = b.member("ConstantPool", 0, "_pool_holder")
@@ -296,7 +309,7 @@ func NewLayout(vs *VMStructs) (*Layout, error) {
 	} else {
 		// Older builds kept it in the class; the index still refers to its pool.
 		l.ConstantPoolSourceFile = b.member("InstanceKlass", 0, "_source_file_name_index")
-		l.ConstantPoolSourceFile.Offset |= sourceInKlass
+		l.SourceFileInKlass = true
 	}
 	l.KlassName = b.member("Klass", 0, "_name")
 	l.InstanceKlassMethods = b.member("InstanceKlass", 0, "_methods")
@@ -334,7 +347,3 @@ func NewLayout(vs *VMStructs) (*Layout, error) {
 	}
 	return l, nil
 }
-
-// sourceInKlass marks ConstantPoolSourceFile as a field of the pool's holder rather
-// than of the pool.
-const sourceInKlass = 1 << 62

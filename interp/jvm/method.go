@@ -171,8 +171,7 @@ func (p *Process) poolSymbol(cp, poolLen, index uint64) (string, error) {
 func (p *Process) sourceFile(cp, poolLen, holder uint64) (string, error) {
 	m := p.Layout.ConstantPoolSourceFile
 	base := cp
-	if m.Offset&sourceInKlass != 0 {
-		m.Offset &^= sourceInKlass
+	if p.Layout.SourceFileInKlass {
 		base = holder
 	}
 	r, err := p.record(base, m)

@@ -39,7 +39,7 @@ func NewProcess(m Memory, lib *LibJVM, bias uint64) (*Process, error) {
 	}
 	p := &Process{m: m, lib: lib, bias: bias, VM: vs, Layout: l, Version: int(int32(v))}
 	if p.Version < 9 || p.Version > 1000 {
-		return nil, fmt.Errorf("JVM major version %d: implausible", p.Version)
+		return nil, fmt.Errorf("jvm major version %d: implausible", p.Version)
 	}
 	// JDK 20 (JDK-8292758) made UNSIGNED5 skip the zero byte; nothing in the tables
 	// tells the encoding, the version does.
