@@ -459,3 +459,54 @@ func TestCacheBound(t *testing.T) {
 		}
 	}
 }
+
+// TestNamerConcurrent names from several goroutines at once through a cache too small
+// for everything: the names stay right and the bound holds (run with -race).
+func TestNamerConcurrent(t *testing.T) {
+	f := newFakeJVM(25)
+	p := f.process(t)
+	n := NewNamer(p, NamerConfig{MaxBytes: 600})
+	done := make(chan error)
+	for g := range 4 {
+		go func() {
+			for i := range 200 {
+				var err error
+				switch (g + i) % 3 {
+				case 0:
+					frames, e := n.Compiled(f.callPC)
+					if e == nil && frameNames(frames) != "pkg.Outer.leaf()V:41@3 < pkg.Outer.outer(J)J:11@5" {
+						e = fmt.Errorf("call pc: %s", frameNames(frames))
+					}
+					err = e
+				case 1:
+					frames, e := n.Compiled(f.ownPC)
+					if e == nil && frameNames(frames) != "pkg.Outer.outer(J)J:12@12" {
+						e = fmt.Errorf("own pc: %s", frameNames(frames))
+					}
+					err = e
+				default:
+					fr, e := n.InterpretedBCI(f.leaf, 3)
+					if e == nil && fr.Line != 41 {
+						e = fmt.Errorf("leaf: %+v", fr)
+					}
+					err = e
+				}
+				if err != nil {
+					done <- err
+					return
+				}
+				if s := n.Stats(); s.Bytes > 600 {
+					done <- fmt.Errorf("cache holds %d bytes", s.Bytes)
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+	t.Logf("%+v", n.Stats())
+}
