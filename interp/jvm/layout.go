@@ -106,6 +106,10 @@ type Layout struct {
 	Frame FrameLayout
 }
 
+// maxStructOffset bounds the offsets and sizes the tables give: HotSpot's largest
+// structures are a few KiB.
+const maxStructOffset = 1 << 16
+
 // layoutBuilder reads fields out of VMStructs and collects the names it could not find,
 // so that one error names all of them.
 type layoutBuilder struct {
@@ -340,6 +344,32 @@ func NewLayout(vs *VMStructs) (*Layout, error) {
 	if len(b.missing) > 0 {
 		sort.Strings(b.missing)
 		return nil, fmt.Errorf("%s: %w", strings.Join(b.missing, ", "), ErrMissing)
+	}
+	// The tables are the process's: an offset past any of HotSpot's structures (the
+	// largest, JavaThread, is a few KiB) is not one.
+	for _, m := range []Member{l.StubQueueBuffer, l.StubQueueLimit, l.GrowableArrayLen, l.GrowableArrayData,
+		l.CodeHeapMemory, l.CodeHeapSegmap, l.CodeHeapLog2SegmentSize, l.VirtualSpaceLow, l.VirtualSpaceHigh,
+		l.HeapBlockLength, l.HeapBlockUsed, l.BlobName, l.BlobSize, l.BlobHeaderSize, l.BlobFrameSize,
+		l.BlobFrameComplete, l.BlobDataOffset, l.BlobCodeBegin, l.BlobKind, l.NMethodMethod, l.NMethodCompileID,
+		l.NMethodCompLevel, l.NMethodEntryBCI, l.NMethodScopesPcsOffset, l.NMethodScopesDataBegin,
+		l.NMethodDependenciesOffset, l.NMethodMetadataOffset, l.NMethodImmutableData, l.NMethodImmutableDataSize,
+		l.NMethodScopesDataOffset, l.BlobMutableData, l.BlobMutableDataSize, l.BlobRelocationSize, l.PcDescPcOffset,
+		l.PcDescScope, l.MethodConstMethod, l.ConstMethodConstants, l.ConstMethodFlags, l.ConstMethodCode,
+		l.ConstMethodNameIndex, l.ConstMethodSignatureIndex, l.ConstMethodIDNum, l.ConstantPoolHolder,
+		l.ConstantPoolLength, l.ConstantPoolSourceFile, l.KlassName, l.InstanceKlassMethods, l.ArrayMethodsLength,
+		l.ArrayMethodsData, l.SymbolLength, l.SymbolBody} {
+		if m.Offset > maxStructOffset {
+			return nil, fmt.Errorf("implausible layout: a field at offset %d", m.Offset)
+		}
+	}
+	for _, size := range []uint64{l.MethodSize, l.ConstMethodSize, l.ConstantPoolSize} {
+		if size > maxStructOffset {
+			return nil, fmt.Errorf("implausible layout: a type of %d bytes", size)
+		}
+	}
+	if l.PcDescPcOffset.Offset+uint64(l.PcDescPcOffset.Size) > l.PcDescSize ||
+		l.PcDescScope.Offset+uint64(l.PcDescScope.Size) > l.PcDescSize {
+		return nil, fmt.Errorf("implausible layout: PcDesc's fields past its %d bytes", l.PcDescSize)
 	}
 	if l.CodeHeapLog2SegmentSize.Size != 4 || l.PcDescSize < 8 || l.HeapBlockSize == 0 || l.HeapBlockSize > 64 {
 		return nil, fmt.Errorf("implausible layout: log2 segment size of %d bytes, PcDesc of %d, HeapBlock of %d",

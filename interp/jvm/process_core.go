@@ -86,7 +86,7 @@ func span(ms ...Member) uint64 {
 }
 
 func (r record) u(m Member) uint64 {
-	if m.Size == 0 || m.Offset+uint64(m.Size) > uint64(len(r)) {
+	if m.Size == 0 || m.Offset > uint64(len(r)) || uint64(len(r))-m.Offset < uint64(m.Size) {
 		return 0
 	}
 	b := r[m.Offset:]

@@ -188,7 +188,8 @@ func (r *tableReader) table(what string, tableSym, strideSym uint64, fieldSyms m
 			return nil, fmt.Errorf("read %s entry offset of %s: %w", what, name, err)
 		}
 		// Pointers and 64-bit values take 8 bytes; the 32-bit flags fit as well within.
-		if off+8 > stride {
+		// (Compared without adding to off, which the process chose and may overflow.)
+		if off > stride || stride-off < 8 {
 			return nil, fmt.Errorf("%s entry field %s at %d past the stride %d", what, name, off, stride)
 		}
 		offs[name] = off
