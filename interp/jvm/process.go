@@ -1,88 +1,121 @@
 package jvm
 
 import (
-	"bufio"
-	"bytes"
+	"encoding/binary"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
-
-	"github.com/sonde-profiler/sonde/internal/objfile"
+	"sync"
 )
 
-// Mapping is one line of /proc/PID/maps that maps a file.
-type Mapping struct {
-	Start, End, Offset uint64
-	Key                objfile.Key
-	Path               string
+// Process is one HotSpot process as sonde reads it: its tables, their layout, and the
+// code heaps of its code cache.
+type Process struct {
+	m      Memory
+	lib    *LibJVM
+	bias   uint64
+	VM     *VMStructs
+	Layout *Layout
+	// Version is the JVM's major version (Abstract_VM_Version::_vm_major_version).
+	Version int
+	x       byte // UNSIGNED5's excluded bytes: 1 from JDK 20 on, 0 before
+
+	mu    sync.Mutex
+	heaps []CodeHeap
 }
 
-// maxMapsSize bounds the maps file read: a process with a million mappings is not one
-// whose libjvm is worth finding this way.
-const maxMapsSize = 64 << 20
-
-// FindLibJVM finds the mapping of libjvm.so at file offset 0 (where the load bias is
-// computed from) among a process's maps.
-func FindLibJVM(maps []byte) (Mapping, bool) {
-	if len(maps) > maxMapsSize {
-		maps = maps[:maxMapsSize]
-	}
-	sc := bufio.NewScanner(bytes.NewReader(maps))
-	sc.Buffer(make([]byte, 0, 4096), 20<<10)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 6 || !IsLibJVM(f[len(f)-1]) {
-			continue
-		}
-		lo, hi, ok := strings.Cut(f[0], "-")
-		if !ok {
-			continue
-		}
-		var m Mapping
-		var err [5]error
-		m.Start, err[0] = strconv.ParseUint(lo, 16, 64)
-		m.End, err[1] = strconv.ParseUint(hi, 16, 64)
-		m.Offset, err[2] = strconv.ParseUint(f[2], 16, 64)
-		major, minor, _ := strings.Cut(f[3], ":")
-		maj, e3 := strconv.ParseUint(major, 16, 32)
-		mnr, e4 := strconv.ParseUint(minor, 16, 32)
-		err[3] = e3
-		if e4 != nil {
-			err[3] = e4
-		}
-		m.Key.Dev = (maj&0xfffff000)<<32 | (maj&0xfff)<<8 | (mnr&0xffffff00)<<12 | mnr&0xff
-		m.Key.Inode, err[4] = strconv.ParseUint(f[4], 10, 64)
-		if err != [5]error{} || m.End <= m.Start {
-			continue
-		}
-		m.Path = strings.Join(f[5:], " ")
-		return m, true
-	}
-	return Mapping{}, false
-}
-
-// Attach reads a live process's HotSpot: its libjvm.so from its maps, the serviceability
-// tables from its memory, and their layout. A process that maps no libjvm.so fails with
-// ErrNotHotSpot.
-func Attach(pid uint32) (*Process, error) {
-	dir := "/proc/" + strconv.FormatUint(uint64(pid), 10)
-	maps, err := os.ReadFile(dir + "/maps")
+// NewProcess reads HotSpot's tables from a process mapping lib at bias.
+func NewProcess(m Memory, lib *LibJVM, bias uint64) (*Process, error) {
+	vs, err := ReadVMStructs(m, &lib.Symbols, bias)
 	if err != nil {
 		return nil, err
 	}
-	m, ok := FindLibJVM(maps)
-	if !ok {
-		return nil, ErrNotHotSpot
-	}
-	f := objfile.NewFile(m.Key, m.Path, objfile.Source{ProcDir: dir, Start: m.Start, End: m.End, Path: m.Path})
-	lib, err := InspectFile(f)
+	l, err := NewLayout(vs)
 	if err != nil {
-		return nil, fmt.Errorf("inspect %s: %w", m.Path, err)
+		return nil, err
 	}
-	bias, ok := lib.Bias(m.Start, m.Offset)
-	if !ok {
-		return nil, fmt.Errorf("%s mapped at %#x from offset %#x: no segment there", m.Path, m.Start, m.Offset)
+	v, err := readU32(m, l.versionAddr)
+	if err != nil {
+		return nil, fmt.Errorf("read the JVM's version: %w", err)
 	}
-	return NewProcess(ProcessMemory(pid), lib, bias)
+	p := &Process{m: m, lib: lib, bias: bias, VM: vs, Layout: l, Version: int(int32(v))}
+	if p.Version < 9 || p.Version > 1000 {
+		return nil, fmt.Errorf("jvm major version %d: implausible", p.Version)
+	}
+	// JDK 20 (JDK-8292758) made UNSIGNED5 skip the zero byte; nothing in the tables
+	// tells the encoding, the version does.
+	if p.Version >= 20 {
+		p.x = 1
+	}
+	return p, nil
+}
+
+// StreamExcluded is the number of byte values UNSIGNED5 skips in this JVM's compressed
+// streams (debug info, line number tables): 0 before JDK 20, 1 since.
+func (p *Process) StreamExcluded() byte { return p.x }
+
+// Bias is libjvm.so's load bias in the process.
+func (p *Process) Bias() uint64 { return p.bias }
+
+// maxRead bounds a single read of a structure or table from the process.
+const maxRead = 16 << 20
+
+func (p *Process) read(addr uint64, n uint64) ([]byte, error) {
+	if n > maxRead {
+		return nil, fmt.Errorf("read of %d bytes at %#x: larger than anything sonde reads", n, addr)
+	}
+	if addr+n < addr {
+		return nil, fmt.Errorf("read of %d bytes at %#x: wraps", n, addr)
+	}
+	b := make([]byte, n)
+	if err := p.m.ReadAt(b, addr); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// record is a structure read from the process, whose members are decoded from it.
+type record []byte
+
+// span is the number of bytes from a structure's start that cover all of ms.
+func span(ms ...Member) uint64 {
+	var n uint64
+	for _, m := range ms {
+		n = max(n, m.Offset+uint64(m.Size))
+	}
+	return n
+}
+
+func (r record) u(m Member) uint64 {
+	if m.Size == 0 || m.Offset > uint64(len(r)) || uint64(len(r))-m.Offset < uint64(m.Size) {
+		return 0
+	}
+	b := r[m.Offset:]
+	switch m.Size {
+	case 1:
+		return uint64(b[0])
+	case 2:
+		return uint64(binary.LittleEndian.Uint16(b))
+	case 4:
+		return uint64(binary.LittleEndian.Uint32(b))
+	default:
+		return binary.LittleEndian.Uint64(b)
+	}
+}
+
+// i is a signed member, sign-extended from its size.
+func (r record) i(m Member) int64 {
+	v := r.u(m)
+	switch m.Size {
+	case 1:
+		return int64(int8(v))
+	case 2:
+		return int64(int16(v))
+	case 4:
+		return int64(int32(v))
+	}
+	return int64(v)
+}
+
+func (p *Process) record(addr uint64, ms ...Member) (record, error) {
+	b, err := p.read(addr, span(ms...))
+	return record(b), err
 }
