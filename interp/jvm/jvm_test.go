@@ -26,7 +26,9 @@ type jvm struct {
 // chainSink out of their callers so that each is an nmethod of its own.
 func startChain(t *testing.T, jdk testenv.JDK, flags ...string) *jvm {
 	t.Helper()
-	testenv.RequireRoot(t) // process_vm_readv of a process that is not our child's peer needs it under Yama
+	// sonde reads other processes as root, and TestInterpreterFrame stops a JVM's threads
+	// with ptrace: the tests run as sonde does.
+	testenv.RequireRoot(t)
 	testenv.RequireJDK(t, jdk)
 	dir := t.TempDir()
 	if out, err := exec.Command(jdk.Javac(), "-g", "-d", dir, filepath.Join("testdata", "SondeChain.java")).CombinedOutput(); err != nil {
