@@ -128,7 +128,8 @@ func (n *Namer) count(f func(*NamerStats)) {
 // Compiled names a pc in the code cache: for an nmethod, its inlining chain at the pc,
 // innermost first, each method its own frame; for other code, the code blob's name. The
 // frames are always usable: what cannot be named is one [jit] frame, and the error says
-// why.
+// why. A caller's pc (a return address, or one less) has a PcDesc of its own; a leaf's pc
+// takes the next PcDesc's scopes, as HotSpot does for a pc between safepoints.
 func (n *Namer) Compiled(pc uint64) ([]Frame, error) {
 	b, err := n.p.BlobAt(pc)
 	if err != nil {
