@@ -1,0 +1,37 @@
+// Package jvm finds HotSpot JVMs among the files processes map and names their code: a
+// pc in the code cache by the Java methods compiled there, innermost inlined method
+// first, and an interpreted frame by its Method* and bytecode pointer. It is the host
+// side of sonde's Java support; the kernel walker that collects JVM frames is not part of
+// it.
+//
+// A process runs HotSpot when it maps libjvm.so exporting the serviceability globals
+// that out-of-process tools (the Serviceability Agent) read: gHotSpotVMStructs,
+// gHotSpotVMTypes, gHotSpotVMIntConstants, gHotSpotVMLongConstants and the offsets and
+// strides of their entries. Inspect reads those symbols from the file once; NewProcess
+// reads the tables from the process (relocated by libjvm's load bias) and NewLayout turns
+// them into the offsets and sizes sonde reads with: the code cache's heaps and segment
+// maps, code blobs and nmethods, PcDescs, Method, ConstMethod, ConstantPool, Klass,
+// Symbol, and the interpreter's frame slots. Nothing is taken from a table of versions
+// of sonde's own: JDK 17 and 25 differ (CodeBlob's code begins at a pointer or an offset,
+// JDK 25 tells a blob's kind and keeps an nmethod's debug info in separate immutable and
+// mutable blocks, ConstMethod's flags became a struct, HeapBlock's length shrank) and
+// each is recognised by the fields its tables list. A field naming needs that a build
+// lacks is an error naming it (ErrMissing). Two things the tables do not say come from
+// elsewhere, each stated where it is used: the encoding of the compressed streams (one
+// byte value excluded from JDK 20, told by the version the JVM reports) and, on x86_64
+// where only two interpreter frame slots are published, the others as frame_x86.hpp
+// defines them from those (FrameLayout.Derived).
+//
+// A Namer finds a pc's code blob as the JVM does, through the code heap's segment map;
+// for an nmethod it decodes the PcDesc at the pc and the scope chain it points to
+// (DebugInfoReadStream), and names each scope's Method from its class's name, the
+// ConstantPool's symbols and the compressed line number table. A Method must be among
+// its class's methods to be named. What it reads is cached within a byte bound, and each
+// use checks the cache against the process (the nmethod's compile id and Method, the
+// Method's ConstMethod), so that code compiled later at the same address is never named
+// by what was there before. What cannot be named is the frame "[jit] <blob name>", with
+// the error counted (NamerStats.Unnamed): never a guessed method.
+//
+// Everything read from a process is hostile: every loop and length is bounded, and a
+// read that fails or makes no sense is an error, never a panic.
+package jvm

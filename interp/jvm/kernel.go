@@ -1,0 +1,86 @@
+package jvm
+
+import (
+	"fmt"
+	"math"
+)
+
+// KernelState is what a kernel walker of a process's JVM frames needs, read from the
+// process's own tables: where its code is, which code is the interpreter's, where an
+// interpreted frame keeps its Method* and bcp, and how to get from a pc in the code
+// cache to its nmethod and the nmethod's Method* and compile id. Offsets are in bytes.
+type KernelState struct {
+	CodeCache   [2]uint64 // the code cache's reserved [low, high): every pc of the JVM's code
+	Interpreter [2]uint64 // the template interpreter's code
+	// Interpreter frame slots from the frame pointer (x86_64: negative).
+	FPMethod, FPBCP, FPLocals, FPSenderSP int16
+	// An interpreter frame's bci is its bcp less the ConstMethod's address and size: the
+	// bytecodes follow it.
+	MethodConstMethod uint16
+	ConstMethodSize   uint16
+
+	// The code heaps, their segment maps and the blocks' header: a pc's blob is found
+	// by walking the segment map back (CodeHeap::find_start).
+	Heaps         []CodeHeap
+	HeapBlockSize uint16
+	// Code blobs: the blob's size and frame size (in words), where its code begins (a
+	// pointer or an offset from the blob), its kind where the build says it.
+	BlobSize, BlobFrameSize, BlobCodeBegin uint16
+	CodeBeginIsPointer                     bool
+	BlobKind                               uint16 // meaningful when HasBlobKind
+	HasBlobKind                            bool
+	KindNMethod                            uint8
+	// nmethods: the Method* and compile id that name it and tell one compilation at an
+	// address from a later one.
+	NMethodMethod, NMethodCompileID uint16
+}
+
+// KernelState reads what a kernel walker needs of the process now: the heaps grow, so a
+// tracker reads it again when the process's mappings change.
+func (p *Process) KernelState() (*KernelState, error) {
+	l := p.Layout
+	low, high, err := p.Bounds()
+	if err != nil {
+		return nil, err
+	}
+	istart, iend, err := p.Interpreter()
+	if err != nil {
+		return nil, err
+	}
+	heaps, err := p.CodeHeaps()
+	if err != nil {
+		return nil, err
+	}
+	s := &KernelState{
+		CodeCache: [2]uint64{low, high}, Interpreter: [2]uint64{istart, iend}, Heaps: heaps,
+		CodeBeginIsPointer: l.CodeBeginIsPointer, HasBlobKind: l.HasBlobKind, KindNMethod: uint8(l.KindNMethod),
+	}
+	fr := l.Frame
+	words := []struct {
+		dst *int16
+		w   int32
+	}{{&s.FPMethod, fr.Method}, {&s.FPBCP, fr.BCP}, {&s.FPLocals, fr.Locals}, {&s.FPSenderSP, fr.SenderSP}}
+	for _, x := range words {
+		if x.w < -64 || x.w > 64 {
+			return nil, fmt.Errorf("interpreter frame slot %d words from the frame pointer: past what a walker reads", x.w)
+		}
+		*x.dst = int16(x.w * 8)
+	}
+	offs := []struct {
+		dst *uint16
+		v   uint64
+	}{{&s.MethodConstMethod, l.MethodConstMethod.Offset}, {&s.ConstMethodSize, l.ConstMethodSize},
+		{&s.HeapBlockSize, l.HeapBlockSize}, {&s.BlobSize, l.BlobSize.Offset}, {&s.BlobFrameSize, l.BlobFrameSize.Offset},
+		{&s.BlobCodeBegin, l.BlobCodeBegin.Offset}, {&s.BlobKind, l.BlobKind.Offset},
+		{&s.NMethodMethod, l.NMethodMethod.Offset}, {&s.NMethodCompileID, l.NMethodCompileID.Offset}}
+	for _, o := range offs {
+		if o.v > math.MaxUint16 {
+			return nil, fmt.Errorf("offset %d: past what a walker reads", o.v)
+		}
+		*o.dst = uint16(o.v)
+	}
+	if low > istart || iend > high {
+		return nil, fmt.Errorf("interpreter [%#x, %#x) outside the code cache [%#x, %#x)", istart, iend, low, high)
+	}
+	return s, nil
+}
