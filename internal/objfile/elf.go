@@ -223,15 +223,34 @@ func (t *Symbols) NameIs(i int, name string) bool {
 	return end < uint64(len(t.strs)) && t.strs[end] == 0 && string(t.strs[at:end]) == name
 }
 
-// Name returns entry i's name, copied; "" when it lies outside the string table.
-func (t *Symbols) Name(i int) string {
+// Each calls fn with each entry's index and name, the null symbol left out, until fn
+// returns false. The name is the table's own bytes, valid while the table is: copy what
+// is kept. An entry whose name lies outside the string table has an empty one.
+func (t *Symbols) Each(fn func(i int, name []byte) bool) {
+	for i := 1; i < t.Len(); i++ {
+		if !fn(i, t.name(i)) {
+			return
+		}
+	}
+}
+
+func (t *Symbols) name(i int) []byte {
 	at := uint64(t.order.Uint32(t.syms[i*symSize:]))
 	if at >= uint64(len(t.strs)) {
-		return ""
+		return nil
 	}
 	s := t.strs[at:]
 	if n := bytes.IndexByte(s, 0); n >= 0 {
-		return string(s[:n])
+		return s[:n]
 	}
-	return ""
+	return nil
 }
+
+// Elf is entry i as debug/elf spells a symbol, its name copied.
+func (t *Symbols) Elf(i int) elf.Symbol {
+	s := t.At(i)
+	return elf.Symbol{Name: string(t.name(i)), Info: s.Info, Section: s.Section, Value: s.Value, Size: s.Size}
+}
+
+// Name returns entry i's name, copied; "" when it lies outside the string table.
+func (t *Symbols) Name(i int) string { return string(t.name(i)) }

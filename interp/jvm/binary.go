@@ -85,24 +85,26 @@ func Inspect(f *elf.File) (l *LibJVM, err error) {
 			l, err = nil, fmt.Errorf("inspect libjvm: corrupt file: %v", p)
 		}
 	}()
-	dyn, err := f.DynamicSymbols()
+	// Read in place: libjvm.so exports tens of thousands of symbols, and listing them
+	// with a string each costs megabytes to find a dozen.
+	table, err := objfile.OpenSymbols(f, elf.SHT_DYNSYM)
 	if err != nil {
-		if errors.Is(err, elf.ErrNoSymbols) {
-			return nil, ErrNotHotSpot
-		}
 		return nil, fmt.Errorf("read dynamic symbols: %w", err)
+	}
+	if table == nil {
+		return nil, ErrNotHotSpot
 	}
 	l = &LibJVM{}
 	want := l.Symbols.symbolNames()
 	found := 0
-	for _, s := range dyn {
-		p, ok := want[s.Name]
-		if !ok || s.Section == elf.SHN_UNDEF || *p != 0 {
-			continue
+	table.Each(func(i int, name []byte) bool {
+		p, ok := want[string(name)]
+		if s := table.At(i); ok && s.Section != elf.SHN_UNDEF && *p == 0 {
+			*p = s.Value
+			found++
 		}
-		*p = s.Value
-		found++
-	}
+		return true
+	})
 	if found == 0 {
 		return nil, ErrNotHotSpot
 	}

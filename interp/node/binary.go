@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"debug/elf"
 	"encoding/binary"
 	"errors"
@@ -91,19 +92,25 @@ func Inspect(f *elf.File) (v *V8, err error) {
 	}()
 	// Most files are not V8: its metadata is exported (dynamic symbols), which tells them
 	// apart before the larger symbol table is read.
-	dyn, err := f.DynamicSymbols()
-	if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
+	// The tables are scanned in place: node exports tens of thousands of symbols and
+	// holds hundreds of thousands more, which debug/elf would list with a string each.
+	dyn, err := objfile.OpenSymbols(f, elf.SHT_DYNSYM)
+	if err != nil {
 		return nil, fmt.Errorf("read dynamic symbols: %w", err)
 	}
 	dbg := map[string]elf.Symbol{}
 	isV8 := false
-	for _, s := range dyn {
-		switch {
-		case strings.HasPrefix(s.Name, "v8dbg_"):
-			dbg[s.Name[len("v8dbg_"):]] = s
-		case strings.HasPrefix(s.Name, "_ZN2v88internal") && s.Section != elf.SHN_UNDEF:
-			isV8 = true
-		}
+	if dyn != nil {
+		dyn.Each(func(i int, name []byte) bool {
+			switch {
+			case bytes.HasPrefix(name, []byte("v8dbg_")):
+				s := dyn.Elf(i)
+				dbg[s.Name[len("v8dbg_"):]] = s
+			case !isV8 && bytes.HasPrefix(name, []byte("_ZN2v88internal")) && dyn.At(i).Section != elf.SHN_UNDEF:
+				isV8 = true
+			}
+			return true
+		})
 	}
 	if len(dbg) == 0 {
 		if isV8 {
@@ -243,17 +250,23 @@ func symbolValue(f *elf.File, s elf.Symbol) int64 {
 // builtins finds the embedded builtins' span among the file's Builtins_* functions.
 func builtins(f *elf.File) ([2]uint64, error) {
 	var span [2]uint64
-	syms, err := f.Symbols()
-	if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
+	syms, err := objfile.OpenSymbols(f, elf.SHT_SYMTAB)
+	if err != nil {
 		return span, fmt.Errorf("read symbols: %w", err)
 	}
-	for _, s := range syms {
-		if strings.HasPrefix(s.Name, "Builtins_") && s.Value != 0 && elf.ST_TYPE(s.Info) == elf.STT_FUNC {
-			if span[0] == 0 || s.Value < span[0] {
-				span[0] = s.Value
+	if syms != nil {
+		syms.Each(func(i int, name []byte) bool {
+			if !bytes.HasPrefix(name, []byte("Builtins_")) {
+				return true
 			}
-			span[1] = max(span[1], s.Value+max(s.Size, 1))
-		}
+			if s := syms.At(i); s.Value != 0 && elf.ST_TYPE(s.Info) == elf.STT_FUNC {
+				if span[0] == 0 || s.Value < span[0] {
+					span[0] = s.Value
+				}
+				span[1] = max(span[1], s.Value+max(s.Size, 1))
+			}
+			return true
+		})
 	}
 	if span[0] == 0 {
 		return span, errors.New("v8 without Builtins_* symbols: its builtins cannot be told")
@@ -287,25 +300,6 @@ func init() { unwind.RegisterFramePointerCode(BuiltinsCode) }
 // hasDynamicSymbol tells whether f exports name, scanning .dynsym in place rather than
 // building the list of every symbol: most files are not V8.
 func hasDynamicSymbol(f *elf.File, name string) bool {
-	const entSize = 24
-	dynsym := f.Section(".dynsym")
-	if dynsym == nil || dynsym.Type != elf.SHT_DYNSYM || f.Class != elf.ELFCLASS64 || int(dynsym.Link) >= len(f.Sections) {
-		return false
-	}
-	syms, err := objfile.SectionData(dynsym, objfile.MaxSectionSize)
-	if err != nil {
-		return false
-	}
-	strs, err := objfile.SectionData(f.Sections[dynsym.Link], objfile.MaxSectionSize)
-	if err != nil {
-		return false
-	}
-	for off := entSize; off+entSize <= len(syms); off += entSize {
-		at := uint64(f.ByteOrder.Uint32(syms[off:]))
-		end := at + uint64(len(name))
-		if end < uint64(len(strs)) && strs[end] == 0 && string(strs[at:end]) == name {
-			return true
-		}
-	}
-	return false
+	_, ok, _ := objfile.FindSymbol(f, elf.SHT_DYNSYM, name, false)
+	return ok
 }

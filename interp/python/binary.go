@@ -55,17 +55,23 @@ func Inspect(f *elf.File) (in *Interpreter, err error) {
 			in, err = nil, fmt.Errorf("inspect interpreter: corrupt file: %v", p)
 		}
 	}()
-	syms, err := f.DynamicSymbols()
-	if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
+	// Every library a process maps is asked: the table is scanned in place, not listed
+	// with a string per symbol (megabytes for a JVM's or node's).
+	syms, err := objfile.OpenSymbols(f, elf.SHT_DYNSYM)
+	if err != nil {
 		return nil, fmt.Errorf("read dynamic symbols: %w", err)
 	}
 	want := map[string]*elf.Symbol{"_PyRuntime": nil, "_PyEval_EvalFrameDefault": nil, "PyCode_Type": nil,
 		"PyUnicode_Type": nil, "PyBytes_Type": nil, "Py_Version": nil}
-	for i := range syms {
-		s := &syms[i]
-		if _, ok := want[s.Name]; ok && s.Section != elf.SHN_UNDEF && s.Value != 0 {
-			want[s.Name] = s
-		}
+	if syms != nil {
+		syms.Each(func(i int, name []byte) bool {
+			if _, ok := want[string(name)]; ok {
+				if s := syms.Elf(i); s.Section != elf.SHN_UNDEF && s.Value != 0 {
+					want[s.Name] = &s
+				}
+			}
+			return true
+		})
 	}
 	runtime, eval := want["_PyRuntime"], want["_PyEval_EvalFrameDefault"]
 	if runtime == nil || eval == nil || eval.Size == 0 {
@@ -88,13 +94,8 @@ func Inspect(f *elf.File) (in *Interpreter, err error) {
 			in.loads = append(in.loads, p.ProgHeader)
 		}
 	}
-	if syms, err := f.Symbols(); err == nil {
-		for _, s := range syms {
-			if s.Name == "_PyEval_EvalFrameDefault.cold" && s.Value != 0 && s.Size > 0 {
-				in.EvalCold = [2]uint64{s.Value, s.Value + s.Size}
-				break
-			}
-		}
+	if s, ok, _ := objfile.FindSymbol(f, elf.SHT_SYMTAB, "_PyEval_EvalFrameDefault.cold", true); ok && s.Value != 0 && s.Size > 0 {
+		in.EvalCold = [2]uint64{s.Value, s.Value + s.Size}
 	}
 	head, _ := readVaddr(f, runtime.Value, maxRuntimeRead)
 	if bytes.HasPrefix(head, debugOffsetsCookie) {
