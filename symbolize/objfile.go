@@ -2,6 +2,7 @@ package symbolize
 
 import (
 	"cmp"
+	"debug/elf"
 	"errors"
 	"fmt"
 	"strings"
@@ -72,10 +73,6 @@ func loadObjFile(f *objfile.File, o loadOptions) (*objFile, error) {
 		return nil, err // names the path already
 	}
 	defer r.Close()
-	ef, err := objfile.NewELF(r)
-	if err != nil {
-		return nil, fmt.Errorf("read symbols of %s: %w", f.Path, err)
-	}
 	obj := &objFile{}
 	loaded := false
 	defer func() {
@@ -85,6 +82,17 @@ func loadObjFile(f *objfile.File, o loadOptions) (*objFile, error) {
 	}()
 	m := mapFile(r)
 	obj.maps = append(obj.maps, m)
+	// Parsed over the mapping, the file's sections are read where they lie: a large
+	// library's relocation and symbol tables are not copied to the heap to name it.
+	var ef *elf.File
+	if m != nil {
+		ef, err = objfile.MappedELF(m.Bytes())
+	} else {
+		ef, err = objfile.NewELF(r)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read symbols of %s: %w", f.Path, err)
+	}
 	var errs []error
 	var syms symbolReader
 	if err := syms.read(ef, m.Bytes(), m, true); err != nil {

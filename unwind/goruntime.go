@@ -337,39 +337,40 @@ func overlay(rows, seg []Row) []Row {
 	return rows
 }
 
-// replaceRange puts with's rows in place of rows' in [start, end).
+// replaceRange puts with's rows in place of rows' in [start, end). rows are sorted by
+// PC. It works in place, within rows' capacity where it can: a large binary's table (node's
+// is half a million rows) is not copied for a range of a few rows.
 func replaceRange(rows, with []Row, start, end uint64) []Row {
 	if end <= start {
 		return rows
 	}
-	after := Row{}
-	for _, r := range rows {
+	first, past := len(rows), len(rows) // rows from first up to past lie in [start, end]
+	for i, r := range rows {
+		if r.PC >= start && first == len(rows) {
+			first = i
+		}
 		if r.PC > end {
+			past = i
 			break
 		}
-		after = r
 	}
-	out := make([]Row, 0, len(rows)+len(with)+1)
-	for _, r := range rows {
-		if r.PC < start {
-			out = append(out, r)
-		}
+	first = min(first, past)
+	after := Row{} // the rule in effect at end
+	if past > 0 {
+		after = rows[past-1]
 	}
+	mid := make([]Row, 0, len(with)+1)
 	for _, r := range with {
 		if r.PC >= start && r.PC < end {
-			out = append(out, r.normal())
+			mid = append(mid, r.normal())
 		}
 	}
 	after.PC = end
-	out = append(out, after)
-	for _, r := range rows {
-		if r.PC > end {
-			out = append(out, r)
-		}
-	}
+	mid = append(mid, after)
+	rows = slices.Replace(rows, first, past, mid...)
 	// Merge what the replacement made equal.
-	merged := out[:0]
-	for _, r := range out {
+	merged := rows[:0]
+	for _, r := range rows {
 		if n := len(merged); n > 0 && merged[n-1].PC == r.PC {
 			merged[n-1] = r
 			continue

@@ -199,6 +199,36 @@ func BenchmarkNodeMemory(b *testing.B) {
 			}
 			b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 		}},
+		// A busy Node.js beside them: node's 100 MB executable and its symbol table
+		// are what sonde reads for it.
+		{"busy-node-20Hz", 20, func(b *testing.B) {
+			busy(b)
+			node := testenv.Nodes(b)[0]
+			cmd := exec.Command(node.Path, nodeWorkload(b), "chain", "3600")
+			if err := cmd.Start(); err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		}},
+		// A busy JVM beside them: libjvm.so's unwind table and symbols.
+		{"busy-jvm-20Hz", 20, func(b *testing.B) {
+			busy(b)
+			jdk := testenv.JDKs[0]
+			testenv.RequireJDK(b, jdk)
+			dir := b.TempDir()
+			src, err := filepath.Abs("../../interp/jvm/testdata/SondeChain.java")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if out, err := exec.Command(jdk.Javac(), "-d", dir, src).CombinedOutput(); err != nil {
+				b.Fatalf("javac: %v\n%s", err, out)
+			}
+			cmd := exec.Command(jdk.Java(), "-cp", dir, "SondeChain")
+			if err := cmd.Start(); err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		}},
 		{"gobuild-99Hz", 99, func(b *testing.B) {
 			dir := b.TempDir()
 			src := filepath.Join(dir, "main.go")

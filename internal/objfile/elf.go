@@ -73,6 +73,32 @@ func (h *Handle) MapELF() (f *elf.File, region *mmapfile.Region, err error) {
 	return f, region, nil
 }
 
+// MappedELF parses a file from its mapped contents: SectionData then hands out its
+// uncompressed sections in place. The caller reads the file under mmapfile.Guard and
+// keeps the mapping while it uses the sections.
+func MappedELF(contents []byte) (*elf.File, error) { return NewELF(mapped(contents)) }
+
+// InspectELF parses the handle's file over a read-only mapping of it and calls fn with it
+// under mmapfile.Guard, so that SectionData hands out sections where they lie rather
+// than copies (a large library's symbol and relocation tables are megabytes). What fn
+// keeps must not point into the file: the mapping goes when InspectELF returns. A file
+// that cannot be mapped is parsed through reads. errNotELF is returned when the file
+// does not parse.
+func (h *Handle) InspectELF(errNotELF error, fn func(*elf.File) error) error {
+	f, region, err := h.MapELF()
+	if err != nil {
+		if f, err = h.ELF(); err != nil {
+			return errNotELF
+		}
+		return fn(f)
+	}
+	defer region.Close()
+	if fault := mmapfile.Guard(func() { err = fn(f) }); fault != nil {
+		return fmt.Errorf("%s: %w", h.name, fault)
+	}
+	return err
+}
+
 // inPlace returns an uncompressed section of a file parsed by MapELF as a slice of its
 // mapping.
 func inPlace(s *elf.Section) ([]byte, bool) {

@@ -135,9 +135,10 @@ func InspectFile(f *objfile.File) (*LibJVM, error) {
 		return nil, err
 	}
 	defer h.Close()
-	e, err := h.ELF()
-	if err != nil {
-		return nil, ErrNotHotSpot
-	}
-	return Inspect(e)
+	var l *LibJVM
+	err = h.InspectELF(ErrNotHotSpot, func(e *elf.File) (err error) {
+		l, err = Inspect(e)
+		return err
+	})
+	return l, err
 }

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"debug/elf"
 	"fmt"
 	"log/slog"
 	"os"
@@ -315,11 +316,12 @@ func inspectFile(f *objfile.File) (*V8, error) {
 		return nil, err
 	}
 	defer h.Close()
-	e, err := h.ELF()
-	if err != nil {
-		return nil, ErrNotV8
-	}
-	return Inspect(e)
+	var v *V8
+	err = h.InspectELF(ErrNotV8, func(e *elf.File) (err error) {
+		v, err = Inspect(e)
+		return err
+	})
+	return v, err
 }
 
 func (t *Tracker) count(f func(*TrackerStats)) {

@@ -1,6 +1,7 @@
 package python
 
 import (
+	"debug/elf"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -272,11 +273,11 @@ func inspectFile(f *objfile.File) (*Interpreter, error) {
 		return nil, err
 	}
 	defer h.Close()
-	e, err := h.ELF()
-	if err != nil {
-		return nil, ErrNotPython
-	}
-	in, err := Inspect(e)
+	var in *Interpreter
+	err = h.InspectELF(ErrNotPython, func(e *elf.File) (err error) {
+		in, err = Inspect(e)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
