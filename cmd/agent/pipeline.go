@@ -296,6 +296,10 @@ func (p *pipeline) run(ctx context.Context) error {
 		return err
 	}
 	p.health.started.Store(true)
+	// Start-up is over: what every package's initialisation touched of the executable
+	// goes before the first interval's naming adds its own peak. Again after the first
+	// interval, for what building the first tables and naming used once.
+	p.releaseOwnCode()
 	if p.started != nil {
 		p.started()
 	}
@@ -359,16 +363,18 @@ func (p *pipeline) loop(sampled <-chan error) error {
 		case <-timer.C:
 			p.deliver(p.agg.Flush(time.Now()))
 			if first {
-				// Start-up is over: what it touched of the executable and no longer
-				// needs goes.
-				if _, err := releaseOwnCode(); err != nil {
-					p.log.Debug("cannot release own code pages", "err", err)
-				}
+				p.releaseOwnCode()
 			}
 			timer.Reset(jittered(p.cfg.interval))
 		case err := <-sampled:
 			return err
 		}
+	}
+}
+
+func (p *pipeline) releaseOwnCode() {
+	if _, err := releaseOwnCode(); err != nil {
+		p.log.Debug("cannot release own code pages", "err", err)
 	}
 }
 
