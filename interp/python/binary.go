@@ -62,7 +62,7 @@ func Inspect(f *elf.File) (in *Interpreter, err error) {
 		return nil, fmt.Errorf("read dynamic symbols: %w", err)
 	}
 	want := map[string]*elf.Symbol{"_PyRuntime": nil, "_PyEval_EvalFrameDefault": nil, "PyCode_Type": nil,
-		"PyUnicode_Type": nil, "PyBytes_Type": nil, "Py_Version": nil}
+		"PyUnicode_Type": nil, "PyBytes_Type": nil, "Py_Version": nil, "_Py_RefTotal": nil}
 	if syms != nil {
 		syms.Each(func(i int, name []byte) bool {
 			if _, ok := want[string(name)]; ok {
@@ -108,10 +108,17 @@ func Inspect(f *elf.File) (in *Interpreter, err error) {
 	if in.Version.Minor < MinMinor || in.Version.Minor > MaxMinor || in.Version.Major != 3 {
 		return nil, fmt.Errorf("python %s: %w", in.Version, ErrUnsupported)
 	}
-	if d, derr := f.DWARF(); derr == nil {
-		if l, lerr := dwarfLayout(d, in.Version); lerr == nil {
-			in.Layout = l
-			return in, nil
+	// A release build has its version's layout (TestInspect checks DWARF against the
+	// table for every interpreter installed). A debug build (Py_REF_DEBUG, which
+	// exports _Py_RefTotal) may add fields, and is read from its DWARF: debug/dwarf
+	// parses all of it, tens of MB for a libpython with debug information, which a
+	// release build is spared.
+	if want["_Py_RefTotal"] != nil {
+		if d, derr := f.DWARF(); derr == nil {
+			if l, lerr := dwarfLayout(d, in.Version); lerr == nil {
+				in.Layout = l
+				return in, nil
+			}
 		}
 	}
 	in.Layout, err = tableLayout(in.Version)

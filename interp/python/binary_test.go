@@ -38,6 +38,17 @@ func TestInspect(t *testing.T) {
 			if got != table {
 				t.Errorf("layout from %s:\n %+v\ntable:\n %+v", in.Layout.Source, got, table)
 			}
+			// A release build is read from the table; its DWARF, where it has some, agrees.
+			if d, err := f.DWARF(); err == nil && in.Version.Minor < 13 {
+				l, err := dwarfLayout(d, in.Version)
+				if err != nil {
+					t.Fatalf("layout from dwarf: %v", err)
+				}
+				l.Source = table.Source
+				if l != table {
+					t.Errorf("layout from dwarf:\n %+v\ntable:\n %+v", l, table)
+				}
+			}
 		})
 	}
 }
