@@ -3,8 +3,8 @@ package objfile
 import (
 	"bytes"
 	"cmp"
-	"encoding/binary"
 	"debug/elf"
+	"encoding/binary"
 	"fmt"
 	"io"
 
