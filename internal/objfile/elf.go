@@ -280,3 +280,29 @@ func (t *Symbols) Elf(i int) elf.Symbol {
 
 // Name returns entry i's name, copied; "" when it lies outside the string table.
 func (t *Symbols) Name(i int) string { return string(t.name(i)) }
+
+// Loads are a file's PT_LOAD segments, which say where in memory a mapping of the file
+// puts each of its bytes.
+type Loads []elf.ProgHeader
+
+// LoadsOf returns f's PT_LOAD segments.
+func LoadsOf(f *elf.File) Loads {
+	var l Loads
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD {
+			l = append(l, p.ProgHeader)
+		}
+	}
+	return l
+}
+
+// Bias returns the load bias of the file mapped at start from file offset offset: what
+// is added to an ELF virtual address to find it in the process.
+func (l Loads) Bias(start, offset uint64) (uint64, bool) {
+	for _, p := range l {
+		if p.Off <= offset && offset < p.Off+p.Filesz {
+			return start - (p.Vaddr + offset - p.Off), true
+		}
+	}
+	return 0, false
+}

@@ -57,18 +57,11 @@ func (s *Symbols) symbolNames() map[string]*uint64 {
 // LibJVM is what a libjvm.so file tells of itself, before any process is read.
 type LibJVM struct {
 	Symbols Symbols
-	loads   []elf.ProgHeader
+	loads   objfile.Loads
 }
 
 // Bias returns the load bias of the file mapped at start from file offset offset.
-func (l *LibJVM) Bias(start, offset uint64) (uint64, bool) {
-	for _, p := range l.loads {
-		if p.Off <= offset && offset < p.Off+p.Filesz {
-			return start - (p.Vaddr + offset - p.Off), true
-		}
-	}
-	return 0, false
-}
+func (l *LibJVM) Bias(start, offset uint64) (uint64, bool) { return l.loads.Bias(start, offset) }
 
 // IsLibJVM tells by its path whether a mapped file may be HotSpot: only libjvm.so is
 // opened, so that a process costs no look into its other files.
@@ -117,11 +110,7 @@ func Inspect(f *elf.File) (l *LibJVM, err error) {
 		}
 		return nil, fmt.Errorf("libjvm without %s: %w", strings.Join(missing, ", "), ErrNotHotSpot)
 	}
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_LOAD {
-			l.loads = append(l.loads, p.ProgHeader)
-		}
-	}
+	l.loads = objfile.LoadsOf(f)
 	if len(l.loads) == 0 {
 		return nil, fmt.Errorf("libjvm without loadable segments: %w", ErrNotHotSpot)
 	}

@@ -60,18 +60,11 @@ type V8 struct {
 	// lacks what naming reads, or its layout is not one sonde reads): they are named
 	// [v8], and counted. Nil: named.
 	Unnamed error
-	loads   []elf.ProgHeader
+	loads   objfile.Loads
 }
 
 // Bias returns the load bias of the file mapped at start from file offset offset.
-func (v *V8) Bias(start, offset uint64) (uint64, bool) {
-	for _, p := range v.loads {
-		if p.Off <= offset && offset < p.Off+p.Filesz {
-			return start - (p.Vaddr + offset - p.Off), true
-		}
-	}
-	return 0, false
-}
+func (v *V8) Bias(start, offset uint64) (uint64, bool) { return v.loads.Bias(start, offset) }
 
 // fileOffset returns the file offset of an ELF virtual address.
 func (v *V8) fileOffset(vaddr uint64) (uint64, bool) {
@@ -157,11 +150,7 @@ func Inspect(f *elf.File) (v *V8, err error) {
 			return nil, fmt.Errorf("v8 frame slot at fp%+d: past what the kernel reads", off)
 		}
 	}
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_LOAD {
-			v.loads = append(v.loads, p.ProgHeader)
-		}
-	}
+	v.loads = objfile.LoadsOf(f)
 	// What functions are named with: without it, V8's frames are walked and named [v8].
 	m.BytecodeHeader = get("class_BytecodeArray__data__uintptr_t")
 	m.FixedArrayLength = get("class_FixedArrayBase__length__SMI")

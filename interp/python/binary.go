@@ -25,19 +25,12 @@ type Interpreter struct {
 	// the ob_type of a code object and of a string must hold.
 	CodeType, UnicodeType, BytesType uint64
 	// loads are the file's loadable segments, which place its mappings.
-	loads []elf.ProgHeader
+	loads objfile.Loads
 }
 
 // Bias returns the load bias (runtime address - ELF address) of the interpreter mapped at
 // start from file offset offset.
-func (in *Interpreter) Bias(start, offset uint64) (uint64, bool) {
-	for _, p := range in.loads {
-		if p.Off <= offset && offset < p.Off+p.Filesz {
-			return start - (p.Vaddr + offset - p.Off), true
-		}
-	}
-	return 0, false
-}
+func (in *Interpreter) Bias(start, offset uint64) (uint64, bool) { return in.loads.Bias(start, offset) }
 
 // ErrNotPython: the file is not a CPython interpreter.
 var ErrNotPython = errors.New("not a CPython interpreter")
@@ -89,11 +82,7 @@ func Inspect(f *elf.File) (in *Interpreter, err error) {
 		UnicodeType: want["PyUnicode_Type"].Value,
 		BytesType:   want["PyBytes_Type"].Value,
 	}
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_LOAD {
-			in.loads = append(in.loads, p.ProgHeader)
-		}
-	}
+	in.loads = objfile.LoadsOf(f)
 	if s, ok, _ := objfile.FindSymbol(f, elf.SHT_SYMTAB, "_PyEval_EvalFrameDefault.cold", true); ok && s.Value != 0 && s.Size > 0 {
 		in.EvalCold = [2]uint64{s.Value, s.Value + s.Size}
 	}
