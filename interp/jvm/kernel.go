@@ -24,12 +24,13 @@ type KernelState struct {
 	Heaps         []CodeHeap
 	HeapBlockSize uint16
 	// Code blobs: the blob's size and frame size (in words), where its code begins (a
-	// pointer or an offset from the blob), its kind where the build says it.
-	BlobSize, BlobFrameSize, BlobCodeBegin uint16
-	CodeBeginIsPointer                     bool
-	BlobKind                               uint16 // meaningful when HasBlobKind
-	HasBlobKind                            bool
-	KindNMethod                            uint8
+	// pointer or an offset from the blob), where its frame is set up (an offset from its
+	// code: a pc before it is in the prologue), its kind where the build says it.
+	BlobSize, BlobFrameSize, BlobCodeBegin, BlobFrameComplete uint16
+	CodeBeginIsPointer                                        bool
+	BlobKind                                                  uint16 // meaningful when HasBlobKind
+	HasBlobKind                                               bool
+	KindNMethod                                               uint8
 	// nmethods: the Method* and compile id that name it and tell one compilation at an
 	// address from a later one.
 	NMethodMethod, NMethodCompileID uint16
@@ -71,7 +72,7 @@ func (p *Process) KernelState() (*KernelState, error) {
 		v   uint64
 	}{{&s.MethodConstMethod, l.MethodConstMethod.Offset}, {&s.ConstMethodSize, l.ConstMethodSize},
 		{&s.HeapBlockSize, l.HeapBlockSize}, {&s.BlobSize, l.BlobSize.Offset}, {&s.BlobFrameSize, l.BlobFrameSize.Offset},
-		{&s.BlobCodeBegin, l.BlobCodeBegin.Offset}, {&s.BlobKind, l.BlobKind.Offset},
+		{&s.BlobCodeBegin, l.BlobCodeBegin.Offset}, {&s.BlobFrameComplete, l.BlobFrameComplete.Offset}, {&s.BlobKind, l.BlobKind.Offset},
 		{&s.NMethodMethod, l.NMethodMethod.Offset}, {&s.NMethodCompileID, l.NMethodCompileID.Offset}}
 	for _, o := range offs {
 		if o.v > math.MaxUint16 {
@@ -83,4 +84,22 @@ func (p *Process) KernelState() (*KernelState, error) {
 		return nil, fmt.Errorf("interpreter [%#x, %#x) outside the code cache [%#x, %#x)", istart, iend, low, high)
 	}
 	return s, nil
+}
+
+// HeapSpans returns each heap's span of the code cache, [Low, the next heap's Low or the
+// code cache's high bound), in the order of Heaps: a heap commits memory up to its span's
+// end as the JVM compiles, and its segment map with it, so a walker that finds a pc's heap
+// by span needs no update as heaps grow.
+func (s *KernelState) HeapSpans() [][2]uint64 {
+	spans := make([][2]uint64, len(s.Heaps))
+	for i, h := range s.Heaps {
+		end := s.CodeCache[1]
+		for _, o := range s.Heaps {
+			if o.Low > h.Low && o.Low < end {
+				end = o.Low
+			}
+		}
+		spans[i] = [2]uint64{h.Low, end}
+	}
+	return spans
 }
