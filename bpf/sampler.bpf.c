@@ -271,9 +271,36 @@ struct {
  * below is the only code that knows them all. */
 #include "python.h"
 #include "v8.h"
+#include "jvm.h"
 
 _Static_assert(PY_RUNTIME > 0 && PY_RUNTIME <= INTERP_RUNTIME_MAX, "runtime numbers fit their 4 bits");
 _Static_assert(V8_RUNTIME > 0 && V8_RUNTIME <= INTERP_RUNTIME_MAX && V8_RUNTIME != PY_RUNTIME, "runtime numbers fit their 4 bits");
+_Static_assert(JVM_RUNTIME > 0 && JVM_RUNTIME <= INTERP_RUNTIME_MAX && JVM_RUNTIME != PY_RUNTIME && JVM_RUNTIME != V8_RUNTIME,
+	       "runtime numbers fit their 4 bits");
+
+#if ARCH_TABLE_UNWIND
+/* walker_no_table (unwinder.h): a frame of code no table describes is a JIT's whose
+ * runtime walks its frames within the native walk (HotSpot's, which keeps no frame
+ * pointers), or is walked by frame pointer (V8's frames are rewritten after the walk,
+ * from the frame pointers it followed). One lookup per walk tells a process without. */
+static long walker_no_table(struct walk *w)
+{
+#if defined(__TARGET_ARCH_x86)
+	if (!w->no_jit) {
+		__u32 pid = w->pid;
+		struct jvm_proc *p = bpf_map_lookup_elem(&jvm_procs, &pid);
+		if (!p || (p->exec_id && p->exec_id != w->exec_id)) {
+			w->no_jit = 1;
+		} else if (jvm_in_code(p, w->st.pc)) {
+			if (w->st.n > 0)
+				w->st.n--; /* recorded again, as Java's */
+			return jvm_frames(&w->st, w->frames, p);
+		}
+	}
+#endif
+	return fp_step(&w->st);
+}
+#endif
 
 /* Which runtimes a process runs, and the code regions that are theirs: one lookup per
  * sample tells a process without any. */
@@ -291,6 +318,7 @@ static __always_inline void interp_forget(__u32 tgid)
 	bpf_map_delete_elem(&interp_procs, &tgid);
 	python_forget(tgid);
 	v8_forget(tgid);
+	jvm_forget(tgid);
 }
 
 #if ARCH_TABLE_UNWIND
@@ -372,7 +400,7 @@ static __always_inline int unwind_user(struct sample_event *e, struct task_struc
 	struct fp_segments *segs = bpf_map_lookup_elem(&fp_segments_map, &zero);
 	if (segs)
 		segs->count = 0;
-	__u32 n = walk_user((struct user_frames *)e->frames, proc, ARCH_PC(&regs), ARCH_SP(&regs), ARCH_FP(&regs), pt_regs, tls, &end, segs);
+	__u32 n = walk_user((struct user_frames *)e->frames, proc, tgid, e->exec_id, ARCH_PC(&regs), ARCH_SP(&regs), ARCH_FP(&regs), pt_regs, tls, &end, segs);
 	/* A walk that reached the outermost frame, by tables or by frame pointer, leaves no
 	 * runtime's frames over to put at the root. */
 	n = interp_frames(e, n, end == UNWIND_COMPLETE || end == UNWIND_COMPLETE_FP);

@@ -163,6 +163,85 @@ type samplerInterpRegion struct {
 	Pad     uint32
 }
 
+type samplerJvmEnd uint32
+
+const (
+	samplerJvmEndJVM_COMPLETE  samplerJvmEnd = 0
+	samplerJvmEndJVM_NO_HEAP   samplerJvmEnd = 1
+	samplerJvmEndJVM_NO_BLOB   samplerJvmEnd = 2
+	samplerJvmEndJVM_BAD_READ  samplerJvmEnd = 3
+	samplerJvmEndJVM_BAD_FRAME samplerJvmEnd = 4
+	samplerJvmEndJVM_TRUNCATED samplerJvmEnd = 5
+	samplerJvmEndJVM_END_MAX   samplerJvmEnd = 6
+)
+
+type samplerJvmFrameEncoding uint32
+
+const (
+	samplerJvmFrameEncodingJVM_RUNTIME          samplerJvmFrameEncoding = 4
+	samplerJvmFrameEncodingJVM_KIND_BIT         samplerJvmFrameEncoding = 57
+	samplerJvmFrameEncodingJVM_KIND_CODE        samplerJvmFrameEncoding = 0
+	samplerJvmFrameEncodingJVM_KIND_INTERPRETED samplerJvmFrameEncoding = 1
+	samplerJvmFrameEncodingJVM_RETURN_BIT       samplerJvmFrameEncoding = 47
+	samplerJvmFrameEncodingJVM_TAG_SHIFT        samplerJvmFrameEncoding = 48
+	samplerJvmFrameEncodingJVM_METHOD_SHIFT     samplerJvmFrameEncoding = 3
+	samplerJvmFrameEncodingJVM_BCI_BITS         samplerJvmFrameEncoding = 13
+	samplerJvmFrameEncodingJVM_BCI_UNKNOWN      samplerJvmFrameEncoding = 8191
+)
+
+type samplerJvmHeap struct {
+	_           structs.HostLayout
+	Low         uint64
+	End         uint64
+	Segmap      uint64
+	Log2Segment uint32
+	Pad         uint32
+}
+
+type samplerJvmLimits uint32
+
+const (
+	samplerJvmLimitsJVM_MAX_HEAPS       samplerJvmLimits = 4
+	samplerJvmLimitsJVM_SLOTS_BELOW     samplerJvmLimits = 80
+	samplerJvmLimitsJVM_SLOTS           samplerJvmLimits = 12
+	samplerJvmLimitsJVM_BLOB_READ       samplerJvmLimits = 512
+	samplerJvmLimitsJVM_SEGMAP_HOPS     samplerJvmLimits = 64
+	samplerJvmLimitsJVM_MAX_FRAME_WORDS samplerJvmLimits = 65536
+	samplerJvmLimitsJVM_MAX_SENDER_SP   samplerJvmLimits = 1048576
+)
+
+type samplerJvmProc struct {
+	_                  structs.HostLayout
+	ExecId             uint64
+	CodeLow            uint64
+	CodeHigh           uint64
+	InterpStart        uint64
+	InterpEnd          uint64
+	Heaps              [4]samplerJvmHeap
+	HeapCount          uint32
+	FpMethod           int16
+	FpBcp              int16
+	FpSenderSp         int16
+	MethodConstMethod  uint16
+	ConstMethodSize    uint16
+	HeapBlockSize      uint16
+	BlobSize           uint16
+	BlobFrameSize      uint16
+	BlobCodeBegin      uint16
+	BlobFrameComplete  uint16
+	NmethodCompileId   uint16
+	BlobRead           uint16
+	CodeBeginIsPointer uint8
+	FrameComplete16    uint8
+	Pad                [2]uint8
+}
+
+type samplerJvmScratch struct {
+	_     structs.HostLayout
+	Slots [12]uint64
+	Blob  [512]uint8
+}
+
 type samplerOffcpuEndEvent struct {
 	_        structs.HostLayout
 	Kind     uint32
@@ -503,6 +582,9 @@ const (
 	samplerMapFpSegmentsMap             = "fp_segments_map"
 	samplerMapGoRuntimes                = "go_runtimes"
 	samplerMapInterpProcs               = "interp_procs"
+	samplerMapJvmCounters               = "jvm_counters"
+	samplerMapJvmProcs                  = "jvm_procs"
+	samplerMapJvmScratchMap             = "jvm_scratch_map"
 	samplerMapOffcpuRates               = "offcpu_rates"
 	samplerMapOffcpuStarts              = "offcpu_starts"
 	samplerMapProcMaps                  = "proc_maps"
@@ -547,6 +629,10 @@ const (
 	samplerVarUnusedGoRuntime           = "unused_go_runtime"
 	samplerVarUnusedInterpFrameEncoding = "unused_interp_frame_encoding"
 	samplerVarUnusedInterpProc          = "unused_interp_proc"
+	samplerVarUnusedJvmEnd              = "unused_jvm_end"
+	samplerVarUnusedJvmFrameEncoding    = "unused_jvm_frame_encoding"
+	samplerVarUnusedJvmLimits           = "unused_jvm_limits"
+	samplerVarUnusedJvmProc             = "unused_jvm_proc"
 	samplerVarUnusedOffcpuEndEvent      = "unused_offcpu_end_event"
 	samplerVarUnusedOffcpuStart         = "unused_offcpu_start"
 	samplerVarUnusedProcInfo            = "unused_proc_info"
@@ -630,6 +716,9 @@ type samplerMapSpecs struct {
 	FpSegmentsMap    *ebpf.MapSpec `ebpf:"fp_segments_map"`
 	GoRuntimes       *ebpf.MapSpec `ebpf:"go_runtimes"`
 	InterpProcs      *ebpf.MapSpec `ebpf:"interp_procs"`
+	JvmCounters      *ebpf.MapSpec `ebpf:"jvm_counters"`
+	JvmProcs         *ebpf.MapSpec `ebpf:"jvm_procs"`
+	JvmScratchMap    *ebpf.MapSpec `ebpf:"jvm_scratch_map"`
 	OffcpuRates      *ebpf.MapSpec `ebpf:"offcpu_rates"`
 	OffcpuStarts     *ebpf.MapSpec `ebpf:"offcpu_starts"`
 	ProcMaps         *ebpf.MapSpec `ebpf:"proc_maps"`
@@ -675,6 +764,10 @@ type samplerVariableSpecs struct {
 	UnusedGoRuntime           *ebpf.VariableSpec `ebpf:"unused_go_runtime"`
 	UnusedInterpFrameEncoding *ebpf.VariableSpec `ebpf:"unused_interp_frame_encoding"`
 	UnusedInterpProc          *ebpf.VariableSpec `ebpf:"unused_interp_proc"`
+	UnusedJvmEnd              *ebpf.VariableSpec `ebpf:"unused_jvm_end"`
+	UnusedJvmFrameEncoding    *ebpf.VariableSpec `ebpf:"unused_jvm_frame_encoding"`
+	UnusedJvmLimits           *ebpf.VariableSpec `ebpf:"unused_jvm_limits"`
+	UnusedJvmProc             *ebpf.VariableSpec `ebpf:"unused_jvm_proc"`
 	UnusedOffcpuEndEvent      *ebpf.VariableSpec `ebpf:"unused_offcpu_end_event"`
 	UnusedOffcpuStart         *ebpf.VariableSpec `ebpf:"unused_offcpu_start"`
 	UnusedProcInfo            *ebpf.VariableSpec `ebpf:"unused_proc_info"`
@@ -725,6 +818,9 @@ type samplerMaps struct {
 	FpSegmentsMap    *ebpf.Map `ebpf:"fp_segments_map"`
 	GoRuntimes       *ebpf.Map `ebpf:"go_runtimes"`
 	InterpProcs      *ebpf.Map `ebpf:"interp_procs"`
+	JvmCounters      *ebpf.Map `ebpf:"jvm_counters"`
+	JvmProcs         *ebpf.Map `ebpf:"jvm_procs"`
+	JvmScratchMap    *ebpf.Map `ebpf:"jvm_scratch_map"`
 	OffcpuRates      *ebpf.Map `ebpf:"offcpu_rates"`
 	OffcpuStarts     *ebpf.Map `ebpf:"offcpu_starts"`
 	ProcMaps         *ebpf.Map `ebpf:"proc_maps"`
@@ -754,6 +850,9 @@ func (m *samplerMaps) Close() error {
 		m.FpSegmentsMap,
 		m.GoRuntimes,
 		m.InterpProcs,
+		m.JvmCounters,
+		m.JvmProcs,
+		m.JvmScratchMap,
 		m.OffcpuRates,
 		m.OffcpuStarts,
 		m.ProcMaps,
@@ -800,6 +899,10 @@ type samplerVariables struct {
 	UnusedGoRuntime           *ebpf.Variable `ebpf:"unused_go_runtime"`
 	UnusedInterpFrameEncoding *ebpf.Variable `ebpf:"unused_interp_frame_encoding"`
 	UnusedInterpProc          *ebpf.Variable `ebpf:"unused_interp_proc"`
+	UnusedJvmEnd              *ebpf.Variable `ebpf:"unused_jvm_end"`
+	UnusedJvmFrameEncoding    *ebpf.Variable `ebpf:"unused_jvm_frame_encoding"`
+	UnusedJvmLimits           *ebpf.Variable `ebpf:"unused_jvm_limits"`
+	UnusedJvmProc             *ebpf.Variable `ebpf:"unused_jvm_proc"`
 	UnusedOffcpuEndEvent      *ebpf.Variable `ebpf:"unused_offcpu_end_event"`
 	UnusedOffcpuStart         *ebpf.Variable `ebpf:"unused_offcpu_start"`
 	UnusedProcInfo            *ebpf.Variable `ebpf:"unused_proc_info"`

@@ -261,8 +261,11 @@ static __always_inline long fp_step(struct unwind_state *st)
 	return advance(st, st->fp + 16, ra, fp, 1);
 }
 
+/* walker_step's verdict for a frame without a table: recorded, not yet moved from. */
+#define WALK_NO_TABLE 2
+
 /* walker_step records the current frame and moves to its caller; it returns 1 when the
- * walk ends. It is a global function so that the verifier checks it once, on its own, for
+ * walk ends, or WALK_NO_TABLE for a frame of code no table describes. It is a global function so that the verifier checks it once, on its own, for
  * any state the walk may be in: inlined into the loop's callback, each of the walk's
  * branches multiplies the states the verifier follows, and a small change to the walker
  * (even to the values of its end codes) takes that from thousands to a million. */
@@ -293,8 +296,10 @@ __attribute__((noinline)) long walker_step(struct unwind_state *st, struct user_
 			table_id = m->table_id;
 		}
 	}
+	/* Code without a table: a runtime's JIT may know its frames (walker_no_table); a
+	 * process the kernel knows nothing of is walked by frame pointer throughout. */
 	if (!row)
-		return fp_step(st);
+		return proc ? WALK_NO_TABLE : fp_step(st);
 	__u32 rule = row->cfa_rule;
 	if (rule == CFA_GO && !st->pc_exact)
 		return go_step(st, row->cfa_reg, table_id);
@@ -386,25 +391,40 @@ __attribute__((noinline)) long walker_step(struct unwind_state *st, struct user_
 struct walk {
 	struct user_frames *frames;
 	struct proc_info *proc; /* looked up once per sample; NULL: walk by frame pointer */
+	__u64 exec_id;          /* whose stack it is, for walker_no_table */
+	__u32 pid;
+	__u8 no_jit;            /* walker_no_table found no JIT of the process's to ask */
+	__u8 pad[3];
 	struct unwind_state st;
 };
+
+/* walker_no_table moves from a frame of code without a table, which walker_step recorded:
+ * the includer defines it, to hand a JIT's code to its runtime's walker and the rest to
+ * fp_step. It returns what walker_step would. */
+static long walker_no_table(struct walk *w);
 
 static long unwind_step(__u32 i, void *ctx)
 {
 	struct walk *w = ctx;
-	return walker_step(&w->st, w->frames, w->proc) ? 1 : 0;
+	long r = walker_step(&w->st, w->frames, w->proc);
+	if (r == WALK_NO_TABLE)
+		r = walker_no_table(w);
+	return r ? 1 : 0;
 }
 
-/* walk_user walks a user stack from its leaf registers into frames and returns how many it
- * wrote; *end says how the walk ended. regs is the address of the task's pt_regs, for the
- * leaf's other registers; tls its thread pointer. segs, when not NULL, gets where the walk
- * followed frame pointers. */
-static __always_inline __u32 walk_user(struct user_frames *frames, struct proc_info *proc, __u64 pc, __u64 sp, __u64 fp,
-				       __u64 regs, __u64 tls, __u32 *end, struct fp_segments *segs)
+/* walk_user walks a user stack of process pid (as of its exec exec_id) from its leaf
+ * registers into frames and returns how many it wrote; *end says how the walk ended. regs
+ * is the address of the task's pt_regs, for the leaf's other registers; tls its thread
+ * pointer. segs, when not NULL, gets where the walk followed frame pointers. */
+static __always_inline __u32 walk_user(struct user_frames *frames, struct proc_info *proc, __u32 pid, __u64 exec_id,
+				       __u64 pc, __u64 sp, __u64 fp, __u64 regs, __u64 tls, __u32 *end,
+				       struct fp_segments *segs)
 {
 	struct walk w = {
 		.frames = frames,
 		.proc = proc,
+		.exec_id = exec_id,
+		.pid = pid,
 		.st =
 			{
 				.pc = pc,

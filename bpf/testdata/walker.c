@@ -106,6 +106,13 @@ static long walker_loop(__u32 n, long (*fn)(__u32, void *), void *ctx)
 
 #include "unwinder.h"
 
+/* No runtime's JIT here: code without a table is walked by frame pointer, as the kernel
+ * walks it in a process without one. */
+static long walker_no_table(struct walk *w)
+{
+	return fp_step(&w->st);
+}
+
 static struct proc_info proc;
 static struct user_frames frames;
 static struct arch_regs ptregs;
@@ -259,7 +266,7 @@ int main(void)
 		} else if (!strncmp(line, "run", 3)) {
 			__u32 end = UNWIND_END_MAX;
 			memset(&frames, 0, sizeof(frames));
-			__u32 n = walk_user(&frames, noproc ? NULL : &proc, pc, sp, fp, (__u64)(uintptr_t)&ptregs, tls, &end, NULL);
+			__u32 n = walk_user(&frames, noproc ? NULL : &proc, 0, 0, pc, sp, fp, (__u64)(uintptr_t)&ptregs, tls, &end, NULL);
 			printf("end %u frames", end);
 			for (__u32 i = 0; i < n && i < MAX_USER_DEPTH; i++)
 				printf(" %#llx", (unsigned long long)frames.pc[i]);

@@ -3,6 +3,7 @@ package jvm
 import (
 	"fmt"
 	"math"
+	"slices"
 )
 
 // KernelState is what a kernel walker of a process's JVM frames needs, read from the
@@ -27,6 +28,9 @@ type KernelState struct {
 	// pointer or an offset from the blob), where its frame is set up (an offset from its
 	// code: a pc before it is in the prologue), its kind where the build says it.
 	BlobSize, BlobFrameSize, BlobCodeBegin, BlobFrameComplete uint16
+	// FrameComplete16 says _frame_complete_offset is 16 bits wide (JDK 25), not 32; the
+	// other fields a walker reads are 32 bits wide, or a pointer where CodeBeginIsPointer.
+	FrameComplete16 bool
 	CodeBeginIsPointer                                        bool
 	BlobKind                                                  uint16 // meaningful when HasBlobKind
 	HasBlobKind                                               bool
@@ -80,6 +84,22 @@ func (p *Process) KernelState() (*KernelState, error) {
 		}
 		*o.dst = uint16(o.v)
 	}
+	widths := []struct {
+		name string
+		m    Member
+		want []uint8
+	}{{"CodeBlob::_size", l.BlobSize, []uint8{4}}, {"CodeBlob::_frame_size", l.BlobFrameSize, []uint8{4}},
+		{"CodeBlob::_frame_complete_offset", l.BlobFrameComplete, []uint8{2, 4}},
+		{"nmethod::_compile_id", l.NMethodCompileID, []uint8{4}}, {"CodeBlob's code begin", l.BlobCodeBegin, []uint8{4}}}
+	if l.CodeBeginIsPointer {
+		widths[len(widths)-1].want = []uint8{8}
+	}
+	for _, w := range widths {
+		if !slices.Contains(w.want, w.m.Size) {
+			return nil, fmt.Errorf("%s is %d bytes wide: a walker reads %v", w.name, w.m.Size, w.want)
+		}
+	}
+	s.FrameComplete16 = l.BlobFrameComplete.Size == 2
 	if low > istart || iend > high {
 		return nil, fmt.Errorf("interpreter [%#x, %#x) outside the code cache [%#x, %#x)", istart, iend, low, high)
 	}
