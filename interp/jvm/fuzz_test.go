@@ -117,17 +117,22 @@ func FuzzNamer(f *testing.F) {
 // whose memory the fuzzer overwrites in part: every frame is named, by a method or as
 // [jit], in valid UTF-8 and at most as deep as inlining goes, and never panics.
 func FuzzRuntime(f *testing.F) {
+	// Seeds of JDK 25's fake: JDK 17's places its blobs a little apart.
 	fj := newFakeJVM(25)
 	for _, fr := range []uint64{EncodeCodeFrame(fj.callPC, true, 42), EncodeCodeFrame(fj.ownPC, false, 42),
 		EncodeInterpretedFrame(fj.outer, 6), EncodeInterpretedFrame(fj.leaf, BCIUnknown)} {
-		f.Add(fr, uint32(0), []byte{})
+		f.Add(fr, uint32(0), []byte{}, true)
 	}
-	f.Add(EncodeCodeFrame(fj.callPC, true, 42), uint32(1000), []byte{0xFF, 0xFF, 0xFF, 0xFF})
-	f.Fuzz(func(t *testing.T, frame uint64, at uint32, patch []byte) {
+	f.Add(EncodeCodeFrame(fj.callPC, true, 42), uint32(1000), []byte{0xFF, 0xFF, 0xFF, 0xFF}, false)
+	f.Fuzz(func(t *testing.T, frame uint64, at uint32, patch []byte, jdk25 bool) {
 		if len(patch) > 4096 {
 			return
 		}
-		fj := newFakeJVM(25)
+		jdk := 17
+		if jdk25 {
+			jdk = 25
+		}
+		fj := newFakeJVM(jdk)
 		p := fj.process(t)
 		at %= uint32(len(fj.mem))
 		copy(fj.mem[at:], patch)
