@@ -26,12 +26,19 @@ func (p *Process) CodeHeaps() ([]CodeHeap, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read CodeCache::_heaps: %w", err)
 	}
+	if arr == 0 {
+		return nil, fmt.Errorf("no code heaps' array: %w", ErrNotReady)
+	}
 	ga, err := p.record(arr, l.GrowableArrayLen, l.GrowableArrayData)
 	if err != nil {
 		return nil, fmt.Errorf("read the code heaps' array: %w", err)
 	}
 	n := ga.i(l.GrowableArrayLen)
-	if n <= 0 || n > maxCodeHeaps {
+	if n == 0 {
+		// The array is made when libjvm is loaded, its heaps added as the VM starts.
+		return nil, fmt.Errorf("no code heaps: %w", ErrNotReady)
+	}
+	if n < 0 || n > maxCodeHeaps {
 		return nil, fmt.Errorf("%d code heaps: implausible", n)
 	}
 	ptrs, err := p.read(ga.u(l.GrowableArrayData), uint64(n)*8)
@@ -75,6 +82,9 @@ func (p *Process) Bounds() (low, high uint64, err error) {
 	if high, err = readU64(p.m, p.Layout.CodeCacheHighBound); err != nil {
 		return 0, 0, err
 	}
+	if low == 0 && high == 0 {
+		return 0, 0, fmt.Errorf("no code cache: %w", ErrNotReady)
+	}
 	if high <= low {
 		return 0, 0, fmt.Errorf("code cache [%#x, %#x): empty", low, high)
 	}
@@ -89,6 +99,9 @@ func (p *Process) Interpreter() (start, end uint64, err error) {
 	q, err := readU64(p.m, l.InterpreterCode)
 	if err != nil {
 		return 0, 0, fmt.Errorf("read AbstractInterpreter::_code: %w", err)
+	}
+	if q == 0 {
+		return 0, 0, fmt.Errorf("no interpreter: %w", ErrNotReady)
 	}
 	r, err := p.record(q, l.StubQueueBuffer, l.StubQueueLimit)
 	if err != nil {

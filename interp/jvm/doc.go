@@ -4,6 +4,22 @@
 // side of sonde's Java support; the kernel walker that collects JVM frames is not part of
 // it.
 //
+// Runtime is what the agent drives, as it drives every language runtime. Its Tracker
+// looks at each process's mappings: a process that maps no libjvm.so costs a look at
+// their paths; one that does has its tables read once per exec, and its KernelState (for
+// that exec) written through Kernel when it changes. A JVM found before it set up its
+// code cache (ErrNotReady) is read again at its next mappings, a bounded number of times;
+// a process gone, or exec'd, is deleted from the kernel and its Namer's cache dropped.
+// The kernel writes each Java frame as runtime Number's 58 bits: a pc of the code cache
+// with whether it is a return address and the low byte of its nmethod's compile id, or
+// a Method* and bci (EncodeCodeFrame, EncodeInterpretedFrame, DecodeFrame). The Runtime
+// reads what a frame's code names as soon as a stack shows it (SeenCode, Run), while the
+// process lives, and names locations from that (Name): a return address by the PcDesc
+// at exactly its offset, any other pc by the next one (CompiledAt); a pc whose nmethod
+// has another compile id than the frame's is another compilation's code, named [jit]
+// and its blob's name. Config.MaxBytes bounds all it keeps, the processes' Namers
+// included.
+//
 // A process runs HotSpot when it maps libjvm.so exporting the serviceability globals
 // that out-of-process tools (the Serviceability Agent) read: gHotSpotVMStructs,
 // gHotSpotVMTypes, gHotSpotVMIntConstants, gHotSpotVMLongConstants and the offsets and

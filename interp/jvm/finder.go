@@ -63,28 +63,46 @@ func (f *Finder) Find(pid uint32, mappings []*trace.Mapping) (*Process, error) {
 		if m.File == nil || !IsLibJVM(m.Path) {
 			continue
 		}
-		lib, err := f.inspect(m.File)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", m.Path, err)
+		if p, err := f.findIn(pid, m); p != nil || err != nil {
+			return p, err
 		}
-		bias, ok := lib.Bias(m.Start, m.Offset)
-		if !ok {
-			continue
-		}
-		p, err := NewProcess(ProcessMemory(pid), lib, bias)
-		f.mu.Lock()
-		if err != nil {
-			f.stats.AttachErrors++
-		} else {
-			f.stats.Attached++
-		}
-		f.mu.Unlock()
-		if err != nil {
-			return nil, fmt.Errorf("read HotSpot of %s in process %d: %w", m.Path, pid, err)
-		}
-		return p, nil
 	}
 	return nil, nil
+}
+
+// fileError is why HotSpot cannot be read in a file, whichever process maps it.
+type fileError struct {
+	path string
+	err  error
+}
+
+func (e *fileError) Error() string { return e.path + ": " + e.err.Error() }
+func (e *fileError) Unwrap() error { return e.err }
+
+// findIn reads the HotSpot of libjvm.so mapping m in process pid: nil and no error when
+// the mapping lies at no segment of the file. An error of the file itself is a
+// *fileError.
+func (f *Finder) findIn(pid uint32, m *trace.Mapping) (*Process, error) {
+	lib, err := f.inspect(m.File)
+	if err != nil {
+		return nil, &fileError{path: m.Path, err: err}
+	}
+	bias, ok := lib.Bias(m.Start, m.Offset)
+	if !ok {
+		return nil, nil
+	}
+	p, err := NewProcess(ProcessMemory(pid), lib, bias)
+	f.mu.Lock()
+	if err != nil {
+		f.stats.AttachErrors++
+	} else {
+		f.stats.Attached++
+	}
+	f.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("read HotSpot of %s in process %d: %w", m.Path, pid, err)
+	}
+	return p, nil
 }
 
 func (f *Finder) inspect(file *objfile.File) (*LibJVM, error) {

@@ -3,6 +3,9 @@ package jvm
 import (
 	"encoding/binary"
 	"testing"
+	"unicode/utf8"
+
+	"github.com/sonde-profiler/sonde/trace"
 )
 
 // FuzzStreams decodes line number tables and scope chains from arbitrary bytes: an
@@ -107,5 +110,47 @@ func FuzzNamer(f *testing.F) {
 		p.Blobs(func(*Blob) bool { return true })
 		p.Interpreter()
 		p.Bounds()
+	})
+}
+
+// FuzzRuntime names frames as the kernel writes them, any 58 bits, against a fake JVM
+// whose memory the fuzzer overwrites in part: every frame is named, by a method or as
+// [jit], in valid UTF-8 and at most as deep as inlining goes, and never panics.
+func FuzzRuntime(f *testing.F) {
+	// Seeds of JDK 25's fake: JDK 17's places its blobs a little apart.
+	fj := newFakeJVM(25)
+	for _, fr := range []uint64{EncodeCodeFrame(fj.callPC, true, 42), EncodeCodeFrame(fj.ownPC, false, 42),
+		EncodeInterpretedFrame(fj.outer, 6), EncodeInterpretedFrame(fj.leaf, BCIUnknown)} {
+		f.Add(fr, uint32(0), []byte{}, true)
+	}
+	f.Add(EncodeCodeFrame(fj.callPC, true, 42), uint32(1000), []byte{0xFF, 0xFF, 0xFF, 0xFF}, false)
+	f.Fuzz(func(t *testing.T, frame uint64, at uint32, patch []byte, jdk25 bool) {
+		if len(patch) > 4096 {
+			return
+		}
+		jdk := 17
+		if jdk25 {
+			jdk = 25
+		}
+		fj := newFakeJVM(jdk)
+		p := fj.process(t)
+		at %= uint32(len(fj.mem))
+		copy(fj.mem[at:], patch)
+		r := New(Config{Kernel: newFakeKernel(), MaxBytes: 1 << 16})
+		r.tracker.cfg.find = func(uint32, *trace.Mapping) (*Process, error) { return p, nil }
+		r.ProcessMappings(fakePID, 1, fakeLib(2))
+		payload := frame & (1<<trace.InterpPayloadBits - 1)
+		code, off := r.DecodeFrame(payload)
+		r.tracker.namer(fakePID, 1, true) // as SeenCode binds the exec's first image
+		loc := &trace.Location{Kind: trace.FrameInterp, Interp: &trace.InterpFrame{Runtime: Number, PID: fakePID, Image: 1, Code: code, Offset: off}}
+		lines, ok := r.Name(loc)
+		if !ok || len(lines) == 0 || len(lines) > maxInlineDepth {
+			t.Fatalf("frame %#x: %d lines, %v", frame, len(lines), ok)
+		}
+		for _, l := range lines {
+			if l.Function == "" || !utf8.ValidString(l.Function) || !utf8.ValidString(l.SystemName) || !utf8.ValidString(l.File) || l.Line < 0 {
+				t.Fatalf("frame %#x: line %+v", frame, l)
+			}
+		}
 	})
 }

@@ -136,6 +136,8 @@ func TestChain(t *testing.T) {
 			t.Run("NameInterpreted", func(t *testing.T) { testNameInterpreted(t, jdk, j, nm) })
 			t.Run("MissingField", func(t *testing.T) { testMissingField(t, jdk, j) })
 			t.Run("FindAndKernelState", func(t *testing.T) { testFindAndKernelState(t, jdk, j) })
+			t.Run("Tracker", func(t *testing.T) { testTracker(t, jdk, j) })
+			t.Run("Runtime", func(t *testing.T) { testRuntime(t, jdk, j, nm) })
 		})
 	}
 }

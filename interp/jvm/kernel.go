@@ -3,6 +3,7 @@ package jvm
 import (
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 )
 
@@ -11,6 +12,7 @@ import (
 // interpreted frame keeps its Method* and bcp, and how to get from a pc in the code
 // cache to its nmethod and the nmethod's Method* and compile id. Offsets are in bytes.
 type KernelState struct {
+	ExecID      uint64    // the exec of the process the state is for
 	CodeCache   [2]uint64 // the code cache's reserved [low, high): every pc of the JVM's code
 	Interpreter [2]uint64 // the template interpreter's code
 	// Interpreter frame slots from the frame pointer (x86_64: negative).
@@ -123,3 +125,6 @@ func (s *KernelState) HeapSpans() [][2]uint64 {
 	}
 	return spans
 }
+
+// equal says whether two states tell the kernel the same.
+func (s *KernelState) equal(o *KernelState) bool { return reflect.DeepEqual(s, o) }

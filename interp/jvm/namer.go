@@ -47,6 +47,49 @@ type NamerConfig struct {
 	// MaxBytes bounds what the Namer caches (decoded debug info, methods' names and line
 	// tables); 0 means DefaultMaxBytes.
 	MaxBytes int
+	// shared, when set, bounds what this Namer and others (one per process) cache
+	// together: a Namer makes room in its own cache for what the bound refuses.
+	shared *budget
+}
+
+// budget is a bound of bytes that several caches share.
+type budget struct {
+	mu        sync.Mutex
+	max, used int
+}
+
+func newBudget(max int) *budget { return &budget{max: max} }
+
+// take reserves n bytes, and says whether they fit; a nil budget has room for all.
+func (b *budget) take(n int) bool {
+	if b == nil {
+		return true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used+n > b.max {
+		return false
+	}
+	b.used += n
+	return true
+}
+
+func (b *budget) give(n int) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	b.used -= n
+	b.mu.Unlock()
+}
+
+func (b *budget) inUse() int {
+	if b == nil {
+		return 0
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used
 }
 
 // DefaultMaxBytes is how much a Namer caches per process unless told otherwise.
@@ -58,15 +101,35 @@ type NamerStats struct {
 	Interpreted uint64 // interpreted frames named
 	Stubs       uint64 // pcs in code the JVM generated itself, named by their blob
 	Unnamed     uint64 // pcs and frames that could not be named: [jit] <blob name>
-	Stale       uint64 // cached nmethods and methods found replaced at their address
-	Evicted     uint64 // cache entries dropped for room
-	Entries     int
-	Bytes       int
+	// Recompiled counts pcs whose nmethod was not the compilation the kernel walker saw
+	// (another compile id): [jit] <blob name>, as the scopes there are another's.
+	Recompiled uint64
+	// Outermost counts return addresses without a PcDesc of their own (a call into
+	// code that records no debug info): named by their nmethod's method, no line.
+	Outermost uint64
+	Stale     uint64 // cached nmethods and methods found replaced at their address
+	Evicted   uint64 // cache entries dropped for room
+	Entries   int
+	Bytes     int
+}
+
+func (s *NamerStats) add(o NamerStats) {
+	s.Compiled += o.Compiled
+	s.Interpreted += o.Interpreted
+	s.Stubs += o.Stubs
+	s.Unnamed += o.Unnamed
+	s.Recompiled += o.Recompiled
+	s.Outermost += o.Outermost
+	s.Stale += o.Stale
+	s.Evicted += o.Evicted
+	s.Entries += o.Entries
+	s.Bytes += o.Bytes
 }
 
 func (s NamerStats) LogValue() slog.Value {
 	return slog.GroupValue(slog.Uint64("compiled", s.Compiled), slog.Uint64("interpreted", s.Interpreted),
-		slog.Uint64("stubs", s.Stubs), slog.Uint64("unnamed", s.Unnamed), slog.Uint64("stale", s.Stale),
+		slog.Uint64("stubs", s.Stubs), slog.Uint64("unnamed", s.Unnamed), slog.Uint64("recompiled", s.Recompiled),
+		slog.Uint64("outermost", s.Outermost), slog.Uint64("stale", s.Stale),
 		slog.Uint64("evicted", s.Evicted), slog.Int("entries", s.Entries), slog.Int("bytes", s.Bytes))
 }
 
@@ -76,14 +139,16 @@ func (s NamerStats) LogValue() slog.Value {
 // method's ConstMethod), so that code or a method freed and replaced at the same
 // address is never named by what was there before.
 type Namer struct {
-	p   *Process
-	max int
+	p      *Process
+	max    int
+	shared *budget
 
 	mu       sync.Mutex
 	nmethods map[uint64]*nmEntry // by the nmethod's address
 	methods  map[uint64]*mEntry  // by Method*
 	bytes    int
 	stats    NamerStats
+	closed   bool // released: caches nothing more
 }
 
 type nmEntry struct {
@@ -107,7 +172,21 @@ func NewNamer(p *Process, cfg NamerConfig) *Namer {
 	if cfg.MaxBytes <= 0 {
 		cfg.MaxBytes = DefaultMaxBytes
 	}
-	return &Namer{p: p, max: cfg.MaxBytes, nmethods: map[uint64]*nmEntry{}, methods: map[uint64]*mEntry{}}
+	return &Namer{p: p, max: cfg.MaxBytes, shared: cfg.shared, nmethods: map[uint64]*nmEntry{}, methods: map[uint64]*mEntry{}}
+}
+
+// release empties the cache, giving its bytes back to the shared bound, and keeps it
+// empty: the process is gone, though a read under way may still end.
+func (n *Namer) release() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.closed = true
+	for a := range n.nmethods {
+		n.dropNMethod(a)
+	}
+	for a := range n.methods {
+		n.dropMethod(a)
+	}
 }
 
 // Stats returns the counts so far.
@@ -128,9 +207,24 @@ func (n *Namer) count(f func(*NamerStats)) {
 // Compiled names a pc in the code cache: for an nmethod, its inlining chain at the pc,
 // innermost first, each method its own frame; for other code, the code blob's name. The
 // frames are always usable: what cannot be named is one [jit] frame, and the error says
-// why. A caller's pc (a return address, or one less) has a PcDesc of its own; a leaf's pc
-// takes the next PcDesc's scopes, as HotSpot does for a pc between safepoints.
-func (n *Namer) Compiled(pc uint64) ([]Frame, error) {
+// why. The pc takes the first PcDesc at or after it, as HotSpot does for a pc between
+// safepoints; a return address has one of its own, found so too (CompiledAt tells one
+// from the other).
+func (n *Namer) Compiled(pc uint64) ([]Frame, error) { return n.CompiledAt(pc, false, -1) }
+
+// ErrRecompiled: the nmethod at a pc is not the compilation a kernel walker found there
+// (its compile id differs), so that its debug info may describe other code.
+var ErrRecompiled = errors.New("the nmethod at the pc was compiled after the frame was sampled")
+
+// CompiledAt names a pc as a kernel walker reports it. A return address (ret: a
+// caller's frame) names the PcDesc recorded at exactly its offset, HotSpot's own for the
+// call; without one (a call that records no debug info) the frame is the nmethod's
+// method alone, without a line. Any other pc (the leaf's, or one a signal interrupted)
+// takes the next PcDesc, as Compiled does. compileTag, unless negative, is the low byte
+// of the compile id the walker read at the pc's blob: an nmethod with another is a later
+// compilation at the same address, named by its blob ([jit] nmethod), never by its
+// methods, with ErrRecompiled. For other blobs compileTag says nothing.
+func (n *Namer) CompiledAt(pc uint64, ret bool, compileTag int) ([]Frame, error) {
 	b, err := n.p.BlobAt(pc)
 	if err != nil {
 		n.count(func(s *NamerStats) { s.Unnamed++ })
@@ -140,7 +234,12 @@ func (n *Namer) Compiled(pc uint64) ([]Frame, error) {
 		n.count(func(s *NamerStats) { s.Stubs++ })
 		return []Frame{unnamed(b.Name)}, nil
 	}
-	frames, err := n.nmethodFrames(b, pc)
+	if compileTag >= 0 && uint8(b.CompileID) != uint8(compileTag) {
+		n.count(func(s *NamerStats) { s.Recompiled++ })
+		return []Frame{unnamed(b.Name)}, fmt.Errorf("pc %#x in nmethod %d at %#x, sampled in compile %d (low byte): %w",
+			pc, b.CompileID, b.Addr, compileTag, ErrRecompiled)
+	}
+	frames, err := n.nmethodFrames(b, pc, ret)
 	if err != nil {
 		n.count(func(s *NamerStats) { s.Unnamed++ })
 		return []Frame{unnamed(b.Name)}, fmt.Errorf("pc %#x in nmethod %d at %#x: %w", pc, b.CompileID, b.Addr, err)
@@ -149,7 +248,7 @@ func (n *Namer) Compiled(pc uint64) ([]Frame, error) {
 	return frames, nil
 }
 
-func (n *Namer) nmethodFrames(b *Blob, pc uint64) ([]Frame, error) {
+func (n *Namer) nmethodFrames(b *Blob, pc uint64, ret bool) ([]Frame, error) {
 	d, err := n.debugInfo(b)
 	if err != nil {
 		return nil, err
@@ -157,7 +256,25 @@ func (n *Namer) nmethodFrames(b *Blob, pc uint64) ([]Frame, error) {
 	if pc < b.CodeBegin || pc-b.CodeBegin > 1<<31 {
 		return nil, errors.New("pc before the nmethod's code")
 	}
-	scopes, methods, err := n.p.ScopesAt(d, int32(pc-b.CodeBegin))
+	off := int32(pc - b.CodeBegin)
+	var scopes []Scope
+	var methods []uint64
+	if ret {
+		pd, ok := d.PcDescExact(off)
+		if !ok {
+			// The next PcDesc may be another inlined method's: only the nmethod's own
+			// method is sure.
+			mi, err := n.method(b.Method)
+			if err != nil {
+				return nil, err
+			}
+			n.count(func(s *NamerStats) { s.Outermost++ })
+			return []Frame{frameOf(mi, -1)}, nil
+		}
+		scopes, methods, err = n.p.scopesOf(d, pd)
+	} else {
+		scopes, methods, err = n.p.ScopesAt(d, off)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -234,7 +351,7 @@ func (n *Namer) method(addr uint64) (*MethodInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	size := entryOverhead + len(mi.Class) + len(mi.Name) + len(mi.Signature) + len(mi.File) + len(mi.Lines)*8 + len(mi.identity)
+	size := methodSize(mi)
 	n.mu.Lock()
 	if n.makeRoom(size) {
 		n.dropMethod(addr)
@@ -245,13 +362,27 @@ func (n *Namer) method(addr uint64) (*MethodInfo, error) {
 	return mi, nil
 }
 
-// makeRoom drops entries until size more bytes fit, and says whether they do. Which
-// entries go is left to the map's order: any one is as likely to be wanted again.
+// methodSize is what a method's names and lines cost a cache.
+func methodSize(mi *MethodInfo) int {
+	return entryOverhead + len(mi.Class) + len(mi.Name) + len(mi.Signature) + len(mi.File) + len(mi.Lines)*8 + len(mi.identity)
+}
+
+// makeRoom drops entries until size more bytes fit, within the Namer's bound and the
+// bound it shares, and says whether they do; when they do, the shared bound holds them.
+// Which entries go is left to the map's order: any one is as likely to be wanted again.
+// What others hold of the shared bound is theirs: a Namer that finds it full and has
+// nothing to drop caches nothing, and reads again each time.
 func (n *Namer) makeRoom(size int) bool {
-	if size > n.max {
+	if size > n.max || n.closed {
 		return false
 	}
-	for n.bytes+size > n.max && len(n.nmethods)+len(n.methods) > 0 {
+	for {
+		if n.bytes+size <= n.max && n.shared.take(size) {
+			return true
+		}
+		if len(n.nmethods)+len(n.methods) == 0 {
+			return false
+		}
 		// Debug info first: it is the larger, and read again from one place.
 		dropped := false
 		for a := range n.nmethods {
@@ -267,12 +398,12 @@ func (n *Namer) makeRoom(size int) bool {
 		}
 		n.stats.Evicted++
 	}
-	return n.bytes+size <= n.max
 }
 
 func (n *Namer) dropNMethod(addr uint64) {
 	if e, ok := n.nmethods[addr]; ok {
 		n.bytes -= e.size
+		n.shared.give(e.size)
 		delete(n.nmethods, addr)
 	}
 }
@@ -280,6 +411,7 @@ func (n *Namer) dropNMethod(addr uint64) {
 func (n *Namer) dropMethod(addr uint64) {
 	if e, ok := n.methods[addr]; ok {
 		n.bytes -= e.size
+		n.shared.give(e.size)
 		delete(n.methods, addr)
 	}
 }
@@ -299,6 +431,20 @@ func (n *Namer) Interpreted(method, bcp uint64) (Frame, error) {
 	}
 	n.count(func(s *NamerStats) { s.Interpreted++ })
 	return frameOf(mi, bci), nil
+}
+
+// interpretedMethod reads the method of an interpreted frame, counted as Interpreted
+// or Unnamed.
+func (n *Namer) interpretedMethod(method uint64) (*MethodInfo, error) {
+	mi, err := n.method(method)
+	n.count(func(s *NamerStats) {
+		if err != nil {
+			s.Unnamed++
+		} else {
+			s.Interpreted++
+		}
+	})
+	return mi, err
 }
 
 // InterpretedBCI names a frame of method at bci (from a kernel walker that turned the

@@ -99,6 +99,17 @@ func (d *DebugInfo) PcDescAt(off int32) (PcDesc, bool) {
 	return d.PcDescs[i], true
 }
 
+// PcDescExact finds the PcDesc recorded at exactly a code offset, as HotSpot finds a
+// caller's (PcDescContainer::find_pc_desc, not approximate): a call's return address has
+// one of its own, and the next one may describe other inlined code.
+func (d *DebugInfo) PcDescExact(off int32) (PcDesc, bool) {
+	i := sort.Search(len(d.PcDescs), func(i int) bool { return d.PcDescs[i].PcOffset >= off })
+	if i == len(d.PcDescs) || d.PcDescs[i].PcOffset != off {
+		return PcDesc{}, false
+	}
+	return d.PcDescs[i], true
+}
+
 // ScopesAt decodes the inlining chain at a code offset, innermost first, with each
 // scope's Method*.
 func (p *Process) ScopesAt(d *DebugInfo, off int32) ([]Scope, []uint64, error) {
@@ -106,6 +117,11 @@ func (p *Process) ScopesAt(d *DebugInfo, off int32) ([]Scope, []uint64, error) {
 	if !ok {
 		return nil, nil, fmt.Errorf("no PcDesc at or after code offset %d", off)
 	}
+	return p.scopesOf(d, pd)
+}
+
+// scopesOf decodes the inlining chain a PcDesc points to.
+func (p *Process) scopesOf(d *DebugInfo, pd PcDesc) ([]Scope, []uint64, error) {
 	scopes, err := DecodeScopes(d.Scopes, int(pd.ScopeOffset), p.x, int32(p.Layout.InvocationEntryBCI))
 	if err != nil {
 		return nil, nil, fmt.Errorf("decode scopes at %d: %w", pd.ScopeOffset, err)

@@ -2,9 +2,14 @@ package jvm
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync"
 )
+
+// ErrNotReady: the JVM had not set up what was read yet (its code cache, its
+// interpreter): it was read while starting, and is read again later.
+var ErrNotReady = errors.New("not initialised yet")
 
 // Process is one HotSpot process as sonde reads it: its tables, their layout, and the
 // code heaps of its code cache.
@@ -37,6 +42,9 @@ func NewProcess(m Memory, lib *LibJVM, bias uint64) (*Process, error) {
 		return nil, fmt.Errorf("read the JVM's version: %w", err)
 	}
 	p := &Process{m: m, lib: lib, bias: bias, VM: vs, Layout: l, Version: int(int32(v))}
+	if p.Version == 0 {
+		return nil, fmt.Errorf("jvm major version 0: %w", ErrNotReady)
+	}
 	if p.Version < 9 || p.Version > 1000 {
 		return nil, fmt.Errorf("jvm major version %d: implausible", p.Version)
 	}

@@ -178,7 +178,11 @@ func (r *tableReader) table(what string, tableSym, strideSym uint64, fieldSyms m
 	if err != nil {
 		return nil, fmt.Errorf("read %s stride: %w", what, err)
 	}
-	if stride < 8 || stride > maxEntryStride || base == 0 {
+	if base == 0 {
+		// A relocated pointer: zero only before the dynamic loader relocated libjvm.
+		return nil, fmt.Errorf("%s table: null: %w", what, ErrNotReady)
+	}
+	if stride < 8 || stride > maxEntryStride {
 		return nil, fmt.Errorf("%s table at %#x with stride %d: implausible", what, base, stride)
 	}
 	offs := make(map[string]uint64, len(fieldSyms))
