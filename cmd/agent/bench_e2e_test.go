@@ -20,6 +20,7 @@ import (
 
 	"github.com/sonde-profiler/sonde/internal/testenv"
 	"github.com/sonde-profiler/sonde/internal/testprog"
+	"github.com/sonde-profiler/sonde/interp/jvm"
 )
 
 // cpuStat is the host's CPU time since boot, in ticks, from /proc/stat's first line.
@@ -229,6 +230,9 @@ func BenchmarkNodeMemory(b *testing.B) {
 			}
 			b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 		}},
+		// A JVM with more than 50 MB of compiled code, a Spring-sized service's: Java
+		// frames walked and named at 99 Hz across thousands of methods.
+		{"bigjvm-99Hz", 99, func(b *testing.B) { startBigJVM(b, 50<<20) }},
 		{"gobuild-99Hz", 99, func(b *testing.B) {
 			dir := b.TempDir()
 			src := filepath.Join(dir, "main.go")
@@ -350,4 +354,71 @@ func summaryCountOr0(stderr, key string) int64 {
 	}
 	n, _ := strconv.ParseInt(m[1], 10, 64)
 	return n
+}
+
+// startBigJVM generates a Java program of a thousand classes of two dozen methods each,
+// runs it on JDK 17 with default flags until its code cache holds at least want bytes of
+// compiled code, and reports how much it holds.
+func startBigJVM(b *testing.B, want uint64) {
+	jdk := testenv.JDKs[0]
+	testenv.RequireJDK(b, jdk)
+	dir := b.TempDir()
+	const classes, methods = 1000, 24
+	var srcs []string
+	for c := range classes {
+		var w strings.Builder
+		fmt.Fprintf(&w, "public class G%d {\n", c)
+		for m := range methods {
+			fmt.Fprintf(&w, "  static long m%d(long x) {\n    long y = x ^ %dL;\n", m, c*methods+m)
+			for k := range 12 {
+				fmt.Fprintf(&w, "    if ((y & %d) != 0) y = y * %d + (x >>> %d); else y = y ^ (y << %d) ^ %d;\n", 1<<(k%8), k+3, k+1, k%5+1, k*7919+c)
+			}
+			w.WriteString("    return y;\n  }\n")
+		}
+		w.WriteString("  static long all(long x) {\n")
+		for m := range methods {
+			fmt.Fprintf(&w, "    x += m%d(x);\n", m)
+		}
+		w.WriteString("    return x;\n  }\n}\n")
+		srcs = append(srcs, filepath.Join(dir, fmt.Sprintf("G%d.java", c)))
+		if err := os.WriteFile(srcs[c], []byte(w.String()), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var w strings.Builder
+	w.WriteString("public class Big {\n  public static void main(String[] a) {\n    long x = 1;\n    while (true) {\n")
+	for c := range classes {
+		fmt.Fprintf(&w, "      x += G%d.all(x);\n", c)
+	}
+	w.WriteString("    }\n  }\n}\n")
+	srcs = append(srcs, filepath.Join(dir, "Big.java"))
+	if err := os.WriteFile(srcs[len(srcs)-1], []byte(w.String()), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	if out, err := exec.Command(jdk.Javac(), append([]string{"-d", dir}, srcs...)...).CombinedOutput(); err != nil {
+		b.Fatalf("javac: %v\n%s", err, out)
+	}
+	cmd := exec.Command(jdk.Java(), "-cp", dir, "Big")
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	var used uint64
+	testenv.WaitFor(b, fmt.Sprintf("%d MiB of compiled code", want>>20), 5*time.Minute, func() (bool, string) {
+		p, err := jvm.Attach(uint32(cmd.Process.Pid))
+		if err != nil {
+			return false, err.Error()
+		}
+		used = 0
+		if _, err := p.Blobs(func(bl *jvm.Blob) bool {
+			if bl.NMethod {
+				used += bl.End - bl.Addr
+			}
+			return true
+		}); err != nil {
+			return false, err.Error()
+		}
+		return used >= want, fmt.Sprintf("%d MiB", used>>20)
+	})
+	b.ReportMetric(float64(used)/(1<<20), "jvm-code-MiB")
 }

@@ -42,7 +42,10 @@ type budget struct {
 	// largest transient of a naming pass, outside the Go heap and its soft limit.
 	decompressedBytes int64
 	queueBytes        int // encoded intervals queued for the collector
-	mergedStacks      int // distinct samples the run's merged --output profile keeps
+	// jvmBytes bounds what naming Java frames keeps across JVMs: frames named, decoded
+	// debug info and methods.
+	jvmBytes     int
+	mergedStacks int // distinct samples the run's merged --output profile keeps
 }
 
 // Estimated costs of one entry, from the structures' sizes: they turn byte shares into counts.
@@ -70,6 +73,7 @@ func newBudget(limit int64, cfg *config, cpus int) budget {
 	b.addressCacheBytes = max(512<<10, limit/64)
 	b.decompressedBytes = max(4<<20, limit/8)
 	b.queueBytes = int(share(10))
+	b.jvmBytes = int(max(4<<20, limit/16))
 	b.mergedStacks = max(1024, int(share(8))/mergedBytes)
 	if cfg.unwindRows > 0 {
 		b.unwindRows = cfg.unwindRows
@@ -98,7 +102,8 @@ func (b budget) LogValue() slog.Value {
 		slog.Int("processes", b.maxProcesses), slog.Int("ring_bytes", b.ringBytes), slog.Int("chunks", b.chunkCache),
 		slog.Int64("file_cache_bytes", b.fileCacheBytes), slog.Int64("dwarf_cache_bytes", b.dwarfCacheBytes),
 		slog.Int64("decompressed_dwarf_bytes", b.decompressedBytes),
-		slog.Int64("address_cache_bytes", b.addressCacheBytes), slog.Int("queue_bytes", b.queueBytes))
+		slog.Int64("address_cache_bytes", b.addressCacheBytes), slog.Int("queue_bytes", b.queueBytes),
+		slog.Int("jvm_bytes", b.jvmBytes))
 }
 
 // pressure watches sonde's resident memory and, above the budget, sheds the least

@@ -159,7 +159,7 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 		// Language runtimes' frames are walked in the kernel beside the native ones, which
 		// the table walker finds the runtime's code among. The aggregator exists before
 		// any runtime's reader runs.
-		p.runtimes = newRuntimes(p.sampler, func(pid uint32, image uint64) { p.agg.RenewImage(pid, image) }, log)
+		p.runtimes = newRuntimes(p.sampler, func(pid uint32, image uint64) { p.agg.RenewImage(pid, image) }, p.budget, log)
 		observers := trace.MappingObservers{p.tables}
 		for _, r := range p.runtimes {
 			observers = append(observers, r.rt)

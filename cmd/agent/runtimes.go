@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
 	"github.com/sonde-profiler/sonde/bpf"
+	"github.com/sonde-profiler/sonde/interp/jvm"
 	"github.com/sonde-profiler/sonde/interp/node"
 	"github.com/sonde-profiler/sonde/interp/python"
 	"github.com/sonde-profiler/sonde/symbolize"
@@ -34,7 +36,7 @@ type registeredRuntime struct {
 // newRuntimes makes the language runtimes whose frames the kernel walks beside the native
 // ones: the one place that names them. renew is the aggregator's RenewImage, which exists
 // only later.
-func newRuntimes(s *bpf.Sampler, renew func(pid uint32, image uint64), log *slog.Logger) []registeredRuntime {
+func newRuntimes(s *bpf.Sampler, renew func(pid uint32, image uint64), b budget, log *slog.Logger) []registeredRuntime {
 	return []registeredRuntime{{
 		number: python.Number,
 		name:   "python",
@@ -54,6 +56,18 @@ func newRuntimes(s *bpf.Sampler, renew func(pid uint32, image uint64), log *slog
 				log.Info("V8 whose functions sonde cannot name: its frames are [v8], or native where it cannot walk them", "file", path, "err", err)
 			},
 			OnReuse: renew,
+		}),
+	}, {
+		number: jvm.Number,
+		name:   "jvm",
+		rt: jvm.New(jvm.Config{
+			Kernel: kernelJVM{s},
+			OnError: func(path string, err error) {
+				log.Info("HotSpot JVM whose Java frames sonde cannot walk; its stacks show the JVM's native frames", "file", path, "err", err)
+			},
+			OnReuse:      renew,
+			MaxBytes:     b.jvmBytes,
+			MaxProcesses: b.maxProcesses,
 		}),
 	}}
 }
@@ -139,6 +153,65 @@ func (k kernelV8) WalkEnds() (map[string]uint64, error) {
 	out := make(map[string]uint64, len(ends))
 	for i, n := range ends {
 		out[bpf.V8End(i).String()] = n
+	}
+	return out, nil
+}
+
+// kernelJVM lets package jvm write the sampler's jvm_procs map without knowing BPF.
+type kernelJVM struct{ s *bpf.Sampler }
+
+func (k kernelJVM) SetJVM(pid uint32, st *jvm.KernelState) error {
+	spans := st.HeapSpans()
+	if len(spans) > bpf.JVMMaxHeaps {
+		return fmt.Errorf("%d code heaps: the kernel walks at most %d", len(spans), bpf.JVMMaxHeaps)
+	}
+	p := &bpf.JVMProc{
+		ExecId:            st.ExecID,
+		CodeLow:           st.CodeCache[0],
+		CodeHigh:          st.CodeCache[1],
+		InterpStart:       st.Interpreter[0],
+		InterpEnd:         st.Interpreter[1],
+		HeapCount:         uint32(len(spans)),
+		FpMethod:          st.FPMethod,
+		FpBcp:             st.FPBCP,
+		FpSenderSp:        st.FPSenderSP,
+		MethodConstMethod: st.MethodConstMethod,
+		ConstMethodSize:   st.ConstMethodSize,
+		HeapBlockSize:     st.HeapBlockSize,
+		BlobSize:          st.BlobSize,
+		BlobFrameSize:     st.BlobFrameSize,
+		BlobCodeBegin:     st.BlobCodeBegin,
+		BlobFrameComplete: st.BlobFrameComplete,
+		NmethodCompileId:  st.NMethodCompileID,
+	}
+	if st.CodeBeginIsPointer {
+		p.CodeBeginIsPointer = 1
+	}
+	if st.FrameComplete16 {
+		p.FrameComplete16 = 1
+	}
+	// One read of a blob covers every field the walker takes from it.
+	for _, off := range []uint16{st.BlobSize, st.BlobFrameSize, st.BlobCodeBegin, st.BlobFrameComplete, st.NMethodCompileID} {
+		p.BlobRead = max(p.BlobRead, off+8)
+	}
+	for i, sp := range spans {
+		h := st.Heaps[i]
+		p.Heaps[i] = bpf.JVMHeap{Low: sp[0], End: sp[1], Segmap: h.SegmapLow, Log2Segment: uint32(h.Log2SegmentSize)}
+	}
+	return k.s.SetJVM(pid, p)
+}
+
+func (k kernelJVM) DeleteJVM(pid uint32) error { return k.s.DeleteJVM(pid) }
+
+// WalkEnds counts the kernel's walks of Java frames by how they ended.
+func (k kernelJVM) WalkEnds() (map[string]uint64, error) {
+	ends, err := k.s.JVMEnds()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]uint64, len(ends))
+	for i, n := range ends {
+		out[bpf.JVMEnd(i).String()] = n
 	}
 	return out, nil
 }

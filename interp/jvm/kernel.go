@@ -32,11 +32,11 @@ type KernelState struct {
 	BlobSize, BlobFrameSize, BlobCodeBegin, BlobFrameComplete uint16
 	// FrameComplete16 says _frame_complete_offset is 16 bits wide (JDK 25), not 32; the
 	// other fields a walker reads are 32 bits wide, or a pointer where CodeBeginIsPointer.
-	FrameComplete16 bool
-	CodeBeginIsPointer                                        bool
-	BlobKind                                                  uint16 // meaningful when HasBlobKind
-	HasBlobKind                                               bool
-	KindNMethod                                               uint8
+	FrameComplete16    bool
+	CodeBeginIsPointer bool
+	BlobKind           uint16 // meaningful when HasBlobKind
+	HasBlobKind        bool
+	KindNMethod        uint8
 	// nmethods: the Method* and compile id that name it and tell one compilation at an
 	// address from a later one.
 	NMethodMethod, NMethodCompileID uint16

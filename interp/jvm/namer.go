@@ -274,6 +274,17 @@ func (n *Namer) nmethodFrames(b *Blob, pc uint64, ret bool) ([]Frame, error) {
 		scopes, methods, err = n.p.scopesOf(d, pd)
 	} else {
 		scopes, methods, err = n.p.ScopesAt(d, off)
+		if err == nil && len(scopes) == 0 {
+			// Past the last safepoint with debug info (the sentinel PcDesc, or code that
+			// records none after the pc: C1's loops keep one PcDesc at their back edge).
+			// The last PcDesc before the pc is the same method, where it did not inline:
+			// only its outermost scope is sure to be the nmethod's own method.
+			if pd, ok := d.PcDescBefore(off); ok {
+				if scopes, methods, err = n.p.scopesOf(d, pd); err == nil && len(scopes) > 1 {
+					scopes, methods = scopes[len(scopes)-1:], methods[len(methods)-1:]
+				}
+			}
+		}
 	}
 	if err != nil {
 		return nil, err

@@ -99,6 +99,17 @@ func (d *DebugInfo) PcDescAt(off int32) (PcDesc, bool) {
 	return d.PcDescs[i], true
 }
 
+// PcDescBefore finds the last PcDesc with scopes before a code offset.
+func (d *DebugInfo) PcDescBefore(off int32) (PcDesc, bool) {
+	i := sort.Search(len(d.PcDescs), func(i int) bool { return d.PcDescs[i].PcOffset >= off })
+	for i--; i >= 0; i-- {
+		if d.PcDescs[i].ScopeOffset != 0 {
+			return d.PcDescs[i], true
+		}
+	}
+	return PcDesc{}, false
+}
+
 // PcDescExact finds the PcDesc recorded at exactly a code offset, as HotSpot finds a
 // caller's (PcDescContainer::find_pc_desc, not approximate): a call's return address has
 // one of its own, and the next one may describe other inlined code.
