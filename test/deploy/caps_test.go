@@ -170,7 +170,7 @@ func without(caps []string, drop string) []string {
 	return out
 }
 
-// samplesIn counts the samples whose stack names fn.
+// samplesIn counts the samples whose stack names fn; all of them for "".
 func samplesIn(t *testing.T, file, fn string) int64 {
 	t.Helper()
 	f, err := os.Open(file)
@@ -184,6 +184,10 @@ func samplesIn(t *testing.T, file, fn string) int64 {
 	}
 	var n int64
 	for _, s := range p.Sample {
+		if fn == "" {
+			n += s.Value[0]
+			continue
+		}
 	stack:
 		for _, loc := range s.Location {
 			for _, l := range loc.Line {
@@ -195,4 +199,90 @@ func samplesIn(t *testing.T, file, fn string) int64 {
 		}
 	}
 	return n
+}
+
+// TestCapabilitiesJava runs the built sonde as TestCapabilities does, against a JVM of
+// another user in its own mount namespace, whose JDK and classes sit where only that user
+// may search: the JVM's Java frames are walked and named from its memory, through
+// /proc/PID, with the deployed capability set and nothing else (no attach, no agent).
+func TestCapabilitiesJava(t *testing.T) {
+	testenv.RequireRoot(t)
+	sonde := requireBinary(t)
+	setpriv := testenv.RequireTool(t, "setpriv")
+	unshare := testenv.RequireTool(t, "unshare")
+	const jdk = "/usr/lib/jvm/java-17-openjdk-amd64"
+	if _, err := os.Stat(jdk + "/bin/javac"); err != nil {
+		testenv.Unavailable(t, "needs JDK 17 at %s", jdk)
+	}
+	work := t.TempDir()
+	classes := filepath.Join(work, "classes")
+	if out, err := exec.Command(jdk+"/bin/javac", "-g", "-d", classes, "testdata/CapBurn.java").CombinedOutput(); err != nil {
+		t.Fatalf("javac: %v\n%s", err, out)
+	}
+	mnt := filepath.Join(work, "mnt")
+	out := filepath.Join(work, "out")
+	for _, d := range []string{mnt, out} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []string{filepath.Dir(work), work} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(out, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	// The JDK is bound inside the private directory: its libjvm.so's path in the JVM's
+	// maps exists in the JVM's namespace only.
+	script := strings.Join([]string{
+		"set -e",
+		"mount -t tmpfs -o mode=755 none " + mnt,
+		"mkdir -p " + mnt + "/private/jdk " + mnt + "/private/tmp",
+		"mount --bind " + jdk + " " + mnt + "/private/jdk",
+		"cp -r " + classes + " " + mnt + "/private/classes",
+		"chown " + strconv.Itoa(workloadUID) + ":" + strconv.Itoa(workloadUID) + " " + mnt + "/private " + mnt + "/private/tmp",
+		"chmod 700 " + mnt + "/private",
+		"exec " + setpriv + " --reuid " + strconv.Itoa(workloadUID) + " --regid " + strconv.Itoa(workloadUID) + " --clear-groups " +
+			mnt + "/private/jdk/bin/java -Djava.io.tmpdir=" + mnt + "/private/tmp -XX:-UsePerfData -cp " + mnt + "/private/classes CapBurn",
+	}, "\n")
+	wl := exec.Command(unshare, "--mount", "--propagation", "private", "sh", "-c", script)
+	wl.Stderr = os.Stderr
+	if err := wl.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		wl.Process.Kill()
+		wl.Wait()
+	}()
+	deadline := time.Now().Add(time.Minute)
+	for !runsAs(wl.Process.Pid, workloadUID) {
+		if time.Now().After(deadline) {
+			t.Fatal("the JVM did not start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := os.Stat(mnt + "/private/jdk"); err == nil {
+		t.Fatal("the JVM's files are visible outside its mount namespace: the test would prove nothing")
+	}
+	// Past the JVM's start-up: its code cache is set up and capBurnLeaf compiled.
+	testenv.WaitCPU(t, wl.Process.Pid, time.Second)
+	set := "-all"
+	for _, c := range wantCaps {
+		set += ",+" + strings.ToLower(c)
+	}
+	file := filepath.Join(out, "java.pb.gz")
+	cmd := exec.Command(setpriv, "--reuid", strconv.Itoa(sondeUID), "--regid", strconv.Itoa(sondeUID), "--clear-groups",
+		"--no-new-privs", "--inh-caps="+set, "--ambient-caps="+set, "--bounding-set="+set,
+		sonde, "--pid", strconv.Itoa(wl.Process.Pid), "--duration", "4s", "--top", "0", "--output", file)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("sonde with %v: %v\n%s", wantCaps, err, b)
+	}
+	total := samplesIn(t, file, "")
+	named := samplesIn(t, file, "CapBurn.capBurnLeaf")
+	t.Logf("%d of %d samples name CapBurn.capBurnLeaf", named, total)
+	if named == 0 || float64(named) < 0.8*float64(total) {
+		t.Errorf("%d of %d samples name CapBurn.capBurnLeaf, want 0.8", named, total)
+	}
 }
