@@ -186,12 +186,17 @@ static __always_inline int jvm_is_return(struct jvm_proc *p, __u64 a)
 	__u8 b[8];
 	if (bpf_probe_read_user(b, sizeof(b), (void *)(a - 8)))
 		return 0;
-	__u8 mod7 = b[7] >> 6, rm7 = b[7] & 7;
-	return b[3] == 0xe8 ||                                                            /* call rel32 */
-	       (b[6] == 0xff && (b[7] & 0x38) == 0x10 && (mod7 == 3 || (mod7 == 0 && rm7 != 4 && rm7 != 5))) || /* reg, [reg] */
-	       (b[5] == 0xff && (b[6] & 0xf8) == 0x50 && (b[6] & 7) != 4) ||                /* [reg+disp8] */
-	       (b[4] == 0xff && b[5] == 0x54) ||                                          /* [sib+disp8] */
-	       (b[2] == 0xff && (b[3] == 0x15 || ((b[3] & 0xf8) == 0x90 && (b[3] & 7) != 4))); /* [rip+disp32], [reg+disp32] */
+	if (b[3] == 0xe8) /* call rel32 */
+		return 1;
+	/* call through a register, or memory at a register: ff /2, mod 11 or 00 (no SIB, no disp) */
+	__u8 mod = b[7] >> 6, rm = b[7] & 7;
+	if (b[6] == 0xff && (b[7] & 0x38) == 0x10 && (mod == 3 || (mod == 0 && rm != 4 && rm != 5)))
+		return 1;
+	/* [reg+disp8], [sib+disp8] */
+	if ((b[5] == 0xff && (b[6] & 0xf8) == 0x50 && (b[6] & 7) != 4) || (b[4] == 0xff && b[5] == 0x54))
+		return 1;
+	/* [rip+disp32], [reg+disp32] */
+	return b[2] == 0xff && (b[3] == 0x15 || ((b[3] & 0xf8) == 0x90 && (b[3] & 7) != 4));
 }
 
 /* jvm_epilogue tells whether the instruction at pc is one of a compiled method's last,

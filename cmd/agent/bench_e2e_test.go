@@ -356,22 +356,23 @@ func summaryCountOr0(stderr, key string) int64 {
 	return n
 }
 
-// startBigJVM generates a Java program of a thousand classes of two dozen methods each,
-// runs it on JDK 17 with default flags until its code cache holds at least want bytes of
-// compiled code, and reports how much it holds.
+// startBigJVM generates a Java program of 500 classes of two dozen methods each, runs it
+// on JDK 17 with default flags until its code cache holds at least want bytes of compiled
+// code (C1 compiles it all at about half a megabyte a second here), and reports how much
+// it holds.
 func startBigJVM(b *testing.B, want uint64) {
 	jdk := testenv.JDKs[0]
 	testenv.RequireJDK(b, jdk)
 	dir := b.TempDir()
-	const classes, methods = 1000, 24
+	const classes, methods, statements = 500, 24, 40
 	var srcs []string
 	for c := range classes {
 		var w strings.Builder
 		fmt.Fprintf(&w, "public class G%d {\n", c)
 		for m := range methods {
 			fmt.Fprintf(&w, "  static long m%d(long x) {\n    long y = x ^ %dL;\n", m, c*methods+m)
-			for k := range 12 {
-				fmt.Fprintf(&w, "    if ((y & %d) != 0) y = y * %d + (x >>> %d); else y = y ^ (y << %d) ^ %d;\n", 1<<(k%8), k+3, k+1, k%5+1, k*7919+c)
+			for k := range statements {
+				fmt.Fprintf(&w, "    if ((y & %d) != 0) y = y * %d + (x >>> %d); else y = y ^ (y << %d) ^ %d;\n", 1<<(k%8), k+3, k%60+1, k%5+1, k*7919+c)
 			}
 			w.WriteString("    return y;\n  }\n")
 		}
@@ -404,7 +405,7 @@ func startBigJVM(b *testing.B, want uint64) {
 	}
 	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	var used uint64
-	testenv.WaitFor(b, fmt.Sprintf("%d MiB of compiled code", want>>20), 5*time.Minute, func() (bool, string) {
+	testenv.WaitFor(b, fmt.Sprintf("%d MiB of compiled code", want>>20), 8*time.Minute, func() (bool, string) {
 		p, err := jvm.Attach(uint32(cmd.Process.Pid))
 		if err != nil {
 			return false, err.Error()
