@@ -59,7 +59,7 @@ FUZZ_TARGETS := ./unwind:FuzzRead:150000x ./symbolize:FuzzELFTable:150000x ./sym
 	./reporter/folded:FuzzRead:100000x ./reporter/otlp:FuzzDecode:100000x ./reporter/flame:FuzzSVGNames:20000x \
 	./tracectx:FuzzParseRecord:200000x ./tracectx:FuzzParseGoLabels:200000x ./tracectx:FuzzParsePayload:100000x \
 	./tracectx:FuzzReadProcessContext:100000x ./interp/python:FuzzLines:200000x ./interp/node:FuzzHeap:100000x \
-	./interp/jvm:FuzzStreams:200000x ./interp/jvm:FuzzTables:120000x ./interp/jvm:FuzzNamer:70000x
+	./interp/jvm:FuzzStreams:200000x ./interp/jvm:FuzzTables:120000x ./interp/jvm:FuzzNamer:70000x ./interp/jvm:FuzzRuntime:150000x
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; rest=$${t#*:}; fn=$${rest%%:*}; budget=$(or $(FUZZTIME),$${rest#*:}); \
