@@ -257,6 +257,9 @@ func (s *Sampler) OffCPUState() (OffCPUState, error) {
 // OffCPUProgramStats is the kernel's accounting of the off-CPU program (needs
 // CollectStats): it runs at every context switch.
 func (s *Sampler) OffCPUProgramStats() (ProgramStats, error) {
+	if s.objs.OnSwitch == nil {
+		return ProgramStats{}, errors.New("read off-CPU program stats: off-CPU profiles are off")
+	}
 	st, err := s.objs.OnSwitch.Stats()
 	if err != nil {
 		return ProgramStats{}, fmt.Errorf("read off-CPU program stats: %w", err)

@@ -259,7 +259,7 @@ func Load(cfg Config) (*Sampler, error) {
 			return nil, classify("enable bpf stats", err)
 		}
 	}
-	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
+	if err := s.load(spec, cfg.OffCPU); err != nil {
 		s.Close()
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
@@ -675,5 +675,37 @@ func (s *Sampler) Close() error {
 			s.stats.Close()
 		}
 	})
+	return nil
+}
+
+// coreObjects are the sampler's maps and the programs every run attaches.
+type coreObjects struct {
+	samplerMaps
+	OnExec *ebpf.Program `ebpf:"on_exec"`
+	OnExit *ebpf.Program `ebpf:"on_exit"`
+	OnFork *ebpf.Program `ebpf:"on_fork"`
+	Sample *ebpf.Program `ebpf:"sample"`
+}
+
+// load loads the maps and programs into the kernel, the off-CPU program only when it is
+// attached: it walks stacks as the sampling program does, and takes as long to verify
+// (tens of ms of CPU at every start).
+func (s *Sampler) load(spec *ebpf.CollectionSpec, offCPU bool) error {
+	var all struct {
+		coreObjects
+		OnSwitch *ebpf.Program `ebpf:"on_switch"`
+	}
+	var err error
+	if offCPU {
+		err = spec.LoadAndAssign(&all, nil)
+	} else {
+		err = spec.LoadAndAssign(&all.coreObjects, nil)
+	}
+	if err != nil {
+		return err
+	}
+	c := all.coreObjects
+	s.objs.samplerMaps = c.samplerMaps
+	s.objs.samplerPrograms = samplerPrograms{OnExec: c.OnExec, OnExit: c.OnExit, OnFork: c.OnFork, OnSwitch: all.OnSwitch, Sample: c.Sample}
 	return nil
 }
