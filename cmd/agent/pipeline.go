@@ -297,8 +297,8 @@ func (p *pipeline) run(ctx context.Context) error {
 	}
 	p.health.started.Store(true)
 	// Start-up is over: what every package's initialisation touched of the executable
-	// goes before the first interval's naming adds its own peak. Again after every
-	// interval (selfpages.go says why).
+	// goes before the first interval's naming adds its own peak. Again after the first
+	// interval, for what building the first tables and naming used once.
 	p.releaseOwnCode()
 	if p.started != nil {
 		p.started()
@@ -358,11 +358,13 @@ func (p *pipeline) prime() {
 func (p *pipeline) loop(sampled <-chan error) error {
 	timer := time.NewTimer(jittered(p.cfg.interval))
 	defer timer.Stop()
-	for {
+	for first := true; ; first = false {
 		select {
 		case <-timer.C:
 			p.deliver(p.agg.Flush(time.Now()))
-			p.releaseOwnCode()
+			if first {
+				p.releaseOwnCode()
+			}
 			timer.Reset(jittered(p.cfg.interval))
 		case err := <-sampled:
 			return err

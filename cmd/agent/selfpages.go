@@ -18,12 +18,7 @@ import (
 // the executable resident (18 MB before the first sample, 24 MB in a steady run). The
 // pages stay in the page cache; those still used fault back in at a minor fault's cost.
 // Private read-only mappings of a file hold nothing but the file's contents, so
-// MADV_DONTNEED loses nothing there; writable mappings are left alone. The pipeline
-// does it after every interval too: each garbage collection reads the stack maps of the
-// functions on the goroutines' stacks in .gopclntab, and each page it faults in brings
-// 15 more around it, so that within a minute 9 of its 10.6 MB were resident again, with
-// a few dozen functions in use. Faulting back what the next interval uses costs well
-// under a millisecond.
+// MADV_DONTNEED loses nothing there; writable mappings are left alone.
 func releaseOwnCode() (int64, error) {
 	var st unix.Stat_t
 	if err := unix.Stat("/proc/self/exe", &st); err != nil {
