@@ -44,7 +44,7 @@ func TestNamingPassesDecompressOnce(t *testing.T) {
 	if got := s.Stats().DecompressedTotalBytes; got != first {
 		t.Errorf("a second pass over the same addresses decompressed %d bytes more", got-first)
 	}
-	for range 3 {
+	for range 2 {
 		now = now.Add(10 * time.Second) // intervals, past the pages' release
 		pass(addrs[20:])
 	}
@@ -56,11 +56,11 @@ func TestNamingPassesDecompressOnce(t *testing.T) {
 	if st := s.Stats(); st.DecompressedBytes == 0 {
 		t.Fatal("the copies went before the file was idle")
 	}
-	now = now.Add(dwarfIdle)
+	now = now.Add(dwarfIdleMin)
 	kernel := &trace.Location{Kind: trace.FrameKernel, Address: 0xffffffff81000000}
 	s.Symbolize(&trace.Profile{Locations: []*trace.Location{kernel}})
 	if st := s.Stats(); st.DecompressedBytes != 0 {
-		t.Errorf("%d bytes of decompressed DWARF held by a file idle for %v", st.DecompressedBytes, dwarfIdle)
+		t.Errorf("%d bytes of decompressed DWARF held by a file idle for %v", st.DecompressedBytes, dwarfIdleMin)
 	}
 }
 
@@ -88,7 +88,7 @@ func TestDecodedUnitsDoNotHoldSections(t *testing.T) {
 	}
 	// Every pass names addresses never seen, one byte further into the same functions:
 	// the same units, which the unit cache holds.
-	for i := uint64(1); now.Sub(time.Unix(1_000_000, 0)) <= dwarfIdle+10*time.Second; i++ {
+	for i := uint64(1); now.Sub(time.Unix(1_000_000, 0)) <= dwarfIdleMin+10*time.Second; i++ {
 		now = now.Add(10 * time.Second)
 		shifted := make([]uint64, len(addrs))
 		for j, a := range addrs {
@@ -98,9 +98,60 @@ func TestDecodedUnitsDoNotHoldSections(t *testing.T) {
 	}
 	after := s.Stats()
 	if after.DecompressedBytes != 0 {
-		t.Errorf("%d bytes of decompressed DWARF still held after %v of lookups in decoded units", after.DecompressedBytes, dwarfIdle)
+		t.Errorf("%d bytes of decompressed DWARF still held after %v of lookups in decoded units", after.DecompressedBytes, dwarfIdleMin)
 	}
 	if after.DecompressedTotalBytes != st.DecompressedTotalBytes {
 		t.Errorf("lookups in decoded units decompressed %d bytes more", after.DecompressedTotalBytes-st.DecompressedTotalBytes)
+	}
+}
+
+// A file whose sections are needed again after they went keeps them twice as long each
+// time: a long tail of new units decompresses a few times in all, not once an interval.
+func TestSectionsNeededAgainStayLonger(t *testing.T) {
+	bin := testprog.BuildCXX(t, "-O2", "-gdwarf-4", "-gz")
+	s := New(Options{AddressCacheSize: -1})
+	now := time.Unix(1_000_000, 0)
+	s.now = func() time.Time { return now }
+	m := wholeFile(t, bin, objfile.Key{Dev: 1, Inode: 79})
+	addrs := spreadText(t, bin, 40)
+	pass := func(vaddrs []uint64) {
+		t.Helper()
+		if errs := s.Symbolize(&trace.Profile{Locations: locationsAt(t, m, vaddrs)}); len(errs) > 0 {
+			t.Fatalf("symbolize: %v", errs)
+		}
+	}
+	held := func() bool { return s.Stats().DecompressedBytes > 0 }
+	// Other files' passes: the idle file is trimmed at each.
+	tick := func(d time.Duration) {
+		now = now.Add(d)
+		s.Symbolize(&trace.Profile{Locations: []*trace.Location{{Kind: trace.FrameKernel, Address: 0xffffffff81000000}}})
+	}
+	pass(addrs[:10])
+	once := s.Stats().DecompressedTotalBytes
+	if once == 0 || !held() {
+		t.Fatal("nothing decompressed: the -gz build has no compressed section")
+	}
+	tick(dwarfIdleMin)
+	if held() {
+		t.Fatalf("sections held after %v idle", dwarfIdleMin)
+	}
+	idle := dwarfIdleMin
+	for round := 1; round <= 3; round++ {
+		// New units (the decoded ones dropped, as other files' units evict them): the
+		// sections are decompressed again, and kept twice as long.
+		s.units.Shed()
+		pass(addrs[10*round : 10*round+10])
+		if got := s.Stats().DecompressedTotalBytes; got != once*int64(round+1) {
+			t.Fatalf("round %d: %d bytes decompressed in all, want %d", round, got, once*int64(round+1))
+		}
+		idle *= 2
+		tick(idle - time.Second)
+		if !held() {
+			t.Fatalf("round %d: sections gone after %v, want them kept %v", round, idle-time.Second, idle)
+		}
+		tick(time.Second)
+		if held() {
+			t.Fatalf("round %d: sections held after %v idle", round, idle)
+		}
 	}
 }

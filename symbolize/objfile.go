@@ -51,6 +51,10 @@ type objFile struct {
 	// dwarfReads the table's count of such reads then.
 	dwarfReadAt time.Time
 	dwarfReads  uint64
+	// dwarfIdle is how long the decompressed sections stay after the last read (0:
+	// dwarfIdleMin); dwarfLetGo says they were let go since the last read.
+	dwarfIdle  time.Duration
+	dwarfLetGo bool
 	// awaitID is the build ID whose debug file the DebugFetcher was asked for and
 	// did not have yet.
 	awaitID string
