@@ -1,8 +1,9 @@
 // Package jvm finds HotSpot JVMs among the files processes map and names their code: a
 // pc in the code cache by the Java methods compiled there, innermost inlined method
 // first, and an interpreted frame by its Method* and bytecode pointer. It is the host
-// side of sonde's Java support; the kernel walker that collects JVM frames is not part of
-// it.
+// side of sonde's Java support; the kernel walker that collects JVM frames is bpf/jvm.h,
+// which walks them inside the native walk (HotSpot's compiled code keeps no frame
+// pointer) from the state KernelState reads here.
 //
 // Runtime is what the agent drives, as it drives every language runtime. Its Tracker
 // looks at each process's mappings: a process that maps no libjvm.so costs a look at
