@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sonde-profiler/sonde/internal/lru"
+	"github.com/sonde-profiler/sonde/internal/readqueue"
 	"github.com/sonde-profiler/sonde/trace"
 )
 
@@ -109,7 +110,6 @@ func (e *named) same(o *named) bool {
 
 type pendingCode struct {
 	pid   uint32
-	key   codeKey
 	check *named // a recheck of this entry; nil: a first read
 }
 
@@ -123,9 +123,7 @@ type names struct {
 	mu      sync.Mutex
 	codes   *lru.LRU[codeKey, *named]
 	bytes   int // of what codes holds, kept by its eviction callback under mu
-	queue   []pendingCode
-	queued  map[codeKey]bool
-	wake    chan struct{}
+	queue   *readqueue.Queue[codeKey, pendingCode]
 	stats   NamesStats
 }
 
@@ -145,8 +143,8 @@ func newNames(cfg namesConfig, t *Tracker) *names {
 	if cfg.now == nil {
 		cfg.now = time.Now
 	}
-	n := &names{cfg: cfg, tracker: t, codes: lru.New[codeKey, *named](cfg.MaxCodes), queued: map[codeKey]bool{},
-		wake: make(chan struct{}, 1)}
+	n := &names{cfg: cfg, tracker: t, codes: lru.New[codeKey, *named](cfg.MaxCodes),
+		queue: readqueue.New[codeKey, pendingCode](cfg.MaxPending)}
 	n.codes.SetOnEvict(func(_ codeKey, e *named) { n.bytes -= e.size() })
 	return n
 }
@@ -171,11 +169,11 @@ func (n *names) SeenCode(pid uint32, image, code uint64) {
 		return
 	}
 	k := codeKey{image: image, code: code}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.queued[k] {
+	if n.queue.Queued(k) {
 		return
 	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	var check *named
 	if e, ok := n.codes.Peek(k); ok {
 		if n.cfg.now().Sub(e.checked) < n.cfg.Recheck {
@@ -183,62 +181,37 @@ func (n *names) SeenCode(pid uint32, image, code uint64) {
 		}
 		check = e
 	}
-	if len(n.queue) >= n.cfg.MaxPending {
+	if !n.queue.Push(k, pendingCode{pid: pid, check: check}) {
 		n.stats.Dropped++
-		return
-	}
-	n.queued[k] = true
-	n.queue = append(n.queue, pendingCode{pid: pid, key: k, check: check})
-	select {
-	case n.wake <- struct{}{}:
-	default:
 	}
 }
 
 // Run reads what SeenCode queued until ctx ends.
 func (n *names) Run(ctx context.Context) error {
-	for {
+	return n.queue.Run(ctx, func(k codeKey, p pendingCode) {
+		e, gone := n.read(p.pid, k, true)
 		n.mu.Lock()
-		batch := n.queue
-		n.queue = nil
-		n.mu.Unlock()
-		for _, p := range batch {
-			if ctx.Err() != nil {
-				return nil
+		switch {
+		case p.check == nil:
+			n.add(k, e)
+		case gone:
+			// Nothing to compare with: what was named stays.
+		default:
+			n.stats.Rechecks++
+			if e.same(p.check) {
+				p.check.checked = e.checked
+				break
 			}
-			e, gone := n.read(p.pid, p.key, true)
-			n.mu.Lock()
-			delete(n.queued, p.key)
-			switch {
-			case p.check == nil:
-				n.add(p.key, e)
-			case gone:
-				// Nothing to compare with: what was named stays.
-			default:
-				n.stats.Rechecks++
-				if e.same(p.check) {
-					p.check.checked = e.checked
-					break
-				}
-				n.stats.Reused++
-				n.codes.Remove(p.key)
-				n.mu.Unlock()
-				if n.cfg.OnReuse != nil {
-					n.cfg.OnReuse(p.pid, p.key.image)
-				}
-				continue
-			}
+			n.stats.Reused++
+			n.codes.Remove(k)
 			n.mu.Unlock()
+			if n.cfg.OnReuse != nil {
+				n.cfg.OnReuse(p.pid, k.image)
+			}
+			return
 		}
-		if len(batch) > 0 {
-			continue
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-n.wake:
-		}
-	}
+		n.mu.Unlock()
+	})
 }
 
 // read reads a frame's code through the process's Namer; gone says the process (this

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sonde-profiler/sonde/internal/lru"
+	"github.com/sonde-profiler/sonde/internal/readqueue"
 
 	"github.com/sonde-profiler/sonde/trace"
 )
@@ -158,8 +159,7 @@ func (e *entry) size() int {
 
 type pending struct {
 	pid   uint32
-	key   codeKey
-	check *entry
+	check *entry // a recheck of this entry; nil: a first read
 }
 
 // Namer names V8 frames, reading what they need as soon as stacks first show them.
@@ -168,9 +168,7 @@ type Namer struct {
 	mu      sync.Mutex
 	codes   *lru.LRU[codeKey, *entry]
 	scripts *lru.LRU[scriptKey, *scriptInfo]
-	queue   []pending
-	queued  map[codeKey]bool
-	wake    chan struct{}
+	queue   *readqueue.Queue[codeKey, pending]
 	stats   NamerStats
 	// Bytes of what codes and scripts keep, kept up to date by their eviction callbacks,
 	// which run under mu.
@@ -202,7 +200,7 @@ func NewNamer(cfg NamerConfig) *Namer {
 	if cfg.MaxBytes <= 0 {
 		cfg.MaxBytes = DefaultMaxBytes
 	}
-	n := &Namer{cfg: cfg, codes: codes, scripts: scripts, queued: map[codeKey]bool{}, wake: make(chan struct{}, 1)}
+	n := &Namer{cfg: cfg, codes: codes, scripts: scripts, queue: readqueue.New[codeKey, pending](cfg.MaxPending)}
 	codes.SetOnEvict(func(_ codeKey, e *entry) { n.codeBytes -= e.size() })
 	scripts.SetOnEvict(func(_ scriptKey, s *scriptInfo) { n.scriptBytes -= s.size() })
 	return n
@@ -239,11 +237,11 @@ func (n *Namer) SeenCode(pid uint32, image, code uint64) {
 		return // named [v8]: nothing to read
 	}
 	k := codeKey{image: image, code: code}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.queued[k] {
+	if n.queue.Queued(k) {
 		return
 	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	var check *entry
 	if e, ok := n.codes.Peek(k); ok {
 		if !e.ok() || n.cfg.now().Sub(e.checked) < n.cfg.Recheck {
@@ -251,56 +249,34 @@ func (n *Namer) SeenCode(pid uint32, image, code uint64) {
 		}
 		check = e
 	}
-	if len(n.queue) >= n.cfg.MaxPending {
+	if !n.queue.Push(k, pending{pid: pid, check: check}) {
 		n.stats.Dropped++
-		return
-	}
-	n.queued[k] = true
-	n.queue = append(n.queue, pending{pid: pid, key: k, check: check})
-	select {
-	case n.wake <- struct{}{}:
-	default:
 	}
 }
 
 // Run reads what SeenCode queued until ctx ends.
 func (n *Namer) Run(ctx context.Context) error {
-	for {
+	return n.queue.Run(ctx, func(k codeKey, p pending) {
+		e := n.read(p.pid, k)
 		n.mu.Lock()
-		batch := n.queue
-		n.queue = nil
-		n.mu.Unlock()
-		for _, p := range batch {
-			e := n.read(p.pid, p.key)
-			n.mu.Lock()
-			delete(n.queued, p.key)
-			if p.check != nil {
-				n.stats.Rechecks++
-				if e.ok() && e.same(p.check) {
-					p.check.checked = e.checked
-					n.mu.Unlock()
-					continue
-				}
-				n.stats.Reused++
-				n.codes.Remove(p.key)
-				n.mu.Unlock()
-				if n.cfg.OnReuse != nil {
-					n.cfg.OnReuse(p.pid, p.key.image)
-				}
-				continue
-			}
-			n.addCode(p.key, e)
+		if p.check == nil {
+			n.addCode(k, e)
 			n.mu.Unlock()
+			return
 		}
-		if len(batch) > 0 {
-			continue
+		n.stats.Rechecks++
+		if e.ok() && e.same(p.check) {
+			p.check.checked = e.checked
+			n.mu.Unlock()
+			return
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-n.wake:
+		n.stats.Reused++
+		n.codes.Remove(k)
+		n.mu.Unlock()
+		if n.cfg.OnReuse != nil {
+			n.cfg.OnReuse(p.pid, k.image)
 		}
-	}
+	})
 }
 
 // read reads what a code identity names in a process.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sonde-profiler/sonde/internal/lru"
+	"github.com/sonde-profiler/sonde/internal/readqueue"
 
 	"github.com/sonde-profiler/sonde/trace"
 )
@@ -86,13 +87,11 @@ type cachedCode struct {
 // so that the process is most likely still there; naming at flush (Name) takes them from the
 // cache, reading those it missed then.
 type Namer struct {
-	cfg    NamerConfig
-	mu     sync.Mutex
-	codes  *lru.LRU[codeKey, *cachedCode]
-	queue  []pendingCode
-	queued map[codeKey]bool
-	wake   chan struct{}
-	stats  NamerStats
+	cfg   NamerConfig
+	mu    sync.Mutex
+	codes *lru.LRU[codeKey, *cachedCode]
+	queue *readqueue.Queue[codeKey, pendingCode]
+	stats NamerStats
 }
 
 // NewNamer returns a Namer; Run reads what SeenCode queues.
@@ -113,18 +112,18 @@ func NewNamer(cfg NamerConfig) *Namer {
 		cfg.now = time.Now
 	}
 	codes := lru.New[codeKey, *cachedCode](cfg.MaxCodes)
-	return &Namer{cfg: cfg, codes: codes, queued: map[codeKey]bool{}, wake: make(chan struct{}, 1)}
+	return &Namer{cfg: cfg, codes: codes, queue: readqueue.New[codeKey, pendingCode](cfg.MaxPending)}
 }
 
 // SeenCode queues a code object to be read, unless it is known or queued already; one
 // read long enough ago is queued to be checked again.
 func (n *Namer) SeenCode(pid uint32, image, code uint64) {
 	k := codeKey{image: image, code: code}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.queued[k] {
+	if n.queue.Queued(k) {
 		return
 	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	var check *cachedCode
 	if c, ok := n.codes.Peek(k); ok {
 		if c.code == nil || n.cfg.now().Sub(c.checked) < n.cfg.Recheck {
@@ -132,55 +131,28 @@ func (n *Namer) SeenCode(pid uint32, image, code uint64) {
 		}
 		check = c
 	}
-	if len(n.queue) >= n.cfg.MaxPending {
+	if !n.queue.Push(k, pendingCode{pid: pid, key: k, check: check}) {
 		n.stats.Dropped++
-		return
-	}
-	n.queued[k] = true
-	n.queue = append(n.queue, pendingCode{pid: pid, key: k, check: check})
-	select {
-	case n.wake <- struct{}{}:
-	default:
 	}
 }
 
 // Run reads queued code objects until ctx ends.
 func (n *Namer) Run(ctx context.Context) error {
-	for {
+	return n.queue.Run(ctx, func(_ codeKey, p pendingCode) {
+		if p.check != nil {
+			n.recheck(p)
+			return
+		}
+		c := n.read(p.pid, p.key.code)
 		n.mu.Lock()
-		batch := n.queue
-		n.queue = nil
+		n.codes.Add(p.key, &cachedCode{code: c, checked: n.cfg.now()})
 		n.mu.Unlock()
-		for _, p := range batch {
-			if p.check != nil {
-				n.recheck(p)
-				continue
-			}
-			c := n.read(p.pid, p.key.code)
-			n.mu.Lock()
-			n.codes.Add(p.key, &cachedCode{code: c, checked: n.cfg.now()})
-			delete(n.queued, p.key)
-			n.mu.Unlock()
-		}
-		if len(batch) > 0 {
-			continue
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-n.wake:
-		}
-	}
+	})
 }
 
 // recheck checks that a code object is still the one named: if another took its address,
 // the image is renewed and the new one named afresh.
 func (n *Namer) recheck(p pendingCode) {
-	defer func() {
-		n.mu.Lock()
-		delete(n.queued, p.key)
-		n.mu.Unlock()
-	}()
 	img := n.cfg.Images.Image(p.pid)
 	if img == nil {
 		return

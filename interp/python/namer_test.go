@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/sonde-profiler/sonde/internal/testenv"
 	"github.com/sonde-profiler/sonde/trace"
 )
 
@@ -133,16 +135,10 @@ func TestNamer(t *testing.T) {
 	go func() { n.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 	settle := func() {
-		for range 1000 {
-			n.mu.Lock()
-			idle := len(n.queue) == 0 && len(n.queued) == 0
-			n.mu.Unlock()
-			if idle {
-				return
-			}
-			time.Sleep(time.Millisecond)
-		}
-		t.Fatal("the namer did not settle")
+		testenv.WaitFor(t, "the namer to read what was queued", testenv.StartTimeout, func() (bool, string) {
+			l := n.queue.Len()
+			return l == 0, fmt.Sprintf("%d codes queued", l)
+		})
 	}
 
 	n.SeenCode(7, 1, codeAddr)
