@@ -39,22 +39,7 @@ func TestCapabilities(t *testing.T) {
 	if out, err := exec.Command(gcc, "-O1", "-g", "-fno-omit-frame-pointer", "-o", busy, "testdata/busy.c").CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, out)
 	}
-	// The workload's tmpfs is mounted over this empty directory in its namespace only.
-	mnt := filepath.Join(work, "mnt")
-	out := filepath.Join(work, "out")
-	for _, d := range []string{mnt, out} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, d := range []string{filepath.Dir(work), work} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Chmod(out, 0o1777); err != nil {
-		t.Fatal(err)
-	}
+	mnt, out := namespaceDirs(t, work)
 	script := strings.Join([]string{
 		"set -e",
 		"mount -t tmpfs -o mode=755 none " + mnt,
@@ -87,14 +72,7 @@ func TestCapabilities(t *testing.T) {
 
 	run := func(name string, caps []string) (string, error) {
 		file := filepath.Join(out, name+".pb.gz")
-		set := "-all"
-		for _, c := range caps {
-			set += ",+" + strings.ToLower(c)
-		}
-		cmd := exec.Command(setpriv, "--reuid", strconv.Itoa(sondeUID), "--regid", strconv.Itoa(sondeUID), "--clear-groups",
-			"--no-new-privs", "--inh-caps="+set, "--ambient-caps="+set, "--bounding-set="+set,
-			sonde, "--duration", "4s", "--top", "0", "--output", file)
-		b, err := cmd.CombinedOutput()
+		b, err := sondeWith(setpriv, sonde, caps, "--duration", "4s", "--top", "0", "--output", file).CombinedOutput()
 		if err != nil {
 			return string(b), err
 		}
@@ -145,6 +123,38 @@ func TestCapabilities(t *testing.T) {
 			t.Errorf("the message does not name CAP_PERFMON:\n%s", msg)
 		}
 	})
+}
+
+// namespaceDirs makes, under work, the empty directory a workload's namespace mounts its
+// tmpfs over (mnt) and one every user may write the profiles to (out), and opens the
+// path to them to every user.
+func namespaceDirs(t *testing.T, work string) (mnt, out string) {
+	t.Helper()
+	mnt, out = filepath.Join(work, "mnt"), filepath.Join(work, "out")
+	for _, d := range []string{mnt, out} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []string{filepath.Dir(work), work} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(out, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	return mnt, out
+}
+
+// sondeWith runs sonde as uid 65534 with only the capabilities caps.
+func sondeWith(setpriv, sonde string, caps []string, args ...string) *exec.Cmd {
+	set := "-all"
+	for _, c := range caps {
+		set += ",+" + strings.ToLower(c)
+	}
+	return exec.Command(setpriv, append([]string{"--reuid", strconv.Itoa(sondeUID), "--regid", strconv.Itoa(sondeUID), "--clear-groups",
+		"--no-new-privs", "--inh-caps=" + set, "--ambient-caps=" + set, "--bounding-set=" + set, sonde}, args...)...)
 }
 
 func runsAs(pid, uid int) bool {
@@ -219,21 +229,7 @@ func TestCapabilitiesJava(t *testing.T) {
 	if out, err := exec.Command(jdk+"/bin/javac", "-g", "-d", classes, "testdata/CapBurn.java").CombinedOutput(); err != nil {
 		t.Fatalf("javac: %v\n%s", err, out)
 	}
-	mnt := filepath.Join(work, "mnt")
-	out := filepath.Join(work, "out")
-	for _, d := range []string{mnt, out} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, d := range []string{filepath.Dir(work), work} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Chmod(out, 0o1777); err != nil {
-		t.Fatal(err)
-	}
+	mnt, out := namespaceDirs(t, work)
 	// The JDK is bound inside the private directory: its libjvm.so's path in the JVM's
 	// maps exists in the JVM's namespace only.
 	script := strings.Join([]string{
@@ -268,14 +264,8 @@ func TestCapabilitiesJava(t *testing.T) {
 	}
 	// Past the JVM's start-up: its code cache is set up and capBurnLeaf compiled.
 	testenv.WaitCPU(t, wl.Process.Pid, time.Second)
-	set := "-all"
-	for _, c := range wantCaps {
-		set += ",+" + strings.ToLower(c)
-	}
 	file := filepath.Join(out, "java.pb.gz")
-	cmd := exec.Command(setpriv, "--reuid", strconv.Itoa(sondeUID), "--regid", strconv.Itoa(sondeUID), "--clear-groups",
-		"--no-new-privs", "--inh-caps="+set, "--ambient-caps="+set, "--bounding-set="+set,
-		sonde, "--pid", strconv.Itoa(wl.Process.Pid), "--duration", "4s", "--top", "0", "--output", file)
+	cmd := sondeWith(setpriv, sonde, wantCaps, "--pid", strconv.Itoa(wl.Process.Pid), "--duration", "4s", "--top", "0", "--output", file)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("sonde with %v: %v\n%s", wantCaps, err, b)
 	}
