@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/sonde-profiler/sonde/internal/testenv"
 	"github.com/sonde-profiler/sonde/reporter/otlp"
@@ -58,92 +56,29 @@ type buildError struct {
 
 func (e *buildError) Error() string { return e.err.Error() + "\n" + string(e.out) }
 
-// javaSpans returns the line span of each method of the workload: from its "    static"
-// (or "        public") line to the next line holding only "    }" (or "        }").
+// javaSpans returns the line span of each method of the workload: from its declaration
+// to the next line holding only its indent and "}".
 func javaSpans(t testing.TB) map[string][2]int64 {
-	t.Helper()
-	f, err := os.Open(filepath.Join("testdata", javaFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	start := regexp.MustCompile(`^(\s+)(?:public )?(?:static )?(?:[\w<>\[\]]+) (\w+)\(.*\{$`)
-	spans := map[string][2]int64{}
-	var cur, indent string
-	var line int64
-	for sc := bufio.NewScanner(f); sc.Scan(); {
-		line++
-		if m := start.FindStringSubmatch(sc.Text()); m != nil && cur == "" {
-			cur, indent = m[2], m[1]
-			spans[cur] = [2]int64{line, line}
-		} else if cur != "" && sc.Text() == indent+"}" {
-			spans[cur] = [2]int64{spans[cur][0], line}
-			cur = ""
-		}
-	}
-	return spans
+	return sourceSpans(t, filepath.Join("testdata", javaFile),
+		regexp.MustCompile(`^(\s+)(?:public )?(?:static )?(?:[\w<>\[\]]+) (\w+)\(.*\{$`))
 }
 
-// javaFrame is a Java frame of a sample: inlined methods are frames of their own.
-type javaFrame struct {
-	name, file string
-	line       int64
-}
+// javaFrames lists a sample's Java frames.
+func javaFrames(s *trace.Sample) []srcFrame { return framesOfKind(s, "jvm") }
 
-// javaFrames lists a sample's Java frames, leaf first, each location's inlined methods
-// first.
-func javaFrames(s *trace.Sample) []javaFrame {
-	var out []javaFrame
-	for _, l := range s.Locations {
-		if l.KindName() != "jvm" {
-			continue
-		}
-		for _, ln := range l.Lines {
-			out = append(out, javaFrame{name: ln.Function, file: ln.File, line: ln.Line})
-		}
-	}
-	return out
-}
-
-// profileJava runs the workload in one mode on one JDK with flags, and profiles its main
-// thread with sonde into OTLP until it has 500 samples.
+// profileJava runs the workload in one mode on one JDK with flags, and profiles it with
+// sonde into OTLP until it has 500 samples; it returns those of its main Java thread (the
+// launcher names it "java"): the JVM's compiler and collector threads run beside it.
 func profileJava(t *testing.T, jdk testenv.JDK, mode string, flags ...string) []*trace.Sample {
 	t.Helper()
 	testenv.RequireJDK(t, jdk)
-	classes := javaWorkload(t)
-	sonde(t)
-	args := append(append([]string{}, flags...), "-cp", classes, "JvmWorkload", mode, "120")
-	cmd := exec.Command(jdk.Java(), args...)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	// Past start-up: the JVM compiles what runs hot meanwhile.
-	testenv.WaitCPU(t, cmd.Process.Pid, 1500*time.Millisecond)
-	out := filepath.Join(t.TempDir(), "p.otlp.pb")
-	if r := runSondeUntil(t, 500, "--pid", strconv.Itoa(cmd.Process.Pid), "--output", out, "--top", "0",
-		"--thread-attributes", "name,id"); r.Err != nil {
-		t.Fatalf("sonde: %v\n%s", r.Err, r.Stderr)
-	}
-	return javaSamples(t, out, cmd.Process.Pid)
-}
-
-// javaSamples reads the samples of pid's main Java thread (the launcher names it "java")
-// from an OTLP file: the JVM's compiler and collector threads run beside it.
-func javaSamples(t *testing.T, path string, pid int) []*trace.Sample {
-	t.Helper()
-	profiles, err := otlp.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	args := append(append([]string{}, flags...), "-cp", javaWorkload(t), "JvmWorkload", mode, "120")
 	var samples []*trace.Sample
 	var n int64
-	for _, p := range profiles {
-		for _, s := range p.Samples {
-			if s.Process != nil && s.Process.PID == uint32(pid) && s.ThreadName == "java" {
-				samples = append(samples, s)
-				n += s.Count
-			}
+	for _, s := range profileRuntime(t, exec.Command(jdk.Java(), args...), "--thread-attributes", "name,id") {
+		if s.ThreadName == "java" {
+			samples = append(samples, s)
+			n += s.Count
 		}
 	}
 	if n < 50 {
@@ -155,7 +90,7 @@ func javaSamples(t *testing.T, path string, pid int) []*trace.Sample {
 // javaChain tells whether frames hold want (leaf first, from the first of them in the
 // sample) as consecutive Java frames of the workload, each with its file and a line within
 // its method.
-func javaChain(spans map[string][2]int64, fs []javaFrame, want ...string) bool {
+func javaChain(spans map[string][2]int64, fs []srcFrame, want ...string) bool {
 	for i, f := range fs {
 		if f.name != "JvmWorkload."+want[0] {
 			continue
@@ -181,7 +116,7 @@ func checkJavaChain(t *testing.T, samples []*trace.Sample, want ...string) {
 	t.Helper()
 	spans := javaSpans(t)
 	var n, good int64
-	var bad [][]javaFrame
+	var bad [][]srcFrame
 	for _, s := range samples {
 		n += s.Count
 		fs := javaFrames(s)

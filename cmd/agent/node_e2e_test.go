@@ -28,22 +28,28 @@ func nodeWorkload(t testing.TB) string {
 // jsSpans returns the line span of each function of the workload: from its "function
 // NAME(" line to the next "}" at column 0.
 func jsSpans(t testing.TB) map[string][2]int64 {
+	return sourceSpans(t, nodeWorkload(t), regexp.MustCompile(`^()(?:async )?function (\w+)\(`))
+}
+
+// sourceSpans returns the line span of each function of a source file: from a line start
+// matches (its first group the line's indent, its second the function's name) to the next
+// line holding only that indent and "}".
+func sourceSpans(t testing.TB, path string, start *regexp.Regexp) map[string][2]int64 {
 	t.Helper()
-	f, err := os.Open(nodeWorkload(t))
+	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	start := regexp.MustCompile(`^(?:async )?function (\w+)\(`)
 	spans := map[string][2]int64{}
-	var cur string
+	var cur, indent string
 	var line int64
 	for sc := bufio.NewScanner(f); sc.Scan(); {
 		line++
-		if m := start.FindStringSubmatch(sc.Text()); m != nil {
-			cur = m[1]
+		if m := start.FindStringSubmatch(sc.Text()); m != nil && cur == "" {
+			cur, indent = m[2], m[1]
 			spans[cur] = [2]int64{line, line}
-		} else if cur != "" && sc.Text() == "}" {
+		} else if cur != "" && sc.Text() == indent+"}" {
 			spans[cur] = [2]int64{spans[cur][0], line}
 			cur = ""
 		}
@@ -51,42 +57,60 @@ func jsSpans(t testing.TB) map[string][2]int64 {
 	return spans
 }
 
-// jsFrame is a JavaScript frame of a sample: inlined functions are frames of their own.
-type jsFrame struct {
+// srcFrame is a runtime's frame of a sample: inlined functions are frames of their own.
+type srcFrame struct {
 	name, file string
 	line       int64
 }
 
-// jsFrames lists a sample's V8 frames, leaf first, each location's inlined functions first.
-func jsFrames(s *trace.Sample) []jsFrame {
-	var out []jsFrame
+// framesOfKind lists a sample's frames of one runtime's kind (the OTLP frame type), leaf
+// first, each location's inlined functions first.
+func framesOfKind(s *trace.Sample, kind string) []srcFrame {
+	var out []srcFrame
 	for _, l := range s.Locations {
-		if l.KindName() != "v8js" {
+		if l.KindName() != kind {
 			continue
 		}
 		for _, ln := range l.Lines {
-			out = append(out, jsFrame{name: ln.Function, file: ln.File, line: ln.Line})
+			out = append(out, srcFrame{name: ln.Function, file: ln.File, line: ln.Line})
 		}
 	}
 	return out
 }
 
+// jsFrames lists a sample's V8 frames.
+func jsFrames(s *trace.Sample) []srcFrame { return framesOfKind(s, "v8js") }
+
 // profileNode runs the workload in one mode on one node with flags, and profiles it with
 // sonde into OTLP until it has 500 samples.
 func profileNode(t *testing.T, node testenv.Node, mode string, flags ...string) []*trace.Sample {
 	t.Helper()
-	sonde(t)
 	args := append(append([]string{}, flags...), nodeWorkload(t), mode, "120")
-	cmd := exec.Command(node.Path, args...)
+	samples := profileRuntime(t, exec.Command(node.Path, args...))
+	var n int64
+	for _, s := range samples {
+		n += s.Count
+	}
+	if n < 50 {
+		t.Fatalf("%d samples of the workload", n)
+	}
+	return samples
+}
+
+// profileRuntime starts a runtime's workload and, once it has used 1.5 s of CPU (past
+// start-up, its hot code compiled where the runtime compiles), profiles it with sonde
+// into OTLP until sonde has 500 samples; it returns the samples of the workload's process.
+func profileRuntime(t *testing.T, cmd *exec.Cmd, sondeArgs ...string) []*trace.Sample {
+	t.Helper()
+	sonde(t) // built before the workload starts, whose seconds must not run out meanwhile
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	// Past start-up and the warm-up of the decoy: the chain runs, long enough to be
-	// optimized where optimizing is on.
 	testenv.WaitCPU(t, cmd.Process.Pid, 1500*time.Millisecond)
 	out := filepath.Join(t.TempDir(), "p.otlp.pb")
-	if r := runSondeUntil(t, 500, "--pid", strconv.Itoa(cmd.Process.Pid), "--output", out, "--top", "0"); r.Err != nil {
+	args := append([]string{"--pid", strconv.Itoa(cmd.Process.Pid), "--output", out, "--top", "0"}, sondeArgs...)
+	if r := runSondeUntil(t, 500, args...); r.Err != nil {
 		t.Fatalf("sonde: %v\n%s", r.Err, r.Stderr)
 	}
 	profiles, err := otlp.ReadFile(out)
@@ -94,17 +118,12 @@ func profileNode(t *testing.T, node testenv.Node, mode string, flags ...string) 
 		t.Fatal(err)
 	}
 	var samples []*trace.Sample
-	var n int64
 	for _, p := range profiles {
 		for _, s := range p.Samples {
 			if s.Process != nil && s.Process.PID == uint32(cmd.Process.Pid) {
 				samples = append(samples, s)
-				n += s.Count
 			}
 		}
-	}
-	if n < 50 {
-		t.Fatalf("%d samples of the workload", n)
 	}
 	return samples
 }
@@ -118,7 +137,7 @@ func checkChain(t *testing.T, samples []*trace.Sample, leafOptional bool, want .
 	t.Helper()
 	file, spans := nodeWorkload(t), jsSpans(t)
 	var n, good int64
-	var bad [][]jsFrame
+	var bad [][]srcFrame
 	for _, s := range samples {
 		n += s.Count
 		fs := jsFrames(s)
