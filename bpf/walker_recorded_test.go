@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -198,23 +197,11 @@ func pickThread(pid int) (int, error) {
 // walk of its stack reads: the pages the Go model touches while the thread stands still,
 // so that the native walker, reading anything else, would fail and disagree.
 func stopAndCopy(pid, tid int, c *walkCase) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	if err := unix.PtraceSeize(tid); err != nil {
-		return fmt.Errorf("seize %d: %w", tid, err)
-	}
-	defer unix.PtraceDetach(tid)
-	if err := unix.PtraceInterrupt(tid); err != nil {
-		return fmt.Errorf("interrupt %d: %w", tid, err)
-	}
-	var ws unix.WaitStatus
-	if _, err := unix.Wait4(tid, &ws, unix.WALL, nil); err != nil {
-		return fmt.Errorf("wait for %d: %w", tid, err)
-	}
-	var regs unix.PtraceRegs
-	if err := unix.PtraceGetRegs(tid, &regs); err != nil {
-		return fmt.Errorf("registers of %d: %w", tid, err)
-	}
+	return testenv.StopThread(tid, func(regs *unix.PtraceRegs) error { return copyStack(pid, regs, c) })
+}
+
+// copyStack takes a stopped thread's registers and the memory a walk of its stack reads.
+func copyStack(pid int, regs *unix.PtraceRegs, c *walkCase) error {
 	c.thread = unwind.Thread{PC: regs.Rip, TLS: regs.Fs_base, GPR: [16]uint64{
 		regs.Rax, regs.Rdx, regs.Rcx, regs.Rbx, regs.Rsi, regs.Rdi, regs.Rbp, regs.Rsp,
 		regs.R8, regs.R9, regs.R10, regs.R11, regs.R12, regs.R13, regs.R14, regs.R15}}

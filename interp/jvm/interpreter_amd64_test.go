@@ -3,37 +3,12 @@ package jvm
 import (
 	"fmt"
 	"os"
-	"runtime"
 	"strconv"
 	"testing"
 
 	"github.com/sonde-profiler/sonde/internal/testenv"
 	"golang.org/x/sys/unix"
 )
-
-// threadState stops one thread (PTRACE_SEIZE and PTRACE_INTERRUPT: no signal, no group
-// stop), calls fn with its registers, and lets it go.
-func threadState(tid int, fn func(regs *unix.PtraceRegs)) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	if err := unix.PtraceSeize(tid); err != nil {
-		return fmt.Errorf("seize %d: %w", tid, err)
-	}
-	defer unix.PtraceDetach(tid)
-	if err := unix.PtraceInterrupt(tid); err != nil {
-		return fmt.Errorf("interrupt %d: %w", tid, err)
-	}
-	var ws unix.WaitStatus
-	if _, err := unix.Wait4(tid, &ws, unix.WALL, nil); err != nil {
-		return fmt.Errorf("wait %d: %w", tid, err)
-	}
-	var regs unix.PtraceRegs
-	if err := unix.PtraceGetRegs(tid, &regs); err != nil {
-		return fmt.Errorf("registers of %d: %w", tid, err)
-	}
-	fn(&regs)
-	return nil
-}
 
 // TestInterpreterFrame names interpreted frames as a kernel walker would find them: a
 // JVM that only interprets (-Xint) is stopped thread by thread until one's pc is in the
@@ -63,23 +38,24 @@ func TestInterpreterFrame(t *testing.T) {
 				state := "no thread in the interpreter"
 				for _, task := range tasks {
 					tid, _ := strconv.Atoi(task.Name())
-					err := threadState(tid, func(regs *unix.PtraceRegs) {
+					err := testenv.StopThread(tid, func(regs *unix.PtraceRegs) error {
 						stops++
 						if regs.Rip < start || regs.Rip >= end {
-							return
+							return nil
 						}
 						fp := regs.Rbp
 						method, err1 := readU64(j.p.m, fp+uint64(int64(fr.Method)*8))
 						bcp, err2 := readU64(j.p.m, fp+uint64(int64(fr.BCP)*8))
 						if err1 != nil || err2 != nil {
 							state = fmt.Sprintf("fp %#x unreadable", fp)
-							return
+							return nil
 						}
 						f, err := n.Interpreted(method, bcp)
 						state = fmt.Sprintf("pc %#x fp %#x: %+v, %v", regs.Rip, fp, f, err)
 						if err == nil && f.Class == "SondeChain" && f.BCI >= 0 {
 							got = f
 						}
+						return nil
 					})
 					if err != nil {
 						state = err.Error()
