@@ -130,13 +130,11 @@ func (s *Sampler) DeleteJVM(pid uint32) error {
 func (s *Sampler) JVMEnds() ([JVMEndCount]uint64, error) {
 	var out [JVMEndCount]uint64
 	for i := range out {
-		var perCPU []uint64
-		if err := s.objs.JvmCounters.Lookup(uint32(i), &perCPU); err != nil {
+		v, err := perCPUSum(s.objs.JvmCounters, uint32(i))
+		if err != nil {
 			return out, fmt.Errorf("read jvm counter %d: %w", i, err)
 		}
-		for _, v := range perCPU {
-			out[i] += v
-		}
+		out[i] = v
 	}
 	return out, nil
 }

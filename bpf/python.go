@@ -105,13 +105,11 @@ func (s *Sampler) DeletePython(pid uint32) error {
 func (s *Sampler) PythonEnds() ([PythonEndCount]uint64, error) {
 	var out [PythonEndCount]uint64
 	for i := range out {
-		var perCPU []uint64
-		if err := s.objs.PyCounters.Lookup(uint32(i), &perCPU); err != nil {
+		v, err := perCPUSum(s.objs.PyCounters, uint32(i))
+		if err != nil {
 			return out, fmt.Errorf("read python counter %d: %w", i, err)
 		}
-		for _, v := range perCPU {
-			out[i] += v
-		}
+		out[i] = v
 	}
 	return out, nil
 }

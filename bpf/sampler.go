@@ -586,13 +586,11 @@ func (s *Sampler) Counters() (Counters, error) {
 		fields[samplerCounterCOUNTER_UNWIND_BASE+samplerCounter(i)] = &out.UnwindEnds[i]
 	}
 	for i, field := range fields {
-		var perCPU []uint64
-		if err := s.objs.Counters.Lookup(uint32(i), &perCPU); err != nil {
+		v, err := perCPUSum(s.objs.Counters, uint32(i))
+		if err != nil {
 			return out, fmt.Errorf("read counter %d: %w", i, err)
 		}
-		for _, v := range perCPU {
-			*field += v
-		}
+		*field += v
 	}
 	var err error
 	out.Context, err = s.contextCounters()
@@ -708,4 +706,17 @@ func (s *Sampler) load(spec *ebpf.CollectionSpec, offCPU bool) error {
 	s.objs.samplerMaps = c.samplerMaps
 	s.objs.samplerPrograms = samplerPrograms{OnExec: c.OnExec, OnExit: c.OnExit, OnFork: c.OnFork, OnSwitch: all.OnSwitch, Sample: c.Sample}
 	return nil
+}
+
+// perCPUSum reads entry i of a per-CPU counters map, summed over CPUs.
+func perCPUSum(m *ebpf.Map, i uint32) (uint64, error) {
+	var perCPU []uint64
+	if err := m.Lookup(i, &perCPU); err != nil {
+		return 0, err
+	}
+	var sum uint64
+	for _, v := range perCPU {
+		sum += v
+	}
+	return sum, nil
 }

@@ -135,13 +135,11 @@ func (s *Sampler) contextCounters() (ContextCounters, error) {
 		if field == nil {
 			continue
 		}
-		var perCPU []uint64
-		if err := s.objs.TracectxCounters.Lookup(uint32(i), &perCPU); err != nil {
+		v, err := perCPUSum(s.objs.TracectxCounters, uint32(i))
+		if err != nil {
 			return out, fmt.Errorf("read trace context counter %d: %w", i, err)
 		}
-		for _, v := range perCPU {
-			*field += v
-		}
+		*field += v
 	}
 	return out, nil
 }

@@ -106,13 +106,11 @@ func (s *Sampler) DeleteV8(pid uint32) error {
 func (s *Sampler) V8Ends() ([V8EndCount]uint64, error) {
 	var out [V8EndCount]uint64
 	for i := range out {
-		var perCPU []uint64
-		if err := s.objs.V8Counters.Lookup(uint32(i), &perCPU); err != nil {
+		v, err := perCPUSum(s.objs.V8Counters, uint32(i))
+		if err != nil {
 			return out, fmt.Errorf("read v8 counter %d: %w", i, err)
 		}
-		for _, v := range perCPU {
-			out[i] += v
-		}
+		out[i] = v
 	}
 	return out, nil
 }

@@ -107,14 +107,7 @@ func (k kernelPython) DeletePython(pid uint32) error { return k.s.DeletePython(p
 // WalkEnds counts the kernel's walks of Python frames by how they ended.
 func (k kernelPython) WalkEnds() (map[string]uint64, error) {
 	ends, err := k.s.PythonEnds()
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]uint64, len(ends))
-	for i, n := range ends {
-		out[bpf.PythonEnd(i).String()] = n
-	}
-	return out, nil
+	return endsByName[bpf.PythonEnd](ends[:], err)
 }
 
 // kernelV8 lets package node write the sampler's v8_procs map without knowing BPF.
@@ -147,14 +140,7 @@ func (k kernelV8) FunctionAt(pid uint32, pc uint64) (uint64, bool) { return k.s.
 // WalkEnds counts the kernel's walks of V8 frames by how they ended.
 func (k kernelV8) WalkEnds() (map[string]uint64, error) {
 	ends, err := k.s.V8Ends()
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]uint64, len(ends))
-	for i, n := range ends {
-		out[bpf.V8End(i).String()] = n
-	}
-	return out, nil
+	return endsByName[bpf.V8End](ends[:], err)
 }
 
 // kernelJVM lets package jvm write the sampler's jvm_procs map without knowing BPF.
@@ -206,12 +192,20 @@ func (k kernelJVM) DeleteJVM(pid uint32) error { return k.s.DeleteJVM(pid) }
 // WalkEnds counts the kernel's walks of Java frames by how they ended.
 func (k kernelJVM) WalkEnds() (map[string]uint64, error) {
 	ends, err := k.s.JVMEnds()
+	return endsByName[bpf.JVMEnd](ends[:], err)
+}
+
+// endsByName keys a kernel walker's counts of how its walks ended by the ends' names.
+func endsByName[E interface {
+	~uint32
+	String() string
+}](ends []uint64, err error) (map[string]uint64, error) {
 	if err != nil {
 		return nil, err
 	}
 	out := make(map[string]uint64, len(ends))
 	for i, n := range ends {
-		out[bpf.JVMEnd(i).String()] = n
+		out[E(i).String()] = n
 	}
 	return out, nil
 }
