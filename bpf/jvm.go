@@ -97,9 +97,12 @@ func checkJVM(p *JVMProc) error {
 	if p.CodeBeginIsPointer != 0 {
 		words[len(words)-1].size = 8
 	}
+	if int(p.BlobRead) > JVMBlobRead {
+		return fmt.Errorf("%d bytes of a code blob to read: the walker reads at most %d", p.BlobRead, JVMBlobRead)
+	}
 	for _, w := range words {
-		if int(w.off)+int(w.size) > int(p.BlobRead) || int(p.BlobRead) > JVMBlobRead {
-			return fmt.Errorf("code blob field at %d: the walker reads %d bytes of a blob, at most %d", w.off, p.BlobRead, JVMBlobRead)
+		if int(w.off)+int(w.size) > int(p.BlobRead) {
+			return fmt.Errorf("code blob field at %d: past the %d bytes the walker reads of a blob", w.off, p.BlobRead)
 		}
 	}
 	return nil
