@@ -9,8 +9,9 @@
 // looks at each process's mappings: a process that maps no libjvm.so costs a look at
 // their paths; one that does has its tables read once per exec, and its KernelState (for
 // that exec) written through Kernel when it changes. A JVM found before it set up its
-// code cache (ErrNotReady) is read again at its next mappings, a bounded number of times;
-// a process gone, or exec'd, is deleted from the kernel and its Namer's cache dropped.
+// code cache (ErrNotReady) is read again at its next mappings or after a short wait,
+// whichever comes first, a bounded number of times; a process gone, or exec'd, is
+// deleted from the kernel and its Namer's cache dropped.
 // The kernel writes each Java frame as runtime Number's 58 bits: a pc of the code cache
 // with whether it is a return address and the low byte of its nmethod's compile id, or
 // a Method* and bci (EncodeCodeFrame, EncodeInterpretedFrame, DecodeFrame). The Runtime

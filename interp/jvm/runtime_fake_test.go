@@ -114,6 +114,7 @@ func TestTrackerFake(t *testing.T) {
 			var log errorLog
 			finds := 0
 			tr := NewTracker(TrackerConfig{Kernel: k, OnError: log.add})
+			tr.cfg.retryAfter = func(int) time.Duration { return time.Hour } // reads come from mappings only
 			tr.cfg.find = func(pid uint32, m *trace.Mapping) (*Process, error) {
 				finds++
 				if m.File.Key.Inode == 666 {
@@ -241,6 +242,62 @@ func TestTrackerFake(t *testing.T) {
 				t.Errorf("%d sets, want the 4 of the readable JVM's execs", sets)
 			}
 		})
+	}
+}
+
+// TestTrackerRetries: a JVM read before it set up its code cache is read again without
+// new mappings, the kernel told once it is ready; one that never is, given up on after
+// maxAttempts; a process gone is not read again.
+func TestTrackerRetries(t *testing.T) {
+	f := newFakeJVM(25)
+	p := f.process(t)
+	k := newFakeKernel()
+	tr := NewTracker(TrackerConfig{Kernel: k})
+	tr.cfg.retryAfter = func(int) time.Duration { return time.Millisecond }
+	tr.cfg.find = func(uint32, *trace.Mapping) (*Process, error) { return p, nil }
+	cc := f.vs.Fields["CodeCache"]
+	low, high := cc["_low_bound"].Address, cc["_high_bound"].Address
+	saveLow, _ := readU64(f.fakeMem, low)
+	saveHigh, _ := readU64(f.fakeMem, high)
+	notReady := func() { f.u64(low, 0); f.u64(high, 0) }
+	ready := func() { f.u64(low, saveLow); f.u64(high, saveHigh) }
+	notReady()
+
+	const pid = 100
+	tr.ProcessMappings(pid, 7, fakeLib(2))
+	testenv.WaitFor(t, "reads again", testenv.StartTimeout, func() (bool, string) {
+		s := tr.Stats()
+		return s.NotReady >= 3, fmt.Sprintf("%+v", s)
+	})
+	if _, ok, _, _ := k.state(pid); ok {
+		t.Fatalf("told the kernel of a JVM without a code cache")
+	}
+	ready()
+	testenv.WaitFor(t, "the kernel told of the JVM", testenv.StartTimeout, func() (bool, string) {
+		st, ok, sets, _ := k.state(pid)
+		return ok && sets == 1 && st.ExecID == 7, fmt.Sprintf("%+v, %v, %d sets; %+v", st, ok, sets, tr.Stats())
+	})
+	if s := tr.Stats(); s.GaveUp != 0 || s.Walked != 1 {
+		t.Errorf("%+v", s)
+	}
+
+	notReady()
+	tr.ProcessMappings(pid+1, 1, fakeLib(2))
+	testenv.WaitFor(t, "given up", testenv.StartTimeout, func() (bool, string) {
+		s := tr.Stats()
+		return s.GaveUp == 1, fmt.Sprintf("%+v", s)
+	})
+	if s := tr.Stats(); s.NotReady < maxAttempts {
+		t.Errorf("given up after %d reads, want %d", s.NotReady, maxAttempts)
+	}
+
+	tr.ProcessMappings(pid+2, 1, fakeLib(2))
+	tr.ProcessGone(pid + 2)
+	before := tr.Stats().NotReady
+	ready()
+	time.Sleep(20 * time.Millisecond) // a read would come after 1 ms
+	if _, ok, _, _ := k.state(pid + 2); ok || tr.Stats().NotReady != before {
+		t.Errorf("a process gone read again: %v, %+v", ok, tr.Stats())
 	}
 }
 

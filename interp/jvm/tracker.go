@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/trace"
@@ -34,6 +35,9 @@ type TrackerConfig struct {
 	Namer NamerConfig
 	// find reads HotSpot in the libjvm.so m maps; nil: a Finder's. Tests replace it.
 	find func(pid uint32, m *trace.Mapping) (*Process, error)
+	// retryAfter is how long after its n-th failed read (from 1) a JVM that had not
+	// initialised is read again; nil: retryDelay. Tests replace it.
+	retryAfter func(n int) time.Duration
 }
 
 // Defaults of TrackerConfig.
@@ -43,7 +47,19 @@ const (
 	// starts, so that the process's mappings come again while it initialises; one still
 	// unreadable after this many is given up on until its next exec.
 	maxAttempts = 32
+	// firstRetry and lastRetry bound the wait before a JVM that had not initialised is
+	// read again without new mappings: a JVM maps its libraries and code cache before it
+	// sets the code cache up, so that no mapping may come after the read that was too
+	// early. The wait doubles from the first: the attempts last about 20 s in all, a
+	// JVM starting on a busy host included.
+	firstRetry = 50 * time.Millisecond
+	lastRetry  = 800 * time.Millisecond
 )
+
+// retryDelay is the wait after the n-th failed read (from 1).
+func retryDelay(n int) time.Duration {
+	return firstRetry << min(max(n-1, 0), 4) // 50 ms, 100 ms … 800 ms
+}
 
 // TrackerStats counts what a Tracker did.
 type TrackerStats struct {
@@ -84,14 +100,17 @@ type Tracker struct {
 
 // tracked is one exec of a process that maps libjvm.so.
 type tracked struct {
+	pid      uint32
 	execID   uint64
 	lib      objfile.ID
 	path     string
-	proc     *Process     // nil until its tables are read
-	namer    *Namer       // with proc; read by the names' goroutine, under Tracker.mu
-	state    *KernelState // as last told to the kernel; nil: not told
-	told     bool         // SetJVM was called: DeleteJVM is owed
-	attempts int          // failed reads
+	libs     []*trace.Mapping // its libjvm.so mappings, as last given
+	retry    *time.Timer      // reads it again while it has not initialised
+	proc     *Process         // nil until its tables are read
+	namer    *Namer           // with proc; read by the names' goroutine, under Tracker.mu
+	state    *KernelState     // as last told to the kernel; nil: not told
+	told     bool             // SetJVM was called: DeleteJVM is owed
+	attempts int              // failed reads
 	gaveUp   bool
 	// image is the first of the aggregator's images (interning spaces) its frames were
 	// seen in; 0 until one was. Spaces are numbered in order: one below it is an
@@ -112,6 +131,9 @@ func NewTracker(cfg TrackerConfig) *Tracker {
 	if t.cfg.find == nil {
 		t.cfg.find = t.finder.findIn
 	}
+	if t.cfg.retryAfter == nil {
+		t.cfg.retryAfter = retryDelay
+	}
 	return t
 }
 
@@ -129,12 +151,29 @@ func libJVMs(mappings []*trace.Mapping) []*trace.Mapping {
 
 // ProcessMappings looks for HotSpot among a process's mappings, reads the JVM's tables
 // once per exec and, whenever its mappings change, its code cache's state, which the
-// kernel is told when it changed. A JVM read before it initialised is read again at a
-// later call, a bounded number of times.
+// kernel is told when it changed. A JVM read before it initialised is read again, a
+// bounded number of times: at its next mappings, or after a wait if none come first.
 func (t *Tracker) ProcessMappings(pid uint32, execID uint64, mappings []*trace.Mapping) {
 	t.observe.Lock()
 	defer t.observe.Unlock()
-	libs := libJVMs(mappings)
+	t.processMappings(pid, execID, libJVMs(mappings))
+}
+
+// retry reads a JVM that had not initialised again, if it is still the one tracked.
+func (t *Tracker) retry(e *tracked) {
+	t.observe.Lock()
+	defer t.observe.Unlock()
+	t.mu.Lock()
+	current := t.procs[e.pid] == e
+	t.mu.Unlock()
+	if current && !e.gaveUp && e.state == nil {
+		t.processMappings(e.pid, e.execID, e.libs)
+	}
+}
+
+// processMappings is ProcessMappings for a process's libjvm.so mappings; t.observe is
+// held.
+func (t *Tracker) processMappings(pid uint32, execID uint64, libs []*trace.Mapping) {
 	if len(libs) == 0 {
 		t.forget(pid)
 		return
@@ -155,7 +194,7 @@ func (t *Tracker) ProcessMappings(pid uint32, execID uint64, mappings []*trace.M
 			t.stats.Untracked++
 		}
 		if !bad && !full {
-			e = &tracked{execID: execID, lib: id, path: libs[0].Path}
+			e = &tracked{pid: pid, execID: execID, lib: id, path: libs[0].Path}
 			t.procs[pid] = e
 			t.stats.Processes = len(t.procs)
 		}
@@ -167,6 +206,7 @@ func (t *Tracker) ProcessMappings(pid uint32, execID uint64, mappings []*trace.M
 	if e.gaveUp {
 		return
 	}
+	e.libs = libs
 	if e.proc == nil {
 		p, err := t.find(pid, libs)
 		if err != nil {
@@ -236,6 +276,12 @@ func (t *Tracker) failed(e *tracked, err error) (ofFile bool) {
 	}
 	if !ofFile && e.attempts < maxAttempts {
 		t.mu.Unlock()
+		if notReady {
+			if e.retry != nil {
+				e.retry.Stop()
+			}
+			e.retry = time.AfterFunc(t.cfg.retryAfter(e.attempts), func() { t.retry(e) })
+		}
 		return false
 	}
 	e.gaveUp = true
@@ -283,6 +329,9 @@ func (t *Tracker) forget(pid uint32) {
 	t.mu.Unlock()
 	if e == nil {
 		return
+	}
+	if e.retry != nil {
+		e.retry.Stop()
 	}
 	if e.namer != nil {
 		s := e.namer.Stats()
