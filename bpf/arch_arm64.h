@@ -19,6 +19,10 @@ struct arch_regs {
 /* PSR_MODE_MASK is 0xf; EL0t, user mode, is 0. */
 #define ARCH_USER_MODE(r) (((r)->pstate & 0xf) == 0)
 
+/* Go's register ABI (Go 1.18 on): the running g in x28, a function's first argument in x0. */
+#define ARCH_GO_G regs[28]
+#define ARCH_GO_ARG0 regs[0]
+
 #define ARCH_TABLE_UNWIND 0
 
 /* The thread pointer user space addresses TLS by: TPIDR_EL0, which the kernel saves in the

@@ -19,6 +19,10 @@ struct arch_regs {
 /* The saved registers are the user's when the task was interrupted in ring 3. */
 #define ARCH_USER_MODE(r) (((r)->cs & 3) == 3)
 
+/* Go's register ABI (Go 1.17 on): the running g in r14, a function's first argument in rax. */
+#define ARCH_GO_G r14
+#define ARCH_GO_ARG0 ax
+
 /* The table walker knows x86-64's call frame conventions: the return address at CFA-8. */
 #define ARCH_TABLE_UNWIND 1
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -30,6 +31,8 @@ const (
 	DefaultOffCPUThreads = 16384
 	// maxOffCPUPending bounds the walked switch-outs user space keeps until they end.
 	maxOffCPUPending = 65536
+	// maxGoPending bounds the parked goroutines' walks user space keeps until they run.
+	maxGoPending = 16384
 )
 
 // ProbeOffCPU tells whether this kernel lets off-CPU profiles attach: it has BTF and a
@@ -70,6 +73,7 @@ func setOffCPU(spec *ebpf.CollectionSpec, cfg Config, self uint32) error {
 		}
 	}
 	spec.Maps["offcpu_starts"].MaxEntries = uint32(threads)
+	spec.Maps["go_parked"].MaxEntries = uint32(threads)
 	return nil
 }
 
@@ -140,6 +144,9 @@ type OffCPUCounters struct {
 	Short    uint64 // waits shorter than the minimum
 	Lost     uint64 // records lost for want of room in the ring
 	Stale    uint64 // waits of threads that exited with no return to the CPU seen
+	// Goroutines that parked in Go's scheduler (OffCPUGoroutines), of which walked, and
+	// of which ran again after at least the minimum.
+	GoParks, GoWalked, GoSamples uint64
 }
 
 // offCPUStart is a walked switch-out waiting for its thread to come back: the sample, its
@@ -151,12 +158,71 @@ type offCPUStart struct {
 	ctx    []byte
 }
 
-// offCPUPending pairs walked switch-outs with their ends (the reader's goroutine only).
+// goWait names a parked goroutine's walk: the thread it parked on and when.
+type goWait struct {
+	tid   uint32
+	start uint64
+}
+
+// offCPUPending pairs walked switch-outs and goroutine parks with their ends (the
+// reader's goroutine only).
 type offCPUPending struct {
 	byTID map[uint32]*offCPUStart
 	byPID map[uint32]map[uint32]struct{}
+	// goWaits are parked goroutines' walks; goPIDs counts them by process.
+	goWaits map[goWait]*offCPUStart
+	goPIDs  map[uint32]int
 	// schedStart and schedEnd bound __schedule, where the kernel stacks are cut.
 	schedStart, schedEnd uint64
+}
+
+// size is how many walks wait for their ends.
+func (p *offCPUPending) size() int { return len(p.byTID) + len(p.goWaits) }
+
+// holdGo keeps a parked goroutine's sample until it runs again. Goroutines may park for
+// good (idle workers): past maxGoPending, any one held gives way.
+func (p *offCPUPending) holdGo(sample *Sample, ktime uint64) {
+	if p.goWaits == nil {
+		p.goWaits, p.goPIDs = map[goWait]*offCPUStart{}, map[uint32]int{}
+	}
+	if len(p.goWaits) >= maxGoPending {
+		for k := range p.goWaits {
+			p.dropGo(k)
+			break
+		}
+	}
+	k := goWait{tid: sample.TID, start: ktime}
+	if p.goWaits[k] != nil {
+		p.dropGo(k)
+	}
+	st := &offCPUStart{}
+	st.keep(sample, ktime, sample.Kernel)
+	p.goWaits[k] = st
+	p.goPIDs[sample.PID]++
+}
+
+func (p *offCPUPending) dropGo(k goWait) {
+	st := p.goWaits[k]
+	if st == nil {
+		return
+	}
+	delete(p.goWaits, k)
+	if p.goPIDs[st.sample.PID]--; p.goPIDs[st.sample.PID] <= 0 {
+		delete(p.goPIDs, st.sample.PID)
+	}
+}
+
+// keep copies a walk's sample out of the ring's buffer, with kernel as its kernel stack.
+func (st *offCPUStart) keep(sample *Sample, ktime uint64, kernel []uint64) {
+	st.start = ktime
+	st.frames = append(append(st.frames[:0], sample.User...), kernel...)
+	st.ctx = append(st.ctx[:0], sample.Context...)
+	st.sample = *sample
+	st.sample.User = st.frames[:len(sample.User):len(sample.User)]
+	st.sample.Kernel = st.frames[len(sample.User):]
+	st.sample.KernelErr = sample.KernelErr
+	st.sample.Context = st.ctx
+	st.sample.VMAs = nil
 }
 
 // hold keeps a switch-out's sample, replacing the thread's earlier one, whose wait was too
@@ -184,16 +250,7 @@ func (p *offCPUPending) hold(sample *Sample, ktime uint64) {
 		p.byPID[sample.PID] = tids
 	}
 	tids[sample.TID] = struct{}{}
-	st.start = ktime
-	kernel := p.trimToSchedule(sample.Kernel)
-	st.frames = append(append(st.frames[:0], sample.User...), kernel...)
-	st.ctx = append(st.ctx[:0], sample.Context...)
-	st.sample = *sample
-	st.sample.User = st.frames[:len(sample.User):len(sample.User)]
-	st.sample.Kernel = st.frames[len(sample.User):]
-	st.sample.KernelErr = sample.KernelErr
-	st.sample.Context = st.ctx
-	st.sample.VMAs = nil
+	st.keep(sample, ktime, p.trimToSchedule(sample.Kernel))
 }
 
 func (p *offCPUPending) drop(tid uint32) {
@@ -210,12 +267,22 @@ func (p *offCPUPending) drop(tid uint32) {
 	}
 }
 
-// forget drops the switch-outs of a process that exited or exec'd.
-func (p *offCPUPending) forget(pid uint32) {
+// forget drops the switch-outs and parked goroutines of a process that exited or
+// exec'd, and reports whether it had goroutines parked.
+func (p *offCPUPending) forget(pid uint32) (parked bool) {
 	for tid := range p.byPID[pid] {
 		delete(p.byTID, tid)
 	}
 	delete(p.byPID, pid)
+	if p.goPIDs[pid] == 0 {
+		return false
+	}
+	for k, st := range p.goWaits {
+		if st.sample.PID == pid {
+			p.dropGo(k)
+		}
+	}
+	return true
 }
 
 // end returns the sample of the switch-out an end record closes, or nil.
@@ -224,6 +291,15 @@ func (p *offCPUPending) end(raw []byte) (*Sample, uint64) {
 		return nil, 0
 	}
 	e := (*samplerOffcpuEndEvent)(unsafe.Pointer(&raw[0]))
+	if samplerEventKind(e.Kind) == samplerEventKindEVENT_GOPARK_END {
+		k := goWait{tid: e.Tid, start: e.StartNs}
+		st := p.goWaits[k]
+		if st == nil || st.sample.PID != e.Pid {
+			return nil, 0
+		}
+		p.dropGo(k)
+		return &st.sample, e.WeightNs
+	}
 	st := p.byTID[e.Tid]
 	if st == nil || st.start != e.StartNs || st.sample.PID != e.Pid {
 		return nil, 0 // its switch-out was lost in a full ring, or evicted
@@ -265,4 +341,70 @@ func (s *Sampler) OffCPUProgramStats() (ProgramStats, error) {
 		return ProgramStats{}, fmt.Errorf("read off-CPU program stats: %w", err)
 	}
 	return ProgramStats{Runs: st.RunCount, Runtime: st.Runtime}, nil
+}
+
+// ErrNoGoroutines: the kernel cannot put uprobes on Go binaries (no uprobe PMU), which
+// off-CPU profiles of goroutines need.
+var ErrNoGoroutines = errors.New("kernel lacks uprobes (CONFIG_UPROBE_EVENTS) that off-CPU profiles of goroutines need")
+
+// AttachGoroutines attaches the goroutines' programs to a Go binary: at park, the file
+// offset of runtime.gopark's code where it is attached, and at execute, runtime.execute's.
+// path names the file for the kernel (a /proc/self/fd link serves). Close detaches them.
+func (s *Sampler) AttachGoroutines(path string, park, execute uint64) (io.Closer, error) {
+	if s.objs.OnGopark == nil {
+		return nil, errors.New("attach goroutine probes: off-CPU profiles of goroutines are off")
+	}
+	ex, err := link.OpenExecutable(path)
+	if err != nil {
+		return nil, fmt.Errorf("attach goroutine probes: %w", err)
+	}
+	var links goroutineLinks
+	for _, p := range []struct {
+		prog *ebpf.Program
+		off  uint64
+		name string
+	}{{s.objs.OnGopark, park, "runtime.gopark"}, {s.objs.OnExecute, execute, "runtime.execute"}} {
+		l, err := ex.Uprobe(p.name, p.prog, &link.UprobeOptions{Address: p.off})
+		if err != nil {
+			links.Close()
+			if errors.Is(err, ebpf.ErrNotSupported) {
+				err = fmt.Errorf("%w: %w", ErrNoGoroutines, err)
+			}
+			return nil, classify("attach uprobe "+p.name, err)
+		}
+		links = append(links, l)
+	}
+	return links, nil
+}
+
+type goroutineLinks []link.Link
+
+func (ls goroutineLinks) Close() error {
+	var errs []error
+	for _, l := range ls {
+		errs = append(errs, l.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// forgetParked deletes the goroutines a process that exited or exec'd left parked in the
+// kernel's map, so that its fill level says what waits now.
+func (s *Sampler) forgetParked(pid uint32) {
+	if s.objs.GoParked == nil {
+		return
+	}
+	var (
+		k    samplerGoParkKey
+		v    samplerGoPark
+		dead []samplerGoParkKey
+	)
+	it := s.objs.GoParked.Iterate()
+	for it.Next(&k, &v) {
+		if k.Pid == pid {
+			dead = append(dead, k)
+		}
+	}
+	for _, k := range dead {
+		s.objs.GoParked.Delete(k)
+	}
 }

@@ -92,7 +92,7 @@ static __always_inline void offcpu_out(void *ctx, struct task_struct *prev, __u6
 	/* No mapping hints: bpf_find_vma's lock release is not to be queued from here. The
 	 * kernel stack starts with this program and the tracepoint's plumbing, which differs
 	 * between kernels: user space cuts it at __schedule. */
-	__u64 size = fill_sample(ctx, e, id, &known, 0, 0);
+	__u64 size = fill_sample(ctx, e, id, &known, 0, 1, 0);
 	tracectx_emit(tgid, e->exec_id, e->cpu, e->ktime_ns);
 	__u64 flags = BPF_RB_NO_WAKEUP;
 	if (!known || bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > ring_wakeup_bytes)
@@ -166,6 +166,106 @@ int on_switch(__u64 *ctx)
 	 * something. */
 	if (prev && !(__u8)ctx[0] && (__u32)ctx[3] != 0)
 		offcpu_out(ctx, prev, now);
+	return 0;
+}
+
+/* Goroutines (with --off-cpu-goroutines). A goroutine that waits on a channel, a mutex, a
+ * timer or the network parks in Go's scheduler, not in the kernel: its thread goes on to
+ * run other goroutines, or sleeps in the scheduler, where a switch-out shows no goroutine.
+ * A uprobe on runtime.gopark walks the goroutine's stack as it parks, much as a switch-out
+ * does a thread's, and sends it at once (EVENT_GOPARK); one on runtime.execute, where the
+ * scheduler runs a goroutine again, ends its wait (EVENT_GOPARK_END), paired in user space
+ * by the thread it parked on and the time. User space attaches both to each Go binary it
+ * makes a table for; the rate of walks is the switch-outs' (offcpu_pick). Go's register
+ * ABI only: the parking goroutine is the g register, execute's goroutine its first
+ * argument. */
+
+/* Parked goroutines whose stacks were sent; sized by the loader. An LRU: goroutines parked
+ * for good (idle workers) give way to those that wait now. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1);
+	__type(key, struct go_park_key);
+	__type(value, struct go_park);
+} go_parked SEC(".maps");
+
+/* go_register reads the user register at offset off of the uprobe's struct pt_regs. */
+static __always_inline __u64 go_register(struct pt_regs *ctx, __u64 off)
+{
+	__u64 v = 0;
+	bpf_probe_read_kernel(&v, sizeof(v), (void *)ctx + off);
+	return v;
+}
+
+SEC("uprobe")
+int on_gopark(struct pt_regs *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+	if (tgid == 0 || tgid == self_tgid || !wanted(tgid))
+		return 0;
+	struct go_park_key k = {.g = go_register(ctx, __builtin_offsetof(struct arch_regs, ARCH_GO_G)), .pid = tgid};
+	if (!k.g)
+		return 0;
+	count(COUNTER_GOPARKS);
+	__u32 scale = offcpu_pick(bpf_ktime_get_ns());
+	if (!scale)
+		return 0;
+	__u32 zero = 0;
+	struct sample_event *e = bpf_map_lookup_elem(&scratch, &zero);
+	if (!e)
+		return 0;
+	e->kind = EVENT_GOPARK;
+	int known = 1;
+	/* No kernel stack: it would be the uprobe's. */
+	__u64 size = fill_sample(ctx, e, id, &known, 0, 0, 0);
+	tracectx_emit(tgid, e->exec_id, e->cpu, e->ktime_ns);
+	__u64 flags = BPF_RB_NO_WAKEUP;
+	if (!known || bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > ring_wakeup_bytes)
+		flags = BPF_RB_FORCE_WAKEUP;
+	if (bpf_ringbuf_output(&events, e, size, flags)) {
+		count(COUNTER_OFFCPU_LOST);
+		return 0;
+	}
+	count(COUNTER_GOPARKS_WALKED);
+	struct go_park v = {.start_ns = e->ktime_ns, .exec_id = e->exec_id, .scale = scale, .tid = (__u32)id};
+	bpf_map_update_elem(&go_parked, &k, &v, BPF_ANY);
+	return 0;
+}
+
+SEC("uprobe")
+int on_execute(struct pt_regs *ctx)
+{
+	struct go_park_key k = {.g = go_register(ctx, __builtin_offsetof(struct arch_regs, ARCH_GO_ARG0)),
+				.pid = bpf_get_current_pid_tgid() >> 32};
+	struct go_park *p = bpf_map_lookup_elem(&go_parked, &k);
+	if (!p)
+		return 0;
+	struct go_park v = *p;
+	bpf_map_delete_elem(&go_parked, &k);
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 now = bpf_ktime_get_ns();
+	if (task->self_exec_id != v.exec_id || now <= v.start_ns)
+		return 0;
+	__u64 off = now - v.start_ns;
+	if (off < offcpu_min_ns) {
+		count(COUNTER_OFFCPU_SHORT);
+		return 0;
+	}
+	struct offcpu_end_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
+	if (!ev) {
+		count(COUNTER_OFFCPU_LOST);
+		return 0;
+	}
+	ev->kind = EVENT_GOPARK_END;
+	ev->pid = k.pid;
+	ev->tid = v.tid;
+	ev->cpu = bpf_get_smp_processor_id();
+	ev->start_ns = v.start_ns;
+	ev->end_ns = now;
+	ev->weight_ns = (off >> 8) * v.scale + (((off & 0xff) * v.scale) >> 8);
+	bpf_ringbuf_submit(ev, 0);
+	count(COUNTER_GOPARK_SAMPLES);
 	return 0;
 }
 

@@ -534,8 +534,9 @@ static __always_inline void hint_leaf(struct sample_event *e, struct task_struct
 /* fill_sample records the current thread and its user and kernel stacks in e and returns
  * the record's size. known says whether user space had described the process to the kernel
  * (see unwind_user); hints, whether a process it had not may have its leaf's mapping named;
- * kernel_skip, how many kernel frames at the leaf are the caller's own, not the thread's. */
-static __always_inline __u64 fill_sample(void *ctx, struct sample_event *e, __u64 id, int *known, int hints, __u64 kernel_skip)
+ * kernel, whether its kernel stack is wanted; kernel_skip, how many kernel frames at the
+ * leaf are the caller's own, not the thread's. */
+static __always_inline __u64 fill_sample(void *ctx, struct sample_event *e, __u64 id, int *known, int hints, int kernel, __u64 kernel_skip)
 {
 	__u32 tgid = id >> 32;
 	struct task_struct *task = bpf_get_current_task_btf();
@@ -568,7 +569,7 @@ static __always_inline __u64 fill_sample(void *ctx, struct sample_event *e, __u6
 	if (user_frames > MAX_USER_DEPTH)
 		user_frames = MAX_USER_DEPTH;
 	e->kernel_len = 0;
-	if (collect_kernel) {
+	if (collect_kernel && kernel) {
 		e->kernel_len = bpf_get_stack(ctx, &e->frames[user_frames], MAX_STACK_DEPTH * sizeof(__u64), kernel_skip & BPF_F_SKIP_FIELD_MASK);
 		if (e->kernel_len < 0)
 			count(COUNTER_KERNEL_STACK_ERR);
@@ -598,7 +599,7 @@ int sample(struct bpf_perf_event_data *ctx)
 		return 0;
 	e->kind = EVENT_SAMPLE;
 	int known = 1;
-	__u64 size = fill_sample(ctx, e, id, &known, 1, 0);
+	__u64 size = fill_sample(ctx, e, id, &known, 1, 1, 0);
 	tracectx_emit(tgid, e->exec_id, e->cpu, e->ktime_ns); /* its record goes first */
 	/* Waking the reader for every sample costs more than the sample; it polls instead, and
 	 * is woken when the ring starts to fill, or when a process it does not know yet runs:

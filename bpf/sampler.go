@@ -61,8 +61,11 @@ type Config struct {
 	// DefaultOffCPUWalks, less than 0 walks every one.
 	OffCPUWalksPerSecond int
 	// OffCPUThreads bounds the waiting threads the kernel follows at once; 0 means
-	// DefaultOffCPUThreads.
+	// DefaultOffCPUThreads. It bounds the parked goroutines followed too.
 	OffCPUThreads int
+	// OffCPUGoroutines (with OffCPU) loads the programs that record where goroutines wait
+	// in Go's scheduler; AttachGoroutines attaches them to a Go binary.
+	OffCPUGoroutines bool
 }
 
 // MaxFollowed bounds the targets alive at once with FollowForks: the PID filter is a
@@ -259,7 +262,7 @@ func Load(cfg Config) (*Sampler, error) {
 			return nil, classify("enable bpf stats", err)
 		}
 	}
-	if err := s.load(spec, cfg.OffCPU); err != nil {
+	if err := s.load(spec, cfg.OffCPU, cfg.OffCPU && cfg.OffCPUGoroutines); err != nil {
 		s.Close()
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
@@ -457,7 +460,7 @@ func (s *Sampler) dispatch(raw []byte, sample *Sample, h Handler) {
 		return
 	}
 	switch kind := samplerEventKind(*(*uint32)(unsafe.Pointer(&raw[0]))); kind {
-	case samplerEventKindEVENT_SAMPLE, samplerEventKindEVENT_OFFCPU:
+	case samplerEventKindEVENT_SAMPLE, samplerEventKindEVENT_OFFCPU, samplerEventKindEVENT_GOPARK:
 		// Records end after their last frame: only the header is sure to be there.
 		if len(raw) < headerSize {
 			return
@@ -477,16 +480,21 @@ func (s *Sampler) dispatch(raw []byte, sample *Sample, h Handler) {
 		sample.UnwindEnd = UnwindEnd(e.UnwindEnd)
 		sample.ContextSource, sample.Context = s.takeContext(e.Cpu, e.KtimeNs)
 		sample.VMAs = s.takeVMAs(e.Cpu, e.KtimeNs)
-		if kind == samplerEventKindEVENT_OFFCPU {
+		switch kind {
+		case samplerEventKindEVENT_OFFCPU:
 			// Held until the thread runs again and says how long it waited.
 			s.offCPU.hold(sample, e.KtimeNs)
-			s.offPending.Store(int64(len(s.offCPU.byTID)))
+			s.offPending.Store(int64(s.offCPU.size()))
+			return
+		case samplerEventKindEVENT_GOPARK:
+			s.offCPU.holdGo(sample, e.KtimeNs)
+			s.offPending.Store(int64(s.offCPU.size()))
 			return
 		}
 		h.HandleSample(sample)
-	case samplerEventKindEVENT_OFFCPU_END:
+	case samplerEventKindEVENT_OFFCPU_END, samplerEventKindEVENT_GOPARK_END:
 		off, weight := s.offCPU.end(raw)
-		s.offPending.Store(int64(len(s.offCPU.byTID)))
+		s.offPending.Store(int64(s.offCPU.size()))
 		if off != nil && weight > 0 {
 			off.OffCPU = weight
 			h.HandleSample(off)
@@ -504,8 +512,10 @@ func (s *Sampler) dispatch(raw []byte, sample *Sample, h Handler) {
 		if samplerEventKind(e.Kind) == samplerEventKindEVENT_EXIT {
 			kind = ProcessExit
 		}
-		s.offCPU.forget(e.Pid)
-		s.offPending.Store(int64(len(s.offCPU.byTID)))
+		if s.offCPU.forget(e.Pid) {
+			s.forgetParked(e.Pid)
+		}
+		s.offPending.Store(int64(s.offCPU.size()))
 		h.HandleProcessEvent(ProcessEvent{Kind: kind, PID: e.Pid, Time: s.wallTime(e.KtimeNs), ExecID: e.ExecId})
 	}
 }
@@ -581,6 +591,9 @@ func (s *Sampler) Counters() (Counters, error) {
 		samplerCounterCOUNTER_OFFCPU_SHORT:     &out.OffCPU.Short,
 		samplerCounterCOUNTER_OFFCPU_LOST:      &out.OffCPU.Lost,
 		samplerCounterCOUNTER_OFFCPU_STALE:     &out.OffCPU.Stale,
+		samplerCounterCOUNTER_GOPARKS:          &out.OffCPU.GoParks,
+		samplerCounterCOUNTER_GOPARKS_WALKED:   &out.OffCPU.GoWalked,
+		samplerCounterCOUNTER_GOPARK_SAMPLES:   &out.OffCPU.GoSamples,
 	}
 	for i := range out.UnwindEnds {
 		fields[samplerCounterCOUNTER_UNWIND_BASE+samplerCounter(i)] = &out.UnwindEnds[i]
@@ -685,18 +698,30 @@ type coreObjects struct {
 	Sample *ebpf.Program `ebpf:"sample"`
 }
 
-// load loads the maps and programs into the kernel, the off-CPU program only when it is
-// attached: it walks stacks as the sampling program does, and takes as long to verify
+// offCPUObjects add the off-CPU program; goroutineObjects, the goroutines' programs.
+type offCPUObjects struct {
+	coreObjects
+	OnSwitch *ebpf.Program `ebpf:"on_switch"`
+}
+
+type goroutineObjects struct {
+	offCPUObjects
+	OnGopark  *ebpf.Program `ebpf:"on_gopark"`
+	OnExecute *ebpf.Program `ebpf:"on_execute"`
+}
+
+// load loads the maps and programs into the kernel, the off-CPU programs only when they
+// are attached: they walk stacks as the sampling program does, and take as long to verify
 // (tens of ms of CPU at every start).
-func (s *Sampler) load(spec *ebpf.CollectionSpec, offCPU bool) error {
-	var all struct {
-		coreObjects
-		OnSwitch *ebpf.Program `ebpf:"on_switch"`
-	}
+func (s *Sampler) load(spec *ebpf.CollectionSpec, offCPU, goroutines bool) error {
+	var all goroutineObjects
 	var err error
-	if offCPU {
+	switch {
+	case goroutines:
 		err = spec.LoadAndAssign(&all, nil)
-	} else {
+	case offCPU:
+		err = spec.LoadAndAssign(&all.offCPUObjects, nil)
+	default:
 		err = spec.LoadAndAssign(&all.coreObjects, nil)
 	}
 	if err != nil {
@@ -704,7 +729,8 @@ func (s *Sampler) load(spec *ebpf.CollectionSpec, offCPU bool) error {
 	}
 	c := all.coreObjects
 	s.objs.samplerMaps = c.samplerMaps
-	s.objs.samplerPrograms = samplerPrograms{OnExec: c.OnExec, OnExit: c.OnExit, OnFork: c.OnFork, OnSwitch: all.OnSwitch, Sample: c.Sample}
+	s.objs.samplerPrograms = samplerPrograms{OnExec: c.OnExec, OnExit: c.OnExit, OnFork: c.OnFork,
+		OnSwitch: all.OnSwitch, OnGopark: all.OnGopark, OnExecute: all.OnExecute, Sample: c.Sample}
 	return nil
 }
 

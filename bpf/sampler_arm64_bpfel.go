@@ -47,7 +47,10 @@ const (
 	samplerCounterCOUNTER_OFFCPU_SHORT     samplerCounter = 23
 	samplerCounterCOUNTER_OFFCPU_LOST      samplerCounter = 24
 	samplerCounterCOUNTER_OFFCPU_STALE     samplerCounter = 25
-	samplerCounterCOUNTER_MAX              samplerCounter = 26
+	samplerCounterCOUNTER_GOPARKS          samplerCounter = 26
+	samplerCounterCOUNTER_GOPARKS_WALKED   samplerCounter = 27
+	samplerCounterCOUNTER_GOPARK_SAMPLES   samplerCounter = 28
+	samplerCounterCOUNTER_MAX              samplerCounter = 29
 )
 
 type samplerCtxSource uint32
@@ -69,7 +72,9 @@ const (
 	samplerEventKindEVENT_VMAS       samplerEventKind = 5
 	samplerEventKindEVENT_OFFCPU     samplerEventKind = 6
 	samplerEventKindEVENT_OFFCPU_END samplerEventKind = 7
-	samplerEventKindEVENT_KIND_MAX   samplerEventKind = 8
+	samplerEventKindEVENT_GOPARK     samplerEventKind = 8
+	samplerEventKindEVENT_GOPARK_END samplerEventKind = 9
+	samplerEventKindEVENT_KIND_MAX   samplerEventKind = 10
 )
 
 type samplerExecMapping struct {
@@ -120,6 +125,21 @@ const (
 	samplerGoLabelsLayoutGO_LABELS_MAP        samplerGoLabelsLayout = 2
 	samplerGoLabelsLayoutGO_LABELS_LAYOUT_MAX samplerGoLabelsLayout = 3
 )
+
+type samplerGoPark struct {
+	_       structs.HostLayout
+	StartNs uint64
+	ExecId  uint64
+	Scale   uint32
+	Tid     uint32
+}
+
+type samplerGoParkKey struct {
+	_   structs.HostLayout
+	G   uint64
+	Pid uint32
+	Pad uint32
+}
 
 type samplerGoRuntime struct {
 	_         structs.HostLayout
@@ -580,6 +600,7 @@ const (
 	samplerMapEvents                    = "events"
 	samplerMapExecIds                   = "exec_ids"
 	samplerMapFpSegmentsMap             = "fp_segments_map"
+	samplerMapGoParked                  = "go_parked"
 	samplerMapGoRuntimes                = "go_runtimes"
 	samplerMapInterpProcs               = "interp_procs"
 	samplerMapJvmCounters               = "jvm_counters"
@@ -605,8 +626,10 @@ const (
 	samplerMapV8ScratchMap              = "v8_scratch_map"
 	samplerMapVmaScratch                = "vma_scratch"
 	samplerProgOnExec                   = "on_exec"
+	samplerProgOnExecute                = "on_execute"
 	samplerProgOnExit                   = "on_exit"
 	samplerProgOnFork                   = "on_fork"
+	samplerProgOnGopark                 = "on_gopark"
 	samplerProgOnSwitch                 = "on_switch"
 	samplerProgSample                   = "sample"
 	samplerVarCollectKernel             = "collect_kernel"
@@ -699,11 +722,13 @@ type samplerSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type samplerProgramSpecs struct {
-	OnExec   *ebpf.ProgramSpec `ebpf:"on_exec"`
-	OnExit   *ebpf.ProgramSpec `ebpf:"on_exit"`
-	OnFork   *ebpf.ProgramSpec `ebpf:"on_fork"`
-	OnSwitch *ebpf.ProgramSpec `ebpf:"on_switch"`
-	Sample   *ebpf.ProgramSpec `ebpf:"sample"`
+	OnExec    *ebpf.ProgramSpec `ebpf:"on_exec"`
+	OnExecute *ebpf.ProgramSpec `ebpf:"on_execute"`
+	OnExit    *ebpf.ProgramSpec `ebpf:"on_exit"`
+	OnFork    *ebpf.ProgramSpec `ebpf:"on_fork"`
+	OnGopark  *ebpf.ProgramSpec `ebpf:"on_gopark"`
+	OnSwitch  *ebpf.ProgramSpec `ebpf:"on_switch"`
+	Sample    *ebpf.ProgramSpec `ebpf:"sample"`
 }
 
 // samplerMapSpecs contains maps before they are loaded into the kernel.
@@ -714,6 +739,7 @@ type samplerMapSpecs struct {
 	Events           *ebpf.MapSpec `ebpf:"events"`
 	ExecIds          *ebpf.MapSpec `ebpf:"exec_ids"`
 	FpSegmentsMap    *ebpf.MapSpec `ebpf:"fp_segments_map"`
+	GoParked         *ebpf.MapSpec `ebpf:"go_parked"`
 	GoRuntimes       *ebpf.MapSpec `ebpf:"go_runtimes"`
 	InterpProcs      *ebpf.MapSpec `ebpf:"interp_procs"`
 	JvmCounters      *ebpf.MapSpec `ebpf:"jvm_counters"`
@@ -816,6 +842,7 @@ type samplerMaps struct {
 	Events           *ebpf.Map `ebpf:"events"`
 	ExecIds          *ebpf.Map `ebpf:"exec_ids"`
 	FpSegmentsMap    *ebpf.Map `ebpf:"fp_segments_map"`
+	GoParked         *ebpf.Map `ebpf:"go_parked"`
 	GoRuntimes       *ebpf.Map `ebpf:"go_runtimes"`
 	InterpProcs      *ebpf.Map `ebpf:"interp_procs"`
 	JvmCounters      *ebpf.Map `ebpf:"jvm_counters"`
@@ -848,6 +875,7 @@ func (m *samplerMaps) Close() error {
 		m.Events,
 		m.ExecIds,
 		m.FpSegmentsMap,
+		m.GoParked,
 		m.GoRuntimes,
 		m.InterpProcs,
 		m.JvmCounters,
@@ -931,18 +959,22 @@ type samplerVariables struct {
 //
 // It can be passed to loadSamplerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type samplerPrograms struct {
-	OnExec   *ebpf.Program `ebpf:"on_exec"`
-	OnExit   *ebpf.Program `ebpf:"on_exit"`
-	OnFork   *ebpf.Program `ebpf:"on_fork"`
-	OnSwitch *ebpf.Program `ebpf:"on_switch"`
-	Sample   *ebpf.Program `ebpf:"sample"`
+	OnExec    *ebpf.Program `ebpf:"on_exec"`
+	OnExecute *ebpf.Program `ebpf:"on_execute"`
+	OnExit    *ebpf.Program `ebpf:"on_exit"`
+	OnFork    *ebpf.Program `ebpf:"on_fork"`
+	OnGopark  *ebpf.Program `ebpf:"on_gopark"`
+	OnSwitch  *ebpf.Program `ebpf:"on_switch"`
+	Sample    *ebpf.Program `ebpf:"sample"`
 }
 
 func (p *samplerPrograms) Close() error {
 	return _SamplerClose(
 		p.OnExec,
+		p.OnExecute,
 		p.OnExit,
 		p.OnFork,
+		p.OnGopark,
 		p.OnSwitch,
 		p.Sample,
 	)

@@ -155,7 +155,11 @@ func (c Counters) LogValue() slog.Value {
 	}
 	if c.OffCPU != (OffCPUCounters{}) {
 		o := c.OffCPU
-		attrs = append(attrs, slog.Group("off_cpu", "switches", o.Switches, "walked", o.Walked, "samples", o.Samples, "short", o.Short, "lost", o.Lost, "stale", o.Stale))
+		group := []any{"switches", o.Switches, "walked", o.Walked, "samples", o.Samples, "short", o.Short, "lost", o.Lost, "stale", o.Stale}
+		if o.GoParks > 0 {
+			group = append(group, "goroutine_parks", o.GoParks, "goroutine_walks", o.GoWalked, "goroutine_samples", o.GoSamples)
+		}
+		attrs = append(attrs, slog.Group("off_cpu", group...))
 	}
 	if c.Context != (ContextCounters{}) {
 		attrs = append(attrs, slog.Any("context", c.Context))

@@ -21,6 +21,8 @@ enum event_kind {
 	EVENT_VMAS = 5,    /* struct vma_event: where the frames of the sample that follows lie */
 	EVENT_OFFCPU = 6,  /* struct sample_event: the stacks of a thread as it went off the CPU */
 	EVENT_OFFCPU_END = 7, /* struct offcpu_end_event: it came back after a long enough wait */
+	EVENT_GOPARK = 8,     /* struct sample_event: the stack of a goroutine as it parked */
+	EVENT_GOPARK_END = 9, /* struct offcpu_end_event: it ran again after a long enough wait */
 	EVENT_KIND_MAX,
 };
 
@@ -63,6 +65,9 @@ enum counter {
 	COUNTER_OFFCPU_SHORT,
 	COUNTER_OFFCPU_LOST,
 	COUNTER_OFFCPU_STALE, /* waits of threads that exited without their return seen */
+	COUNTER_GOPARKS,        /* goroutines that parked, of the processes profiled */
+	COUNTER_GOPARKS_WALKED, /* of which had their stacks walked and sent */
+	COUNTER_GOPARK_SAMPLES, /* waits of at least the minimum, reported */
 	COUNTER_MAX,
 };
 
@@ -224,8 +229,24 @@ struct offcpu_start {
 	__u32 pid;
 };
 
+/* A parked goroutine whose stack was sent (EVENT_GOPARK), by its g and process, until the
+ * scheduler runs it again. */
+struct go_park_key {
+	__u64 g;
+	__u32 pid;
+	__u32 pad;
+};
+
+struct go_park {
+	__u64 start_ns; /* the EVENT_GOPARK record's ktime_ns */
+	__u64 exec_id;  /* of the process as it parked: a PID reused finds no wait of the old one */
+	__u32 scale;
+	__u32 tid; /* the thread it parked on: the EVENT_GOPARK record's */
+};
+
 /* A thread back on the CPU after a wait of at least the minimum: pairs with the
- * EVENT_OFFCPU record of tid whose ktime_ns is start_ns. */
+ * EVENT_OFFCPU record of tid whose ktime_ns is start_ns. EVENT_GOPARK_END: a goroutine
+ * run again, pairing with the EVENT_GOPARK record of tid and start_ns. */
 struct offcpu_end_event {
 	__u32 kind; /* EVENT_OFFCPU_END */
 	__u32 pid;

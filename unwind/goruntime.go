@@ -1,6 +1,7 @@
 package unwind
 
 import (
+	"bytes"
 	"debug/buildinfo"
 	"debug/dwarf"
 	"debug/elf"
@@ -39,6 +40,60 @@ type GoRuntime struct {
 	// Rows describe the runtime functions the walk must know, by ELF virtual address,
 	// each range ending in a row of the rule after it.
 	Rows []Row
+	// Probes is where the goroutines of a binary of Go's register ABI park and run
+	// again; zero when it cannot be told.
+	Probes GoProbes
+}
+
+// GoProbes are the file offsets of the code off-CPU profiles of goroutines probe: Park,
+// in runtime.gopark once its frame pointer is set (a walk from there has every caller),
+// the goroutine about to park in the g register; Execute, runtime.execute's first
+// instruction, the goroutine the scheduler runs next its first argument.
+type GoProbes struct {
+	Park, Execute uint64
+}
+
+// goParkProbe and goExecuteProbe are the functions GoProbes point into.
+const (
+	goParkProbe    = "runtime.gopark"
+	goExecuteProbe = "runtime.execute"
+)
+
+// framePointerSet is the x86-64 prologue's PUSHQ BP; MOVQ SP, BP: past it, BP is the
+// function's own frame.
+var framePointerSet = []byte{0x55, 0x48, 0x89, 0xe5}
+
+// goProbes finds GoProbes in a binary: runtime.gopark's frame-pointer prologue within its
+// first 64 bytes, and runtime.execute. Releases before Go's register ABI (1.17) keep
+// arguments on the stack, where the probes do not look.
+func goProbes(f *elf.File, r io.ReaderAt, found map[string]goFunc, minor int) GoProbes {
+	park, ok1 := found[goParkProbe]
+	exec, ok2 := found[goExecuteProbe]
+	if !ok1 || !ok2 || minor < 17 {
+		return GoProbes{}
+	}
+	parkOff, ok1 := vaddrToOffset(f, park.entry)
+	execOff, ok2 := vaddrToOffset(f, exec.entry)
+	if !ok1 || !ok2 {
+		return GoProbes{}
+	}
+	var code [64]byte
+	n, _ := r.ReadAt(code[:min(uint64(len(code)), park.end-park.entry)], int64(parkOff))
+	i := bytes.Index(code[:n], framePointerSet)
+	if i < 0 {
+		return GoProbes{}
+	}
+	return GoProbes{Park: parkOff + uint64(i+len(framePointerSet)), Execute: execOff}
+}
+
+// vaddrToOffset finds where in the file the loader takes the byte at vaddr from.
+func vaddrToOffset(f *elf.File, vaddr uint64) (uint64, bool) {
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && vaddr >= p.Vaddr && vaddr < p.Vaddr+p.Filesz {
+			return p.Off + (vaddr - p.Vaddr), true
+		}
+	}
+	return 0, false
 }
 
 // goLayouts are the offsets the Go releases that follow the switches as sonde does (1.21
@@ -114,7 +169,9 @@ func ReadGoRuntime(f *elf.File, r io.ReaderAt) (*GoRuntime, error) {
 	for _, name := range append(slices.Clone(goSPFuncs), goSigreturns...) {
 		want[name] = true
 	}
+	want[goParkProbe], want[goExecuteProbe] = true, true
 	found := funcs.find(want)
+	g.Probes = goProbes(f, r, found, minor)
 
 	if minor >= 21 {
 		// The table of releases first: f.DWARF decompresses every debug section of the

@@ -6,6 +6,7 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"time"
@@ -46,6 +47,17 @@ type MaintainerConfig struct {
 	MaxPending int
 	// OnError hears once per file why it has no table, and when the budget first runs out.
 	OnError func(what string, err error)
+	// Goroutines, when set, is given each Go binary whose table goes to the kernel, with
+	// where its goroutines park and run again, while the table stays there.
+	Goroutines GoroutineProbes
+}
+
+// GoroutineProbes follows where a Go binary's goroutines wait (off-CPU profiles by
+// goroutine): bpf.Sampler's uprobes behind an adapter in cmd/agent, or a fake in tests.
+type GoroutineProbes interface {
+	// AttachGoroutines starts following the goroutines of the processes running f;
+	// closing what it returns stops.
+	AttachGoroutines(f *objfile.File, at GoProbes) (io.Closer, error)
 }
 
 // DefaultMaxRows holds the tables of a busy host's few hundred distinct libraries and
@@ -67,6 +79,10 @@ type MaintainerStats struct {
 	// frame pointer until their mappings are read again.
 	UpdatesDropped uint64
 	Pending        int // updates waiting now
+	// GoProbes counts the Go binaries whose goroutines are followed now (Goroutines);
+	// GoProbeErrors, the binaries that could not be.
+	GoProbes      int
+	GoProbeErrors uint64
 }
 
 // failureRetryInterval is how long a file whose table could not be read stays failed: it
@@ -117,6 +133,7 @@ type fileTable struct {
 	refs     int              // processes whose mappings hold the table
 	idleAt   *list.Element    // in idle while unreferenced and in the kernel
 	failedAt time.Time
+	probes   io.Closer // Goroutines' probes of a Go binary, while its table is in the kernel
 }
 
 type tableState uint8
@@ -315,7 +332,7 @@ func (m *Maintainer) table(f *objfile.File) *fileTable {
 			return t
 		}
 	}
-	rows, loads, goRT, err := readTable(f)
+	rows, loads, goRT, probes, err := readTable(f)
 	t.loads = loads
 	switch {
 	case err != nil:
@@ -351,6 +368,16 @@ func (m *Maintainer) table(f *objfile.File) *fileTable {
 	t.state, t.kernelID = tableKernel, kid
 	m.rows += len(rows)
 	m.overrun = false
+	if m.cfg.Goroutines != nil && probes.Park != 0 && probes.Execute != 0 {
+		c, err := m.cfg.Goroutines.AttachGoroutines(f, probes)
+		if err != nil {
+			m.count(func(s *MaintainerStats) { s.GoProbeErrors++ })
+			m.cfg.OnError(f.Path, err)
+		} else {
+			t.probes = c
+			m.count(func(s *MaintainerStats) { s.GoProbes++ })
+		}
+	}
 	return t
 }
 
@@ -391,6 +418,11 @@ func (m *Maintainer) evictOne() bool {
 	}
 	t := m.idle.Remove(e).(*fileTable)
 	t.idleAt = nil
+	if t.probes != nil {
+		t.probes.Close()
+		t.probes = nil
+		m.count(func(s *MaintainerStats) { s.GoProbes-- })
+	}
 	if err := m.cfg.Kernel.RemoveTable(t.kernelID); err != nil {
 		m.cfg.OnError("unwind table of "+t.id.String(), err)
 	}
@@ -425,11 +457,11 @@ func (m *Maintainer) publish() {
 }
 
 // readTable reads a file's unwind rows, as the kernel stores them, its load segments,
-// and for a Go binary its runtime's layout.
-func readTable(f *objfile.File) (rows []KernelRow, loads []elf.ProgHeader, layout *KernelGoRuntime, err error) {
+// and for a Go binary its runtime's layout and where its goroutines park and run.
+func readTable(f *objfile.File) (rows []KernelRow, loads []elf.ProgHeader, layout *KernelGoRuntime, probes GoProbes, err error) {
 	h, err := f.Open()
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, probes, err
 	}
 	defer h.Close()
 	// The sections are read in place: a big binary's pclntab or .eh_frame would
@@ -437,17 +469,17 @@ func readTable(f *objfile.File) (rows []KernelRow, loads []elf.ProgHeader, layou
 	// is what a node must provision for.
 	ef, region, err := h.MapELF()
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("read unwind table: %w", err)
+		return nil, nil, nil, probes, fmt.Errorf("read unwind table: %w", err)
 	}
 	defer region.Close()
-	if fault := mmapfile.Guard(func() { rows, loads, layout, err = tableOf(f, ef, h) }); fault != nil {
-		return nil, nil, nil, fmt.Errorf("read unwind table of %s: %w", f.Path, fault)
+	if fault := mmapfile.Guard(func() { rows, loads, layout, probes, err = tableOf(f, ef, h) }); fault != nil {
+		return nil, nil, nil, GoProbes{}, fmt.Errorf("read unwind table of %s: %w", f.Path, fault)
 	}
-	return rows, loads, layout, err
+	return rows, loads, layout, probes, err
 }
 
 // tableOf reads what readTable returns from the mapped file ef.
-func tableOf(f *objfile.File, ef *elf.File, h *objfile.Handle) ([]KernelRow, []elf.ProgHeader, *KernelGoRuntime, error) {
+func tableOf(f *objfile.File, ef *elf.File, h *objfile.Handle) ([]KernelRow, []elf.ProgHeader, *KernelGoRuntime, GoProbes, error) {
 	var loads []elf.ProgHeader
 	for _, p := range ef.Progs {
 		if p.Type == elf.PT_LOAD {
@@ -456,6 +488,7 @@ func tableOf(f *objfile.File, ef *elf.File, h *objfile.Handle) ([]KernelRow, []e
 	}
 	var t *Table
 	var layout *KernelGoRuntime
+	var probes GoProbes
 	var err error
 	switch {
 	case f.IsGo:
@@ -464,29 +497,29 @@ func tableOf(f *objfile.File, ef *elf.File, h *objfile.Handle) ([]KernelRow, []e
 		// miss: the runtime's switches between stacks, and cgo's C code.
 		g, err := ReadGoRuntime(ef, h)
 		if errors.Is(err, errNoPclntab) {
-			return nil, loads, nil, nil // a Go release before 1.18: frame pointers
+			return nil, loads, nil, GoProbes{}, nil // a Go release before 1.18: frame pointers
 		}
 		if err != nil {
-			return nil, loads, nil, fmt.Errorf("read go runtime of %s: %w", f.Path, err)
+			return nil, loads, nil, GoProbes{}, fmt.Errorf("read go runtime of %s: %w", f.Path, err)
 		}
 		if t, err = goTable(ef, g); err != nil {
-			return nil, loads, nil, fmt.Errorf("read unwind table of %s: %w", f.Path, err)
+			return nil, loads, nil, GoProbes{}, fmt.Errorf("read unwind table of %s: %w", f.Path, err)
 		}
-		layout = g.Layout
+		layout, probes = g.Layout, g.Probes
 	case len(ef.Sections) > 0 && ef.Section(".eh_frame") == nil && ef.Section(".debug_frame") == nil:
 		// A file without section headers may still have PT_GNU_EH_FRAME, which FromELF reads.
-		return nil, loads, nil, nil // nothing to unwind by: frame pointers
+		return nil, loads, nil, GoProbes{}, nil // nothing to unwind by: frame pointers
 	default:
 		if t, err = FromELF(ef); err != nil {
-			return nil, loads, nil, fmt.Errorf("read unwind table of %s: %w", f.Path, err)
+			return nil, loads, nil, GoProbes{}, fmt.Errorf("read unwind table of %s: %w", f.Path, err)
 		}
 		withFramePointerCode(t, ef)
 	}
 	rows, err := t.KernelRows()
 	if err != nil {
-		return nil, loads, nil, fmt.Errorf("read unwind table of %s: %w", f.Path, err)
+		return nil, loads, nil, GoProbes{}, fmt.Errorf("read unwind table of %s: %w", f.Path, err)
 	}
-	return rows, loads, layout, nil
+	return rows, loads, layout, probes, nil
 }
 
 // offsetToVaddr maps a file offset to the virtual address the loader puts it at.

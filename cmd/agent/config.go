@@ -40,9 +40,11 @@ type config struct {
 	interval     time.Duration
 	timestamps   bool
 	// offCPU records where threads wait too; view is what local outputs weigh stacks by.
-	offCPU       bool
-	offCPUMin    time.Duration
-	offCPURate   int
+	offCPU     bool
+	offCPUMin  time.Duration
+	offCPURate int
+	// offCPUGo adds goroutines' waits in Go's scheduler, by uprobes on Go binaries.
+	offCPUGo     bool
 	view         trace.View
 	traceContext bool
 	memoryLimit  int64
@@ -162,6 +164,7 @@ func agentFlags(getenv func(string) string) (*flag.FlagSet, func(set *flag.FlagS
 	fs.BoolVar(&c.timestamps, "timestamps", false, "send each sample's time, not only counts per stack")
 	fs.BoolVar(&c.offCPU, "off-cpu", false, "also record where threads wait off the CPU (locks, I/O, sleeps), by stack, weighted by the time waited: a second profile (off_cpu, nanoseconds) beside the CPU one")
 	fs.DurationVar(&c.offCPUMin, "off-cpu-min", bpf.DefaultOffCPUMin, "with --off-cpu, the shortest wait recorded")
+	fs.BoolVar(&c.offCPUGo, "off-cpu-goroutines", false, "with --off-cpu, also record where goroutines wait in Go's scheduler (channels, mutexes, timers, the network), by goroutine stack: uprobes on the profiled Go programs' runtime.gopark and runtime.execute, which cost those programs about a microsecond per goroutine switch")
 	fs.IntVar(&c.offCPURate, "off-cpu-rate", bpf.DefaultOffCPUWalks, "with --off-cpu, the switch-outs each CPU walks per second before it walks a random sample of them, weighted to keep totals right (`N`; 0: every one)")
 	var view string
 	fs.StringVar(&view, "view", "", "what the flame graph, top table and folded stacks weigh stacks by: `cpu`, off-cpu (time waited) or wall (both, as time) (default cpu; off-cpu with --off-cpu)")

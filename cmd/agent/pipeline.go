@@ -136,6 +136,7 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 		OffCPU:               cfg.offCPU,
 		OffCPUMin:            cfg.offCPUMin,
 		OffCPUWalksPerSecond: offCPUWalks(cfg.offCPURate),
+		OffCPUGoroutines:     cfg.offCPUGo,
 	}
 	if cfg.unwind == "tables" && !bcfg.TableUnwinding() {
 		log.Info("unwind tables are not supported on this architecture yet; user stacks are walked by frame pointer")
@@ -155,6 +156,7 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 			OnError: func(what string, err error) {
 				log.Info("no unwind table; frames there are walked by frame pointer", "file", what, "err", err)
 			},
+			Goroutines: goroutineProbes(p.sampler, cfg),
 		})
 		// Language runtimes' frames are walked in the kernel beside the native ones, which
 		// the table walker finds the runtime's code among. The aggregator exists before

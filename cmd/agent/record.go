@@ -50,7 +50,7 @@ func recordMain(args []string) int {
 	s.share("frequency", "", fmt.Sprintf("samples per second per CPU (`HZ`, at most %d) (default %d)", maxFrequency, targetFrequency))
 	s.share("output", "", "write the run to `FILE` when the program exits; the name picks the format: "+formatNames+"; may be given more than once (default "+defaultRecordOutput+")")
 	s.share("top", "", "print the `N` hottest functions on standard error when the program exits (0: none)")
-	for _, name := range []string{"kernel-stacks", "symbolize", "unwind", "memory-limit", "bpf-stats", "off-cpu", "off-cpu-min", "off-cpu-rate", "view"} {
+	for _, name := range []string{"kernel-stacks", "symbolize", "unwind", "memory-limit", "bpf-stats", "off-cpu", "off-cpu-min", "off-cpu-rate", "off-cpu-goroutines", "view"} {
 		s.share(name, "", "")
 	}
 	s.share("log-level", "warn", "")

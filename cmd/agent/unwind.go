@@ -2,9 +2,12 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"io"
 	"unsafe"
 
 	"github.com/sonde-profiler/sonde/bpf"
+	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/tracectx"
 	"github.com/sonde-profiler/sonde/unwind"
 )
@@ -41,6 +44,29 @@ func (k kernelTables) SetProcess(pid uint32, execID uint64, mappings []unwind.Ke
 }
 
 func (k kernelTables) DeleteProcess(pid uint32) error { return k.s.DeleteProcess(pid) }
+
+// kernelGoroutines puts the sampler's goroutine probes on Go binaries, named to the
+// kernel by a descriptor sonde holds open: the file checked to be the one mapped, in
+// whatever mount namespace its processes run.
+type kernelGoroutines struct{ s *bpf.Sampler }
+
+// goroutineProbes is the Maintainer's unwind.GoroutineProbes: nil unless goroutines'
+// waits are recorded.
+func goroutineProbes(s *bpf.Sampler, cfg *config) unwind.GoroutineProbes {
+	if !cfg.offCPU || !cfg.offCPUGo {
+		return nil
+	}
+	return kernelGoroutines{s}
+}
+
+func (k kernelGoroutines) AttachGoroutines(f *objfile.File, at unwind.GoProbes) (io.Closer, error) {
+	h, err := f.Open()
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	return k.s.AttachGoroutines(fmt.Sprintf("/proc/self/fd/%d", h.Fd()), at.Park, at.Execute)
+}
 
 // kernelContexts tells the sampler where processes publish their threads' trace context.
 type kernelContexts struct{ s *bpf.Sampler }
