@@ -308,12 +308,13 @@ func (p *offCPUPending) end(raw []byte) (*Sample, uint64) {
 	return &st.sample, e.WeightNs
 }
 
-// OffCPUState is how many waiting threads the kernel and user space follow: both go back
-// to where they were when the threads run again, exit or are forgotten.
+// OffCPUState is how many waiting threads (and parked goroutines) the kernel and user
+// space follow: both go back to where they were when they run again, exit or are
+// forgotten.
 type OffCPUState struct{ Kernel, User int }
 
-// OffCPUState counts the waiting threads followed now. User is as of the reader's last
-// record: a gauge.
+// OffCPUState counts the waits followed now. User is as of the reader's last record: a
+// gauge.
 func (s *Sampler) OffCPUState() (OffCPUState, error) {
 	st := OffCPUState{User: int(s.offPending.Load())}
 	var (
@@ -326,6 +327,20 @@ func (s *Sampler) OffCPUState() (OffCPUState, error) {
 	}
 	if err := it.Err(); err != nil {
 		return st, fmt.Errorf("count waiting threads: %w", err)
+	}
+	if s.objs.OnGopark == nil {
+		return st, nil
+	}
+	var (
+		k  samplerGoParkKey
+		gv samplerGoPark
+	)
+	git := s.objs.GoParked.Iterate()
+	for git.Next(&k, &gv) {
+		st.Kernel++
+	}
+	if err := git.Err(); err != nil {
+		return st, fmt.Errorf("count parked goroutines: %w", err)
 	}
 	return st, nil
 }

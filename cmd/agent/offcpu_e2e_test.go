@@ -146,6 +146,153 @@ func TestOffCPUWaits(t *testing.T) {
 	}
 }
 
+// goWaitersGo runs goroutines that wait in Go's scheduler, each its own way, between
+// bursts of work: two receive from a channel fed every 40 ms, one waits for a mutex that
+// another holds for 30 ms at a time. At exit it prints the nanoseconds the receivers and
+// the mutex waiter spent blocked, by their own clocks.
+const goWaitersGo = `package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+var sink atomic.Uint64
+
+//go:noinline
+func crunch(d time.Duration) {
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		for i := 0; i < 1000; i++ {
+			sink.Add(uint64(i))
+		}
+	}
+}
+
+//go:noinline
+func chanWaiter(ch <-chan int, end time.Time, blocked *atomic.Int64) {
+	for time.Now().Before(end) {
+		t := time.Now()
+		if _, ok := <-ch; !ok {
+			return
+		}
+		blocked.Add(int64(time.Since(t)))
+		crunch(2 * time.Millisecond)
+	}
+}
+
+//go:noinline
+func mutexWaiter(mu *sync.Mutex, end time.Time, blocked *atomic.Int64) {
+	for time.Now().Before(end) {
+		t := time.Now()
+		mu.Lock()
+		blocked.Add(int64(time.Since(t)))
+		crunch(time.Millisecond)
+		mu.Unlock()
+		time.Sleep(time.Millisecond)
+	}
+}
+
+//go:noinline
+func lockHolder(mu *sync.Mutex, end time.Time) {
+	for time.Now().Before(end) {
+		mu.Lock()
+		crunch(30 * time.Millisecond)
+		mu.Unlock()
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func main() {
+	secs, _ := strconv.ParseFloat(os.Args[1], 64)
+	end := time.Now().Add(time.Duration(secs * float64(time.Second)))
+	var chanBlocked, mutexBlocked atomic.Int64
+	ch := make(chan int)
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() { defer wg.Done(); chanWaiter(ch, end, &chanBlocked) }()
+	}
+	var mu sync.Mutex
+	wg.Add(2)
+	go func() { defer wg.Done(); lockHolder(&mu, end) }()
+	go func() { defer wg.Done(); mutexWaiter(&mu, end, &mutexBlocked) }()
+	go func() {
+		for time.Now().Before(end) {
+			time.Sleep(40 * time.Millisecond)
+			select {
+			case ch <- 1:
+			default:
+			}
+		}
+		close(ch)
+	}()
+	wg.Wait()
+	fmt.Printf("chanWaiter %d\nmutexWaiter %d\n", chanBlocked.Load(), mutexBlocked.Load())
+}
+`
+
+// TestOffCPUGoroutines: with --off-cpu-goroutines, goroutines blocked on a channel and on
+// a mutex show under their own functions, for as long as they measured themselves blocked.
+func TestOffCPUGoroutines(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := buildGoWorkload(t, "gowaiters", goWaitersGo)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "gowaiters.pb.gz")
+	status, stdout, stderr := runRecord(t, dir, "--off-cpu", "--off-cpu-goroutines", "--output", out, "--top", "0", "--", bin, "5")
+	if status != 0 {
+		t.Fatalf("status %d\n%s", status, stderr)
+	}
+	measured := map[string]time.Duration{}
+	sc := bufio.NewScanner(strings.NewReader(stdout))
+	for sc.Scan() {
+		var fn string
+		var ns int64
+		if _, err := fmt.Sscanf(sc.Text(), "%s %d", &fn, &ns); err != nil {
+			t.Fatalf("program output %q: %v", sc.Text(), err)
+		}
+		measured["main."+fn] = time.Duration(ns)
+	}
+	p := readProfile(t, out)
+	off := -1
+	for i, st := range p.SampleType {
+		if st.Type == "off_cpu" {
+			off = i
+		}
+	}
+	if off < 0 {
+		t.Fatalf("sample types %v: no off_cpu", p.SampleType)
+	}
+	// Where each waits, leaf first: the runtime's park under the blocking operation.
+	chains := map[string][]string{
+		"main.chanWaiter":  {"runtime.gopark", "runtime.chanrecv", "main.chanWaiter", "runtime.goexit"},
+		"main.mutexWaiter": {"runtime.gopark", "sync.(*Mutex).Lock", "main.mutexWaiter", "runtime.goexit"},
+	}
+	got := map[string]time.Duration{}
+	for _, s := range p.Sample {
+		fns := names(s)
+		for fn, chain := range chains {
+			if chainIn(fns, chain...) {
+				got[fn] += time.Duration(s.Value[off])
+			}
+		}
+	}
+	if len(measured) != len(chains) {
+		t.Fatalf("program printed %q", stdout)
+	}
+	for fn, m := range measured {
+		ratio := float64(got[fn]) / float64(m)
+		t.Logf("%s: blocked %v by its own clock, off-CPU %v under %s (%.3f)", fn, m.Round(time.Millisecond), got[fn].Round(time.Millisecond), strings.Join(chains[fn], " <- "), ratio)
+		if ratio < 0.85 || ratio > 1.15 {
+			t.Errorf("%s: off-CPU %v for %v blocked: not within 15%%", fn, got[fn], m)
+		}
+	}
+}
+
 // chainIn reports whether a stack (leaf first) holds the functions of chain in that order.
 func chainIn(stack []string, chain ...string) bool {
 	i := 0
@@ -170,33 +317,41 @@ int main(int argc,char**argv){struct timespec s,n; clock_gettime(CLOCK_MONOTONIC
   return 0;}
 `
 
-// Threads that wait and exit by the thousand, and processes that come and go: what sonde
-// follows of waiting threads, in the kernel and in user space, goes back to where it was.
+// Threads that wait and exit by the thousand, and processes that come and go, Go
+// programs among them that exit with goroutines parked: what sonde follows of waiting
+// threads and goroutines, in the kernel and in user space, goes back to where it was.
 func TestOffCPUStateBounded(t *testing.T) {
 	testenv.RequireRoot(t)
 	bin := buildWorkload(t, "exitwait", exitWhileWaitingC, "-O1", "-pthread")
+	goBin := buildGoWorkload(t, "gowaiters", goWaitersGo)
 	cg := churnCgroup(t)
-	a := startAgent(t, "--off-cpu", "--interval", "1s", "--cgroup", cg.Name())
+	a := startAgent(t, "--off-cpu", "--off-cpu-goroutines", "--interval", "1s", "--cgroup", cg.Name())
 	base := a.waitMetrics(t, "the agent to serve its metrics", func(m map[string]float64) bool {
 		_, ok := m[`sonde_offcpu_threads{where="kernel"}`]
 		return ok
 	})
 	for range 3 {
-		cmd := exec.Command(bin, "3")
-		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
-		if err := cmd.Run(); err != nil {
-			t.Fatal(err)
+		for _, prog := range []string{bin, goBin} {
+			cmd := exec.Command(prog, "2")
+			cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
+			if err := cmd.Run(); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	during := a.metrics(t)
 	if during["sonde_offcpu_samples_total"] == 0 {
 		t.Fatalf("no off-CPU samples of the threads' waits: %v", during)
 	}
+	if during[`sonde_offcpu_goroutine_parks_total{outcome="walked"}`] == 0 {
+		t.Fatalf("no goroutine parks walked: %v", during)
+	}
 	after := a.waitMetrics(t, "followed waiting threads back to the baseline", func(m map[string]float64) bool {
 		return m[`sonde_offcpu_threads{where="kernel"}`] <= base[`sonde_offcpu_threads{where="kernel"}`] &&
 			m[`sonde_offcpu_threads{where="user"}`] <= base[`sonde_offcpu_threads{where="user"}`]+1
 	})
-	t.Logf("off-CPU samples %v; threads followed: kernel %v → %v, user %v → %v", during["sonde_offcpu_samples_total"],
+	t.Logf("off-CPU samples %v, goroutine parks walked %v; waits followed: kernel %v → %v, user %v → %v", during["sonde_offcpu_samples_total"],
+		during[`sonde_offcpu_goroutine_parks_total{outcome="walked"}`],
 		base[`sonde_offcpu_threads{where="kernel"}`], after[`sonde_offcpu_threads{where="kernel"}`],
 		base[`sonde_offcpu_threads{where="user"}`], after[`sonde_offcpu_threads{where="user"}`])
 	a.stop(t)

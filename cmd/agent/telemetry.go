@@ -180,10 +180,11 @@ func registerInstruments(m metric.Meter, p *pipeline) error {
 		dbgBytes      = counter("sonde.debuginfod.size", "Bytes of the debug files downloaded and kept.", "By")
 		dbgErrors     = counter("sonde.debuginfod.errors", "Failed debuginfod requests, by reason.", "{request}")
 		dbgCache      = gauge("sonde.debuginfod.cache.size", "Bytes the debuginfod cache directory holds.", "By")
-		offSamples    = counter("sonde.offcpu.samples", "Waits off the CPU recorded (--off-cpu): threads back on a CPU after at least --off-cpu-min.", "{sample}")
+		offSamples    = counter("sonde.offcpu.samples", "Waits off the CPU recorded (--off-cpu): threads back on a CPU, or goroutines run again (--off-cpu-goroutines), after at least --off-cpu-min.", "{sample}")
+		offGoParks    = counter("sonde.offcpu.goroutine_parks", "Goroutines parking in Go's scheduler (--off-cpu-goroutines), by outcome: walked (stack sent) or skipped (sampled out when they come too fast).", "{park}")
 		offSwitches   = counter("sonde.offcpu.switches", "Threads going off the CPU to wait (--off-cpu), by outcome: walked (stacks sent) or skipped (sampled out when they come too fast).", "{switch}")
 		offThreads    = gauge("sonde.offcpu.threads", "Waiting threads whose stacks sonde holds until they run again, where: kernel or user.", "{thread}")
-		observables   = []metric.Observable{offSamples, offSwitches, offThreads, samples, lost, walks, stale, unresolved, symFailed, locations, fileRefused, exports, sentBytes, dropped, queue, queueBytes, mapEntries, mapCapacity, rows, rowsBudget, processes, files, rss, symCache, sheds, dbgFetches, dbgNotFound, dbgFiles, dbgBytes, dbgErrors, dbgCache}
+		observables   = []metric.Observable{offSamples, offGoParks, offSwitches, offThreads, samples, lost, walks, stale, unresolved, symFailed, locations, fileRefused, exports, sentBytes, dropped, queue, queueBytes, mapEntries, mapCapacity, rows, rowsBudget, processes, files, rss, symCache, sheds, dbgFetches, dbgNotFound, dbgFiles, dbgBytes, dbgErrors, dbgCache}
 		outcome       = func(v string) metric.ObserveOption { return metric.WithAttributes(attribute.String("outcome", v)) }
 		reason        = func(v string) metric.ObserveOption { return metric.WithAttributes(attribute.String("reason", v)) }
 		mapName       = func(v string) metric.ObserveOption { return metric.WithAttributes(attribute.String("map", v)) }
@@ -197,9 +198,13 @@ func registerInstruments(m metric.Meter, p *pipeline) error {
 					o.ObserveInt64(walks, nonNegative(n), outcome(bpf.UnwindEnd(end).String()))
 				}
 				if p.cfg.offCPU {
-					o.ObserveInt64(offSamples, nonNegative(c.OffCPU.Samples))
+					o.ObserveInt64(offSamples, nonNegative(c.OffCPU.Samples+c.OffCPU.GoSamples))
 					o.ObserveInt64(offSwitches, nonNegative(c.OffCPU.Walked), outcome("walked"))
 					o.ObserveInt64(offSwitches, nonNegative(c.OffCPU.Switches-min(c.OffCPU.Walked, c.OffCPU.Switches)), outcome("skipped"))
+					if p.cfg.offCPUGo {
+						o.ObserveInt64(offGoParks, nonNegative(c.OffCPU.GoWalked), outcome("walked"))
+						o.ObserveInt64(offGoParks, nonNegative(c.OffCPU.GoParks-min(c.OffCPU.GoWalked, c.OffCPU.GoParks)), outcome("skipped"))
+					}
 				}
 			}
 			if p.cfg.offCPU {
