@@ -93,6 +93,7 @@ func Features() []FeatureStatus {
 // message, not sonde.
 var optional = []feature{
 	{"sched_switch BTF tracepoint (--off-cpu)", "5.5", ProbeOffCPU},
+	{"uprobe PMU (--off-cpu-goroutines)", "4.17", ProbeUprobes},
 }
 
 func featureStatuses(list []feature) []FeatureStatus {

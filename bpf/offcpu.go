@@ -362,6 +362,15 @@ func (s *Sampler) OffCPUProgramStats() (ProgramStats, error) {
 // off-CPU profiles of goroutines need.
 var ErrNoGoroutines = errors.New("kernel lacks uprobes (CONFIG_UPROBE_EVENTS) that off-CPU profiles of goroutines need")
 
+// ProbeUprobes tells whether this kernel puts uprobes on files through perf_event_open
+// (the uprobe PMU), which off-CPU profiles of goroutines need: tracefs is not.
+func ProbeUprobes() error {
+	if _, err := os.Stat("/sys/bus/event_source/devices/uprobe/type"); err != nil {
+		return fmt.Errorf("%w: %w: %w", ErrNoGoroutines, ebpf.ErrNotSupported, err)
+	}
+	return nil
+}
+
 // AttachGoroutines attaches the goroutines' programs to a Go binary: at park, the file
 // offset of runtime.gopark's code where it is attached, and at execute, runtime.execute's.
 // path names the file for the kernel (a /proc/self/fd link serves). Close detaches them.

@@ -299,6 +299,12 @@ func Load(cfg Config) (*Sampler, error) {
 			s.Close()
 			return nil, err
 		}
+		if cfg.OffCPUGoroutines {
+			if err := ProbeUprobes(); err != nil {
+				s.Close()
+				return nil, err
+			}
+		}
 	}
 	if cfg.FollowForks {
 		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sched_process_fork", Program: s.objs.OnFork})

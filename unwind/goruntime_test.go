@@ -183,3 +183,40 @@ func TestOverlay(t *testing.T) {
 		t.Errorf("overlay:\n got %+v\nwant %+v", got, want)
 	}
 }
+
+// GoProbes point at runtime.execute's first byte and at runtime.gopark just past the
+// instructions that set its frame pointer, in binaries of today's Go and an older one.
+func TestGoProbes(t *testing.T) {
+	testenv.RequireTool(t, "gcc")
+	for _, tc := range goToolchains {
+		bin := testprog.BuildGoWith(t, testprog.GoCgo, tc, "CGO_ENABLED=1")
+		g, f := readGoRuntime(t, bin)
+		syms, err := f.Symbols()
+		if err != nil {
+			t.Fatal(err)
+		}
+		offsets := map[string]uint64{}
+		for _, s := range syms {
+			if s.Name == goParkProbe || s.Name == goExecuteProbe {
+				off, ok := vaddrToOffset(f, s.Value)
+				if !ok {
+					t.Fatalf("%s at %#x: in no segment", s.Name, s.Value)
+				}
+				offsets[s.Name] = off
+			}
+		}
+		data, err := os.ReadFile(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		park := offsets[goParkProbe]
+		if g.Probes.Execute == 0 || g.Probes.Execute != offsets[goExecuteProbe] {
+			t.Errorf("%s: execute probe at %#x, want runtime.execute's %#x", g.Version, g.Probes.Execute, offsets[goExecuteProbe])
+		}
+		if p := g.Probes.Park; p <= park+uint64(len(framePointerSet)) || p > park+64 ||
+			!slices.Equal(data[p-uint64(len(framePointerSet)):p], framePointerSet) {
+			t.Errorf("%s: park probe at %#x, want just past the frame pointer's setting in runtime.gopark (%#x)", g.Version, p, park)
+		}
+		t.Logf("%s: gopark %#x, probe %#x (+%d); execute %#x", g.Version, park, g.Probes.Park, g.Probes.Park-park, g.Probes.Execute)
+	}
+}

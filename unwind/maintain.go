@@ -48,7 +48,8 @@ type MaintainerConfig struct {
 	// OnError hears once per file why it has no table, and when the budget first runs out.
 	OnError func(what string, err error)
 	// Goroutines, when set, is given each Go binary whose table goes to the kernel, with
-	// where its goroutines park and run again, while the table stays there.
+	// where its goroutines park and run again, while the table stays there. Its failures
+	// are counted (GoProbeErrors), and are its to report.
 	Goroutines GoroutineProbes
 }
 
@@ -372,7 +373,6 @@ func (m *Maintainer) table(f *objfile.File) *fileTable {
 		c, err := m.cfg.Goroutines.AttachGoroutines(f, probes)
 		if err != nil {
 			m.count(func(s *MaintainerStats) { s.GoProbeErrors++ })
-			m.cfg.OnError(f.Path, err)
 		} else {
 			t.probes = c
 			m.count(func(s *MaintainerStats) { s.GoProbes++ })
@@ -545,5 +545,6 @@ func (s MaintainerStats) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.Int("files", s.Files), slog.Int("rows", s.Rows), slog.Int("rows_budget", s.RowsBudget), slog.Int("processes", s.Processes),
 		slog.Int("files_fp", s.FilesNoTable), slog.Uint64("files_failed", s.FilesFailed), slog.Int("files_overflow", s.FilesOverflow),
-		slog.Uint64("tables_evicted", s.TablesEvicted), slog.Uint64("mappings_capped", s.MappingsCapped), slog.Uint64("updates_dropped", s.UpdatesDropped))
+		slog.Uint64("tables_evicted", s.TablesEvicted), slog.Uint64("mappings_capped", s.MappingsCapped), slog.Uint64("updates_dropped", s.UpdatesDropped),
+		slog.Int("go_probes", s.GoProbes), slog.Uint64("go_probe_errors", s.GoProbeErrors))
 }

@@ -156,7 +156,7 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 			OnError: func(what string, err error) {
 				log.Info("no unwind table; frames there are walked by frame pointer", "file", what, "err", err)
 			},
-			Goroutines: goroutineProbes(p.sampler, cfg),
+			Goroutines: goroutineProbes(p.sampler, cfg, log),
 		})
 		// Language runtimes' frames are walked in the kernel beside the native ones, which
 		// the table walker finds the runtime's code among. The aggregator exists before

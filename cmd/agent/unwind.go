@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"sync"
 	"unsafe"
 
 	"github.com/sonde-profiler/sonde/bpf"
@@ -47,19 +49,33 @@ func (k kernelTables) DeleteProcess(pid uint32) error { return k.s.DeleteProcess
 
 // kernelGoroutines puts the sampler's goroutine probes on Go binaries, named to the
 // kernel by a descriptor sonde holds open: the file checked to be the one mapped, in
-// whatever mount namespace its processes run.
-type kernelGoroutines struct{ s *bpf.Sampler }
+// whatever mount namespace its processes run. The first failure is logged.
+type kernelGoroutines struct {
+	s      *bpf.Sampler
+	log    *slog.Logger
+	logged *sync.Once
+}
 
 // goroutineProbes is the Maintainer's unwind.GoroutineProbes: nil unless goroutines'
 // waits are recorded.
-func goroutineProbes(s *bpf.Sampler, cfg *config) unwind.GoroutineProbes {
+func goroutineProbes(s *bpf.Sampler, cfg *config, log *slog.Logger) unwind.GoroutineProbes {
 	if !cfg.offCPU || !cfg.offCPUGo {
 		return nil
 	}
-	return kernelGoroutines{s}
+	return kernelGoroutines{s: s, log: log, logged: new(sync.Once)}
 }
 
 func (k kernelGoroutines) AttachGoroutines(f *objfile.File, at unwind.GoProbes) (io.Closer, error) {
+	c, err := k.attach(f, at)
+	if err != nil {
+		k.logged.Do(func() {
+			k.log.Warn("goroutines' waits are not recorded in a Go program (counted as unwind.go_probe_errors)", "file", f.Path, "err", err)
+		})
+	}
+	return c, err
+}
+
+func (k kernelGoroutines) attach(f *objfile.File, at unwind.GoProbes) (io.Closer, error) {
 	h, err := f.Open()
 	if err != nil {
 		return nil, err
