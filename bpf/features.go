@@ -93,7 +93,7 @@ func Features() []FeatureStatus {
 // message, not sonde.
 var optional = []feature{
 	{"sched_switch BTF tracepoint (--off-cpu)", "5.5", ProbeOffCPU},
-	{"uprobe PMU (--off-cpu-goroutines)", "4.17", ProbeUprobes},
+	{"uprobe PMU (--off-cpu-goroutines, with CAP_SYS_ADMIN)", "4.17", ProbeUprobes},
 }
 
 func featureStatuses(list []feature) []FeatureStatus {

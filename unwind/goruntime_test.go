@@ -184,8 +184,9 @@ func TestOverlay(t *testing.T) {
 	}
 }
 
-// GoProbes point at runtime.execute's first byte and at runtime.gopark just past the
-// instructions that set its frame pointer, in binaries of today's Go and an older one.
+// GoProbes point at the frame-pointer push of runtime.gopark's and runtime.execute's
+// prologues, in binaries of today's Go and an older one, and the Go table walks from the
+// park probe by the stack pointer.
 func TestGoProbes(t *testing.T) {
 	testenv.RequireTool(t, "gcc")
 	for _, tc := range goToolchains {
@@ -195,28 +196,34 @@ func TestGoProbes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		offsets := map[string]uint64{}
+		entries := map[string]elf.Symbol{}
 		for _, s := range syms {
 			if s.Name == goParkProbe || s.Name == goExecuteProbe {
-				off, ok := vaddrToOffset(f, s.Value)
-				if !ok {
-					t.Fatalf("%s at %#x: in no segment", s.Name, s.Value)
-				}
-				offsets[s.Name] = off
+				entries[s.Name] = s
 			}
 		}
 		data, err := os.ReadFile(bin)
 		if err != nil {
 			t.Fatal(err)
 		}
-		park := offsets[goParkProbe]
-		if g.Probes.Execute == 0 || g.Probes.Execute != offsets[goExecuteProbe] {
-			t.Errorf("%s: execute probe at %#x, want runtime.execute's %#x", g.Version, g.Probes.Execute, offsets[goExecuteProbe])
+		for name, probe := range map[string]uint64{goParkProbe: g.Probes.Park, goExecuteProbe: g.Probes.Execute} {
+			entry, ok := vaddrToOffset(f, entries[name].Value)
+			if !ok || probe <= entry || probe > entry+64 || uint64(len(data)) < probe+4 || !slices.Equal(data[probe:probe+4], framePointerSet) {
+				t.Errorf("%s: %s probe at %#x, want its prologue's PUSHQ BP (entry %#x)", g.Version, name, probe, entry)
+				continue
+			}
+			t.Logf("%s: %s probe at +%d", g.Version, name, probe-entry)
 		}
-		if p := g.Probes.Park; p <= park+uint64(len(framePointerSet)) || p > park+64 ||
-			!slices.Equal(data[p-uint64(len(framePointerSet)):p], framePointerSet) {
-			t.Errorf("%s: park probe at %#x, want just past the frame pointer's setting in runtime.gopark (%#x)", g.Version, p, park)
+		tab, err := goTable(f, g)
+		if err != nil {
+			t.Fatal(err)
 		}
-		t.Logf("%s: gopark %#x, probe %#x (+%d); execute %#x", g.Version, park, g.Probes.Park, g.Probes.Park-park, g.Probes.Execute)
+		parkAt := entries[goParkProbe].Value + (g.Probes.Park - func() uint64 { o, _ := vaddrToOffset(f, entries[goParkProbe].Value); return o }())
+		if row, ok := tab.Lookup(parkAt); !ok || row.CFA != CFASP || row.CFAOffset != 8 || row.FP != FPUnchanged {
+			t.Errorf("%s: the row at the park probe %#x is %+v, want CFA = SP+8 with the caller's frame pointer", g.Version, parkAt, row)
+		}
+		if row, ok := tab.Lookup(parkAt + 1); !ok || row.CFA != CFAFramePointer {
+			t.Errorf("%s: the row after the park probe is %+v, want frame pointers again", g.Version, row)
+		}
 	}
 }

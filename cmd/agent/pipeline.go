@@ -21,6 +21,8 @@ import (
 	"github.com/sonde-profiler/sonde/symbolize/debuginfod"
 	"github.com/sonde-profiler/sonde/trace"
 	"github.com/sonde-profiler/sonde/unwind"
+
+	"golang.org/x/sys/unix"
 )
 
 // Bounds of shutdown: however a stage or a file behaves, sonde exits within a few seconds
@@ -120,6 +122,11 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 	cgroupIDs, err := cgroupIDs(&cfg.kube)
 	if err != nil {
 		return nil, usageError{err}
+	}
+	if cfg.offCPU && cfg.offCPUGo {
+		if caps, err := effectiveCaps(); err == nil && caps&(1<<unix.CAP_SYS_ADMIN) == 0 {
+			return nil, errors.New("--off-cpu-goroutines needs CAP_SYS_ADMIN: the kernel lets only it put uprobes on programs (the deployed capabilities leave it out; run without the flag, or as root)")
+		}
 	}
 	bcfg := bpf.Config{
 		PIDs:                 cfg.pids,
