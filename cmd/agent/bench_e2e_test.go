@@ -423,3 +423,67 @@ func startBigJVM(b *testing.B, want uint64) {
 	})
 	b.ReportMetric(float64(used)/(1<<20), "jvm-code-MiB")
 }
+
+// pingPongGo hands a value back and forth between two goroutines over unbuffered channels
+// for the given seconds, and prints the round trips per second: every hop a goroutine
+// parking and another run.
+const pingPongGo = `package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+)
+
+func main() {
+	secs, _ := strconv.ParseFloat(os.Args[1], 64)
+	a, b := make(chan int), make(chan int)
+	go func() {
+		for v := range a {
+			b <- v
+		}
+	}()
+	start := time.Now()
+	end := start.Add(time.Duration(secs * float64(time.Second)))
+	n := 0
+	for time.Now().Before(end) {
+		for i := 0; i < 1000; i++ {
+			a <- i
+			<-b
+		}
+		n += 1000
+	}
+	fmt.Println(float64(n) / time.Since(start).Seconds())
+}
+`
+
+// BenchmarkOffCPUGoroutines measures what --off-cpu-goroutines costs a Go program that
+// does nothing but switch goroutines: its round trips per second alone and under sonde
+// record with the probes, and the time the probes add to each round trip (two parks and
+// two runs).
+func BenchmarkOffCPUGoroutines(b *testing.B) {
+	testenv.RequireRoot(b)
+	bin := buildGoWorkload(b, "pingpong", pingPongGo)
+	dir := b.TempDir()
+	rate := func(args ...string) float64 {
+		out, err := exec.Command(args[0], args[1:]...).Output()
+		if err != nil {
+			b.Fatalf("%v: %v", args, err)
+		}
+		var v float64
+		if _, err := fmt.Sscan(string(out), &v); err != nil || v <= 0 {
+			b.Fatalf("%v printed %q", args, out)
+		}
+		return v
+	}
+	for range b.N {
+		alone := rate(bin, "5")
+		probed := rate(sonde(b), "record", "--off-cpu", "--off-cpu-goroutines", "--output", filepath.Join(dir, "p.pb.gz"), "--top", "0", "--", bin, "5")
+		plain := rate(sonde(b), "record", "--off-cpu", "--output", filepath.Join(dir, "q.pb.gz"), "--top", "0", "--", bin, "5")
+		b.ReportMetric(alone, "trips/s-alone")
+		b.ReportMetric(plain, "trips/s-offcpu")
+		b.ReportMetric(probed, "trips/s-goroutines")
+		b.ReportMetric((1/probed-1/plain)*1e9, "ns-added/trip")
+	}
+}

@@ -53,7 +53,7 @@ func main() {
 `
 
 // buildGoWorkload builds src as a static Go binary with the given go build flags.
-func buildGoWorkload(t *testing.T, name, src string, flags ...string) string {
+func buildGoWorkload(t testing.TB, name, src string, flags ...string) string {
 	t.Helper()
 	goTool := testenv.RequireTool(t, "go")
 	dir := t.TempDir()
