@@ -73,50 +73,34 @@ static __always_inline __u32 offcpu_pick(__u64 now)
 	return (__u32)(((__u64)rate << 8) / budget);
 }
 
-static __always_inline void offcpu_out(void *ctx, struct task_struct *prev, __u64 now)
+/* offcpu_walk walks the current thread's stacks (its kernel stack if kernel) into a record
+ * of kind and sends it, with its trace context ahead of it; it returns the record, or NULL
+ * when none went. */
+static __always_inline struct sample_event *offcpu_walk(void *ctx, __u64 id, __u32 kind, int kernel)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32;
-	if (tgid == 0 || tgid == self_tgid || !prev->mm || (prev->flags & (PF_EXITING | PF_KTHREAD)) || !wanted(tgid))
-		return;
-	count(COUNTER_OFFCPU_SWITCHES);
-	__u32 scale = offcpu_pick(now);
-	if (!scale)
-		return;
 	__u32 zero = 0;
 	struct sample_event *e = bpf_map_lookup_elem(&scratch, &zero);
 	if (!e)
-		return;
-	e->kind = EVENT_OFFCPU;
+		return NULL;
+	e->kind = kind;
 	int known = 1;
-	/* No mapping hints: bpf_find_vma's lock release is not to be queued from here. The
-	 * kernel stack starts with this program and the tracepoint's plumbing, which differs
-	 * between kernels: user space cuts it at __schedule. */
-	__u64 size = fill_sample(ctx, e, id, &known, 0, 1, 0);
-	tracectx_emit(tgid, e->exec_id, e->cpu, e->ktime_ns);
+	/* No mapping hints: bpf_find_vma's lock release is not to be queued from here. */
+	__u64 size = fill_sample(ctx, e, id, &known, 0, kernel, 0);
+	tracectx_emit(id >> 32, e->exec_id, e->cpu, e->ktime_ns);
 	__u64 flags = BPF_RB_NO_WAKEUP;
 	if (!known || bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > ring_wakeup_bytes)
 		flags = BPF_RB_FORCE_WAKEUP;
 	if (bpf_ringbuf_output(&events, e, size, flags)) {
 		count(COUNTER_OFFCPU_LOST);
-		return;
+		return NULL;
 	}
-	count(COUNTER_OFFCPU_WALKED);
-	struct offcpu_start st = {.start_ns = e->ktime_ns, .scale = scale, .pid = tgid};
-	__u32 tid = (__u32)id;
-	bpf_map_update_elem(&offcpu_starts, &tid, &st, BPF_ANY);
+	return e;
 }
 
-static __always_inline void offcpu_in(struct task_struct *next, __u64 now)
+/* offcpu_end sends the end of a wait that began at start (the walk's record's ktime_ns) as
+ * a record of kind, weighted by the walk's scale, when it lasted at least the minimum. */
+static __always_inline void offcpu_end(__u32 kind, __u32 pid, __u32 tid, __u64 start, __u64 scale, __u64 now, __u32 counter)
 {
-	__u32 tid = next->pid;
-	struct offcpu_start *st = bpf_map_lookup_elem(&offcpu_starts, &tid);
-	if (!st)
-		return;
-	__u64 start = st->start_ns;
-	__u64 scale = st->scale;
-	__u32 pid = st->pid;
-	bpf_map_delete_elem(&offcpu_starts, &tid);
 	if (now <= start)
 		return;
 	__u64 off = now - start;
@@ -129,7 +113,7 @@ static __always_inline void offcpu_in(struct task_struct *next, __u64 now)
 		count(COUNTER_OFFCPU_LOST);
 		return;
 	}
-	ev->kind = EVENT_OFFCPU_END;
+	ev->kind = kind;
 	ev->pid = pid;
 	ev->tid = tid;
 	ev->cpu = bpf_get_smp_processor_id();
@@ -138,7 +122,39 @@ static __always_inline void offcpu_in(struct task_struct *next, __u64 now)
 	/* Scaled in two parts: a day off the CPU times a large scale overflows 64 bits. */
 	ev->weight_ns = (off >> 8) * scale + (((off & 0xff) * scale) >> 8);
 	bpf_ringbuf_submit(ev, 0);
-	count(COUNTER_OFFCPU_SAMPLES);
+	count(counter);
+}
+
+static __always_inline void offcpu_out(void *ctx, struct task_struct *prev, __u64 now)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+	if (tgid == 0 || tgid == self_tgid || !prev->mm || (prev->flags & (PF_EXITING | PF_KTHREAD)) || !wanted(tgid))
+		return;
+	count(COUNTER_OFFCPU_SWITCHES);
+	__u32 scale = offcpu_pick(now);
+	if (!scale)
+		return;
+	/* The kernel stack starts with this program and the tracepoint's plumbing, which
+	 * differs between kernels: user space cuts it at __schedule. */
+	struct sample_event *e = offcpu_walk(ctx, id, EVENT_OFFCPU, 1);
+	if (!e)
+		return;
+	count(COUNTER_OFFCPU_WALKED);
+	struct offcpu_start st = {.start_ns = e->ktime_ns, .scale = scale, .pid = tgid};
+	__u32 tid = (__u32)id;
+	bpf_map_update_elem(&offcpu_starts, &tid, &st, BPF_ANY);
+}
+
+static __always_inline void offcpu_in(struct task_struct *next, __u64 now)
+{
+	__u32 tid = next->pid;
+	struct offcpu_start *st = bpf_map_lookup_elem(&offcpu_starts, &tid);
+	if (!st)
+		return;
+	struct offcpu_start v = *st;
+	bpf_map_delete_elem(&offcpu_starts, &tid);
+	offcpu_end(EVENT_OFFCPU_END, v.pid, tid, v.start_ns, v.scale, now, COUNTER_OFFCPU_SAMPLES);
 }
 
 /* offcpu_exit forgets an exiting thread's wait, should one be left: a thread waits no
@@ -176,9 +192,10 @@ int on_switch(__u64 *ctx)
  * does a thread's, and sends it at once (EVENT_GOPARK); one on runtime.execute, where the
  * scheduler runs a goroutine again, ends its wait (EVENT_GOPARK_END), paired in user space
  * by the thread it parked on and the time. User space attaches both to each Go binary it
- * makes a table for; the rate of walks is the switch-outs' (offcpu_pick). Go's register
- * ABI only: the parking goroutine is the g register, execute's goroutine its first
- * argument. */
+ * makes a table for, at the PUSHQ BP of the functions' prologues, which the kernel emulates
+ * (any other instruction it would single-step, a second trap); the rate of walks is the
+ * switch-outs' (offcpu_pick). Go's register ABI only: the parking goroutine is the g
+ * register, execute's goroutine its first argument. */
 
 /* Parked goroutines whose stacks were sent; sized by the loader. An LRU: goroutines parked
  * for good (idle workers) give way to those that wait now. */
@@ -211,22 +228,10 @@ int on_gopark(struct pt_regs *ctx)
 	__u32 scale = offcpu_pick(bpf_ktime_get_ns());
 	if (!scale)
 		return 0;
-	__u32 zero = 0;
-	struct sample_event *e = bpf_map_lookup_elem(&scratch, &zero);
+	/* No kernel stack: it would be the uprobe's. */
+	struct sample_event *e = offcpu_walk(ctx, id, EVENT_GOPARK, 0);
 	if (!e)
 		return 0;
-	e->kind = EVENT_GOPARK;
-	int known = 1;
-	/* No kernel stack: it would be the uprobe's. */
-	__u64 size = fill_sample(ctx, e, id, &known, 0, 0, 0);
-	tracectx_emit(tgid, e->exec_id, e->cpu, e->ktime_ns);
-	__u64 flags = BPF_RB_NO_WAKEUP;
-	if (!known || bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > ring_wakeup_bytes)
-		flags = BPF_RB_FORCE_WAKEUP;
-	if (bpf_ringbuf_output(&events, e, size, flags)) {
-		count(COUNTER_OFFCPU_LOST);
-		return 0;
-	}
 	count(COUNTER_GOPARKS_WALKED);
 	struct go_park v = {.start_ns = e->ktime_ns, .exec_id = e->exec_id, .scale = scale, .tid = (__u32)id};
 	bpf_map_update_elem(&go_parked, &k, &v, BPF_ANY);
@@ -244,28 +249,9 @@ int on_execute(struct pt_regs *ctx)
 	struct go_park v = *p;
 	bpf_map_delete_elem(&go_parked, &k);
 	struct task_struct *task = bpf_get_current_task_btf();
-	__u64 now = bpf_ktime_get_ns();
-	if (task->self_exec_id != v.exec_id || now <= v.start_ns)
+	if (task->self_exec_id != v.exec_id)
 		return 0;
-	__u64 off = now - v.start_ns;
-	if (off < offcpu_min_ns) {
-		count(COUNTER_OFFCPU_SHORT);
-		return 0;
-	}
-	struct offcpu_end_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
-	if (!ev) {
-		count(COUNTER_OFFCPU_LOST);
-		return 0;
-	}
-	ev->kind = EVENT_GOPARK_END;
-	ev->pid = k.pid;
-	ev->tid = v.tid;
-	ev->cpu = bpf_get_smp_processor_id();
-	ev->start_ns = v.start_ns;
-	ev->end_ns = now;
-	ev->weight_ns = (off >> 8) * v.scale + (((off & 0xff) * v.scale) >> 8);
-	bpf_ringbuf_submit(ev, 0);
-	count(COUNTER_GOPARK_SAMPLES);
+	offcpu_end(EVENT_GOPARK_END, k.pid, v.tid, v.start_ns, v.scale, bpf_ktime_get_ns(), COUNTER_GOPARK_SAMPLES);
 	return 0;
 }
 

@@ -218,7 +218,8 @@ func TestGoProbes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		parkAt := entries[goParkProbe].Value + (g.Probes.Park - func() uint64 { o, _ := vaddrToOffset(f, entries[goParkProbe].Value); return o }())
+		parkEntry, _ := vaddrToOffset(f, entries[goParkProbe].Value)
+		parkAt := entries[goParkProbe].Value + g.Probes.Park - parkEntry
 		if row, ok := tab.Lookup(parkAt); !ok || row.CFA != CFASP || row.CFAOffset != 8 || row.FP != FPUnchanged {
 			t.Errorf("%s: the row at the park probe %#x is %+v, want CFA = SP+8 with the caller's frame pointer", g.Version, parkAt, row)
 		}
