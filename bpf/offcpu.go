@@ -72,8 +72,14 @@ func setOffCPU(spec *ebpf.CollectionSpec, cfg Config, self uint32) error {
 			return fmt.Errorf("set %s: %w", name, err)
 		}
 	}
-	spec.Maps["offcpu_starts"].MaxEntries = uint32(threads)
-	spec.Maps["go_parked"].MaxEntries = uint32(threads)
+	// LRU maps are preallocated: one unused costs a slot, not thousands.
+	spec.Maps["offcpu_starts"].MaxEntries, spec.Maps["go_parked"].MaxEntries = 1, 1
+	if cfg.OffCPU {
+		spec.Maps["offcpu_starts"].MaxEntries = uint32(threads)
+		if cfg.OffCPUGoroutines {
+			spec.Maps["go_parked"].MaxEntries = uint32(threads)
+		}
+	}
 	return nil
 }
 
