@@ -90,11 +90,36 @@ func readGoFuncs(f *elf.File) (*goFuncs, error) {
 	}
 	g.nfunc = int(nfunc)
 	// A PIE's pclntab holds text's address as the linker saw it; runtime.text, the first
-	// symbol of Go's text, says where it is.
+	// symbol of Go's text, says where it is. A stripped binary has no symbols, and its
+	// header may say 0: .text's address is where an internally linked binary's Go code
+	// starts, taken when runtime.goexit is then where its code says it is.
 	if text, _, ok := objfile.LookupSymbol(f, "runtime.text"); ok {
 		g.textStart = text
+	} else if s := f.Section(".text"); s != nil && g.textStart != s.Addr && g.goexitAt(f, s.Addr) {
+		g.textStart = s.Addr
 	}
 	return g, nil
+}
+
+// goexitAt tells whether, with Go's text starting at text, runtime.goexit is where the
+// file holds its amd64 code: NOP, CALL runtime.goexit1, NOP (asm_amd64.s), the call's
+// target runtime.goexit1's entry.
+func (g *goFuncs) goexitAt(f *elf.File, text uint64) bool {
+	saved := g.textStart
+	g.textStart = text
+	defer func() { g.textStart = saved }()
+	found := g.find(map[string]bool{"runtime.goexit": true, "runtime.goexit1": true})
+	exit, ok1 := found["runtime.goexit"]
+	exit1, ok2 := found["runtime.goexit1"]
+	if !ok1 || !ok2 || f.Machine != elf.EM_X86_64 {
+		return false
+	}
+	var code [7]byte
+	if !readCode(f, code[:], exit.entry) {
+		return false
+	}
+	target := exit.entry + 6 + uint64(int64(int32(binary.LittleEndian.Uint32(code[2:6]))))
+	return code[0] == 0x90 && code[1] == 0xe8 && code[6] == 0x90 && target == exit1.entry
 }
 
 func (g *goFuncs) u32(b []byte, off uint64) (uint32, bool) {
@@ -180,4 +205,16 @@ func (g *goFuncs) spDeltas(fn goFunc) ([]Row, bool) {
 		}
 	}
 	return rows, len(rows) > 0
+}
+
+// readCode reads len(b) bytes of the section holding vaddr.
+func readCode(f *elf.File, b []byte, vaddr uint64) bool {
+	for _, s := range f.Sections {
+		if s.Type == elf.SHT_NOBITS || s.Flags&elf.SHF_ALLOC == 0 || vaddr < s.Addr || vaddr+uint64(len(b)) > s.Addr+s.Size {
+			continue
+		}
+		n, err := s.ReadAt(b, int64(vaddr-s.Addr))
+		return err == nil && n == len(b)
+	}
+	return false
 }

@@ -64,9 +64,38 @@ const (
 // framePointerSet is the x86-64 prologue's PUSHQ BP; MOVQ SP, BP.
 var framePointerSet = []byte{0x55, 0x48, 0x89, 0xe5}
 
-// goProbes finds GoProbes in a binary, and the address of Park: the prologue's push
-// within the first 64 bytes of each function. Releases before Go's register ABI (1.17)
-// keep arguments on the stack, where the probes do not look.
+// stackCheck is how the compiler's prologue of a function with a small frame begins on
+// amd64: CMPQ SP, 16(R14), then a JBE to its call of morestack.
+var stackCheck = []byte{0x49, 0x3b, 0x66, 0x10}
+
+// prologuePush returns the offset of the PUSHQ BP in code, a Go function's first bytes,
+// when they are the compiler's prologue: the stack check, its JBE (rel32 or rel8), and
+// PUSHQ BP; MOVQ SP, BP. A uprobe's breakpoint replaces an instruction's first byte, and
+// the kernel emulates it there: anywhere but on an instruction's start it would corrupt
+// the program's code, so anything else gets no probe.
+func prologuePush(code []byte) (int, bool) {
+	if !bytes.HasPrefix(code, stackCheck) {
+		return 0, false
+	}
+	rest := code[len(stackCheck):]
+	var push int
+	switch {
+	case len(rest) >= 2 && rest[0] == 0x0f && rest[1] == 0x86: // JBE rel32
+		push = len(stackCheck) + 6
+	case len(rest) >= 1 && rest[0] == 0x76: // JBE rel8
+		push = len(stackCheck) + 2
+	default:
+		return 0, false
+	}
+	if push > len(code) || !bytes.HasPrefix(code[push:], framePointerSet) {
+		return 0, false
+	}
+	return push, true
+}
+
+// goProbes finds GoProbes in a binary, and the address of Park: the push of each
+// function's prologue (prologuePush). Releases before Go's register ABI (1.17) keep
+// arguments on the stack, where the probes do not look.
 func goProbes(f *elf.File, r io.ReaderAt, found map[string]goFunc, minor int) (GoProbes, uint64) {
 	if minor < 17 {
 		return GoProbes{}, 0
@@ -82,10 +111,10 @@ func goProbes(f *elf.File, r io.ReaderAt, found map[string]goFunc, minor int) (G
 		if !ok {
 			return GoProbes{}, 0
 		}
-		var code [64]byte
+		var code [16]byte
 		n, _ := r.ReadAt(code[:min(uint64(len(code)), fn.end-fn.entry)], int64(off))
-		push := bytes.Index(code[:n], framePointerSet)
-		if push < 0 {
+		push, ok := prologuePush(code[:n])
+		if !ok {
 			return GoProbes{}, 0
 		}
 		at[i] = off + uint64(push)

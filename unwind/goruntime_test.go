@@ -228,3 +228,41 @@ func TestGoProbes(t *testing.T) {
 		}
 	}
 }
+
+// A stripped binary has no runtime.text symbol and its pclntab header may say text
+// starts at 0: its functions, and so its rows and probes, are where the unstripped
+// build's are, from .text checked against runtime.goexit's code.
+func TestGoStrippedBinary(t *testing.T) {
+	for _, tc := range goToolchains {
+		plain := testprog.BuildGoWith(t, testprog.GoGC, tc, "CGO_ENABLED=0")
+		stripped := testprog.BuildGoWith(t, testprog.GoGC, tc, "CGO_ENABLED=0", "GOFLAGS=-buildvcs=false -ldflags=-s")
+		want, _ := readGoRuntime(t, plain)
+		got, f := readGoRuntime(t, stripped)
+		if syms, _ := f.Symbols(); len(syms) != 0 {
+			t.Fatalf("%s: the stripped build has %d symbols", want.Version, len(syms))
+		}
+		if got.Probes == (GoProbes{}) || got.Probes != want.Probes || !slices.Equal(got.Rows, want.Rows) {
+			t.Errorf("%s: stripped: probes %+v and %d rows; unstripped: %+v and %d rows", want.Version, got.Probes, len(got.Rows), want.Probes, len(want.Rows))
+		}
+	}
+}
+
+// prologuePush takes only the compiler's prologue: a probe anywhere but on an
+// instruction's start would corrupt the program.
+func TestProloguePush(t *testing.T) {
+	for _, tc := range []struct {
+		code []byte
+		want int
+		ok   bool
+	}{
+		{[]byte{0x49, 0x3b, 0x66, 0x10, 0x0f, 0x86, 1, 2, 0, 0, 0x55, 0x48, 0x89, 0xe5}, 10, true},
+		{[]byte{0x49, 0x3b, 0x66, 0x10, 0x76, 0x20, 0x55, 0x48, 0x89, 0xe5}, 6, true},
+		{[]byte{0x55, 0x48, 0x89, 0xe5}, 0, false},                                  // C's prologue
+		{[]byte{0x49, 0x3b, 0x66, 0x10, 0x0f, 0x86, 1, 2, 0, 0, 0x48, 0x83}, 0, false}, // no push
+		{[]byte{0x49, 0x3b, 0x66, 0x10, 0x0f, 0x86, 1}, 0, false},                      // cut short
+	} {
+		if got, ok := prologuePush(tc.code); got != tc.want || ok != tc.ok {
+			t.Errorf("% x: %d %v, want %d %v", tc.code, got, ok, tc.want, tc.ok)
+		}
+	}
+}

@@ -238,9 +238,11 @@ func main() {
 
 // TestOffCPUGoroutines: with --off-cpu-goroutines, goroutines blocked on a channel and on
 // a mutex show under their own functions, for as long as they measured themselves blocked.
+// The program is stripped, as production builds often are (TestOffCPUStateBounded runs
+// an unstripped one).
 func TestOffCPUGoroutines(t *testing.T) {
 	testenv.RequireRoot(t)
-	bin := buildGoWorkload(t, "gowaiters", goWaitersGo)
+	bin := buildGoWorkload(t, "gowaiters", goWaitersGo, "-ldflags=-s -w")
 	dir := t.TempDir()
 	out := filepath.Join(dir, "gowaiters.pb.gz")
 	status, stdout, stderr := runRecord(t, dir, "--off-cpu", "--off-cpu-goroutines", "--output", out, "--top", "0", "--", bin, "5")
