@@ -37,7 +37,14 @@ type Metadata struct {
 	StringLength, SeqChars                     int64
 	ConsFirst, ConsSecond                      int64
 	SlicedParent, SlicedOffset, ThinActual     int64
-	CodeDeoptData, CodePositions               int64
+	// CodeDeoptData and CodePositions, and SFIFunction, are 0 where the metadata does not
+	// name them (V8 12, Node 22): the slots are then told by the types of the objects
+	// they hold, among the tagged slots before CodeNamedFrom and SFINameOrScopeInfo.
+	CodeDeoptData, CodePositions int64
+	CodeNamedFrom                int64 // Code's first field the metadata names
+	// BytecodePositions is where a BytecodeArray keeps its source position table; 0: told
+	// by type among its tagged slots from BytecodeNamedTo to BytecodeHeader.
+	BytecodePositions, BytecodeNamedTo         int64
 	InstructionStart                           int64 // InstructionStream: its instructions
 	ScopeInfoContextLocals, ScopeInfoFirstVars int64
 	DeoptInliningPositions, DeoptLiterals      int64
@@ -49,6 +56,8 @@ type Metadata struct {
 	TypeByteArray, TypeFixedArray, TypeScopeInfo       int64
 	TypeSFI, TypeScript, TypeWeakFixedArray            int64
 	TypeInterpreterData                                int64
+	// V8 12's trusted space holds its own kinds of arrays; -1 where there are none.
+	TypeTrustedFixedArray, TypeProtectedFixedArray, TypeTrustedByteArray int64
 }
 
 // V8 is what a file holding V8 tells.
@@ -124,6 +133,33 @@ func Inspect(f *elf.File) (v *V8, err error) {
 		}
 		return symbolValue(f, s)
 	}
+	// A field's symbol ends in its type, which V8 spells differently from release to
+	// release (Object, Tagged_Object_): a field is found by class and name, under any of
+	// the names it has had.
+	field := func(names ...string) (int64, bool) {
+		for _, name := range names {
+			prefix := name + "__"
+			for sym, s := range dbg {
+				if strings.HasPrefix(sym, prefix) && !strings.Contains(sym[len(prefix):], "__") {
+					return symbolValue(f, s), true
+				}
+			}
+		}
+		return 0, false
+	}
+	getField := func(names ...string) int64 {
+		v, ok := field(names...)
+		if !ok {
+			missing = append(missing, names[0])
+		}
+		return v
+	}
+	typeOr := func(name string) int64 {
+		if s, ok := dbg[name]; ok {
+			return symbolValue(f, s)
+		}
+		return -1
+	}
 	m := &v.Meta
 	m.FPContext = get("off_fp_context_or_frame_type")
 	m.FPFunction = get("off_fp_function")
@@ -155,9 +191,9 @@ func Inspect(f *elf.File) (v *V8, err error) {
 	m.BytecodeHeader = get("class_BytecodeArray__data__uintptr_t")
 	m.FixedArrayLength = get("class_FixedArrayBase__length__SMI")
 	m.FixedArrayData = get("class_FixedArray__data__uintptr_t")
-	m.SFINameOrScopeInfo = get("class_SharedFunctionInfo__name_or_scope_info__Object")
-	m.SFIScript = get("class_SharedFunctionInfo__script_or_debug_info__HeapObject")
-	m.SFIFunction = get("class_SharedFunctionInfo__function_data__Object")
+	m.SFINameOrScopeInfo = getField("class_SharedFunctionInfo__name_or_scope_info")
+	m.SFIScript = getField("class_SharedFunctionInfo__script_or_debug_info", "class_SharedFunctionInfo__script")
+	m.SFIFunction, _ = field("class_SharedFunctionInfo__function_data")
 	m.ScriptName = get("class_Script__name__Object")
 	m.ScriptSource = get("class_Script__source__Object")
 	m.ScriptLineEnds = get("class_Script__line_ends__Object")
@@ -168,8 +204,23 @@ func Inspect(f *elf.File) (v *V8, err error) {
 	m.SlicedParent = get("class_SlicedString__parent__String")
 	m.SlicedOffset = get("class_SlicedString__offset__SMI")
 	m.ThinActual = get("class_ThinString__actual__String")
-	m.CodeDeoptData = get("class_Code__deoptimization_data__FixedArray")
-	m.CodePositions = get("class_Code__source_position_table__ByteArray")
+	var deoptOK, positionsOK bool
+	m.CodeDeoptData, deoptOK = field("class_Code__deoptimization_data")
+	m.CodePositions, positionsOK = field("class_Code__source_position_table")
+	if !deoptOK || !positionsOK {
+		// V8 12 names neither: they lie among the slots before the first field it names.
+		m.CodeDeoptData, m.CodePositions = 0, 0
+		m.CodeNamedFrom = firstField(dbg, f, "class_Code__")
+		if m.CodeNamedFrom <= 8 {
+			missing = append(missing, "class_Code__deoptimization_data")
+		}
+	}
+	if wrapper, ok := field("class_BytecodeArray__wrapper"); ok {
+		// V8 12: the source position table is one of the slots after the wrapper.
+		m.BytecodeNamedTo = wrapper + 8
+	} else {
+		m.BytecodePositions = bytecodePositionsOffset
+	}
 	m.InstructionStart = get("class_InstructionStream__instruction_start__uintptr_t")
 	m.ScopeInfoContextLocals = get("scopeinfo_idx_ncontextlocals")
 	m.ScopeInfoFirstVars = get("scopeinfo_idx_first_vars")
@@ -192,11 +243,14 @@ func Inspect(f *elf.File) (v *V8, err error) {
 	m.TypeScript = get("type_Script__SCRIPT_TYPE")
 	m.TypeWeakFixedArray = get("type_WeakFixedArray__WEAK_FIXED_ARRAY_TYPE")
 	m.TypeInterpreterData = get("type_InterpreterData__INTERPRETER_DATA_TYPE")
+	m.TypeTrustedFixedArray = typeOr("type_TrustedFixedArray__TRUSTED_FIXED_ARRAY_TYPE")
+	m.TypeProtectedFixedArray = typeOr("type_ProtectedFixedArray__PROTECTED_FIXED_ARRAY_TYPE")
+	m.TypeTrustedByteArray = typeOr("type_TrustedByteArray__TRUSTED_BYTE_ARRAY_TYPE")
 	switch {
 	case len(missing) > 0:
 		v.Unnamed = fmt.Errorf("v8 metadata without %s: %w", strings.Join(missing, ", "), ErrNoMetadata)
-	case m.InstructionStart != 16:
-		v.Unnamed = fmt.Errorf("v8 InstructionStream with instructions at %d, not after its map and code: not supported", m.InstructionStart)
+	case m.InstructionStart < 16 || m.InstructionStart > 64 || m.InstructionStart%8 != 0:
+		v.Unnamed = fmt.Errorf("v8 InstructionStream with instructions at %d: not supported", m.InstructionStart)
 	}
 	return v, nil
 }
@@ -291,4 +345,19 @@ func init() { unwind.RegisterFramePointerCode(BuiltinsCode) }
 func hasDynamicSymbol(f *elf.File, name string) bool {
 	_, ok, _ := objfile.FindSymbol(f, elf.SHT_DYNSYM, name, false)
 	return ok
+}
+
+// firstField is the lowest offset of the fields of a class the metadata names (prefix
+// "class_Code__"), past its map; 0 if it names none.
+func firstField(dbg map[string]elf.Symbol, f *elf.File, prefix string) int64 {
+	first := int64(0)
+	for name, s := range dbg {
+		if !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		if off := symbolValue(f, s); off >= 8 && (first == 0 || off < first) {
+			first = off
+		}
+	}
+	return first
 }

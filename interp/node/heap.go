@@ -35,6 +35,9 @@ type heap struct {
 	m     Memory
 	md    *Metadata
 	isMap uint64 // the InstructionStream map, once found
+	// bcPositions is a BytecodeArray's source position slot where the metadata does not
+	// name it, once found.
+	bcPositions int64
 }
 
 func untag(v uint64) (uint64, bool) {
@@ -81,6 +84,118 @@ func (h *heap) typeOf(obj uint64) (int64, error) {
 func (h *heap) isType(obj uint64, t int64) bool {
 	got, err := h.typeOf(obj)
 	return err == nil && got == t
+}
+
+// isFixedArray and isByteArray take V8 12's trusted arrays for what they were before.
+func (h *heap) isFixedArray(obj uint64) bool {
+	t, err := h.typeOf(obj)
+	return err == nil && (t == h.md.TypeFixedArray || t == h.md.TypeTrustedFixedArray || t == h.md.TypeProtectedFixedArray)
+}
+
+func (h *heap) isByteArray(obj uint64) bool {
+	t, err := h.typeOf(obj)
+	return err == nil && (t == h.md.TypeByteArray || t == h.md.TypeTrustedByteArray)
+}
+
+// slotOfType reads obj's tagged slots from 8 up to end and returns the one object among
+// them that is of a type ok takes; errType if none or several are. It finds fields the
+// metadata does not name (V8 12's) by what they hold.
+func (h *heap) slotOfType(obj uint64, end int64, ok func(t int64) bool) (uint64, error) {
+	if end <= 8 || end > 128 {
+		return 0, errType
+	}
+	found := uint64(0)
+	for off := int64(8); off < end; off += 8 {
+		p, err := h.field(obj, off)
+		if err != nil {
+			continue
+		}
+		if t, err := h.typeOf(p); err == nil && ok(t) {
+			if found != 0 {
+				return 0, errType
+			}
+			found = p
+		}
+	}
+	if found == 0 {
+		return 0, errType
+	}
+	return found, nil
+}
+
+// functionData returns a SharedFunctionInfo's function data: its bytecode, its baseline
+// code or its interpreter data.
+func (h *heap) functionData(sfi uint64) (uint64, error) {
+	md := h.md
+	if md.SFIFunction != 0 {
+		return h.field(sfi, md.SFIFunction)
+	}
+	return h.slotOfType(sfi, md.SFINameOrScopeInfo, func(t int64) bool {
+		return t == md.TypeBytecodeArray || t == md.TypeCode || t == md.TypeInterpreterData
+	})
+}
+
+// codeDeopt returns a Code's deoptimization data (optimized code) or its bytecode
+// (baseline code).
+func (h *heap) codeDeopt(code uint64) (uint64, error) {
+	md := h.md
+	if md.CodeDeoptData != 0 {
+		return h.field(code, md.CodeDeoptData)
+	}
+	return h.slotOfType(code, md.CodeNamedFrom, func(t int64) bool {
+		return t == md.TypeFixedArray || t == md.TypeTrustedFixedArray || t == md.TypeProtectedFixedArray ||
+			t == md.TypeBytecodeArray || t == md.TypeInterpreterData
+	})
+}
+
+// codePositions returns a Code's source position table.
+func (h *heap) codePositions(code uint64) (uint64, error) {
+	md := h.md
+	if md.CodePositions != 0 {
+		return h.field(code, md.CodePositions)
+	}
+	return h.slotOfType(code, md.CodeNamedFrom, func(t int64) bool { return t == md.TypeByteArray || t == md.TypeTrustedByteArray })
+}
+
+// bytecodePositions returns a BytecodeArray's source position table. V8 12 does not name
+// it, and keeps a handler table of the same type beside it, of 16-byte entries (four
+// int32s a try block). The slot is learnt from a BytecodeArray where one slot only holds
+// a table that is not a whole number of such entries and reads as source positions within
+// the bytecode; it is then the slot of every BytecodeArray of the process.
+func (h *heap) bytecodePositions(bc uint64) (uint64, error) {
+	md := h.md
+	if md.BytecodePositions != 0 {
+		return h.field(bc, md.BytecodePositions)
+	}
+	if h.bcPositions != 0 {
+		return h.field(bc, h.bcPositions)
+	}
+	size, err := h.length(bc)
+	if err != nil {
+		return 0, err
+	}
+	var slot int64
+	for off := md.BytecodeNamedTo; off < md.BytecodeHeader && off < 128; off += 8 {
+		p, err := h.field(bc, off)
+		if err != nil || !h.isByteArray(p) {
+			continue
+		}
+		if n, err := h.length(p); err != nil || n == 0 || n%16 == 0 {
+			continue
+		}
+		if positions, err := h.positionsOf(p); err != nil || !plausiblePositions(positions, size) {
+			continue
+		}
+		if slot != 0 {
+			return 0, errType // two candidates: this one cannot tell
+		}
+		slot = off
+	}
+	if slot == 0 {
+		return 0, errType
+	}
+	h.bcPositions = slot
+	return h.field(bc, slot)
 }
 
 func (h *heap) length(obj uint64) (int, error) {
@@ -240,7 +355,9 @@ func (h *heap) sfi(sfi uint64, scripts func(script uint64) ([]int, string, error
 		f.lineEnds, f.file, _ = scripts(script)
 	}
 	if bc := h.bytecode(sfi); bc != 0 {
-		f.positions, _ = h.positionsOf(bc, bytecodePositionsOffset)
+		if t, err := h.bytecodePositions(bc); err == nil {
+			f.positions, _ = h.positionsOf(t)
+		}
 	}
 	return f, nil
 }
@@ -252,7 +369,7 @@ const bytecodePositionsOffset = 32
 // bytecode returns a function's BytecodeArray, or 0.
 func (h *heap) bytecode(sfi uint64) uint64 {
 	md := h.md
-	fd, err := h.field(sfi, md.SFIFunction)
+	fd, err := h.functionData(sfi)
 	if err != nil {
 		return 0
 	}
@@ -265,7 +382,7 @@ func (h *heap) bytecode(sfi uint64) uint64 {
 		case md.TypeBytecodeArray:
 			return fd
 		case md.TypeCode: // baseline code: its bytecode beside it
-			fd, err = h.field(fd, md.CodeDeoptData)
+			fd, err = h.codeDeopt(fd)
 		case md.TypeInterpreterData:
 			fd, err = h.field(fd, 8)
 		default:
@@ -427,13 +544,9 @@ type position struct {
 	pos    uint64
 }
 
-// positionsOf decodes the source position table of a BytecodeArray or Code at off.
-func (h *heap) positionsOf(obj uint64, off int64) ([]position, error) {
-	t, err := h.field(obj, off)
-	if err != nil {
-		return nil, err
-	}
-	if !h.isType(t, h.md.TypeByteArray) {
+// positionsOf decodes a source position table t.
+func (h *heap) positionsOf(t uint64) ([]position, error) {
+	if !h.isByteArray(t) {
 		return nil, errType
 	}
 	n, err := h.length(t)
@@ -445,6 +558,22 @@ func (h *heap) positionsOf(obj uint64, off int64) ([]position, error) {
 		return nil, err
 	}
 	return decodePositions(raw), nil
+}
+
+// plausiblePositions tells whether a decoded table reads as a bytecode's source positions:
+// offsets in order, within its size, at script offsets.
+func plausiblePositions(ps []position, size int) bool {
+	if len(ps) == 0 {
+		return false
+	}
+	last := -1
+	for _, p := range ps {
+		if p.offset < last || p.offset > size || scriptOffset(p.pos) < 0 {
+			return false
+		}
+		last = p.offset
+	}
+	return true
 }
 
 // decodePositions decodes V8's source position table: pairs of zigzag VLQ deltas, the
@@ -505,25 +634,26 @@ type frame struct {
 }
 
 // code finds the Code object whose instructions hold pc: the InstructionStream before pc,
-// by its map, whose Code points back at the same instructions. An InstructionStream is its
-// map, its Code, then its instructions (Inspect checks the metadata says so).
+// by its map, whose Code points back at the same instructions. An InstructionStream begins
+// with its map and its Code; its instructions follow its header, at InstructionStart.
 func (h *heap) code(pc uint64) (code, start uint64, err error) {
 	md := h.md
+	hdr := uint64(md.InstructionStart) // the InstructionStream's map and Code begin it
 	buf := make([]byte, scanChunk)
 	hi := pc &^ (codeAlignment - 1)
-	for scanned := uint64(0); scanned < maxCodeScan && hi > scanChunk; scanned += scanChunk - 16 {
-		lo := hi - scanChunk + 16
+	for scanned := uint64(0); scanned < maxCodeScan && hi > scanChunk; scanned += scanChunk - hdr {
+		lo := hi - scanChunk + hdr
 		last := false
-		if err := h.m.ReadAt(buf, lo-16); err != nil {
+		if err := h.m.ReadAt(buf, lo-hdr); err != nil {
 			// The code may begin its mapping: the page of hi is what there is.
-			lo = max(hi&^4095, 16+codeAlignment) + codeAlignment
-			if lo > hi || h.m.ReadAt(buf[:hi-lo+16], lo-16) != nil {
+			lo = max(hi&^4095, hdr+codeAlignment) + codeAlignment
+			if lo > hi || h.m.ReadAt(buf[:hi-lo+hdr], lo-hdr) != nil {
 				return 0, 0, err
 			}
 			last = true
 		}
 		for a := hi; a >= lo; a -= codeAlignment {
-			i := a - 16 - (lo - 16)
+			i := a - hdr - (lo - hdr)
 			mw := binary.LittleEndian.Uint64(buf[i:])
 			cw := binary.LittleEndian.Uint64(buf[i+8:])
 			m, ok1 := untag(mw)
@@ -534,7 +664,7 @@ func (h *heap) code(pc uint64) (code, start uint64, err error) {
 			if h.isMap != 0 && m != h.isMap {
 				continue
 			}
-			if h.isMap == 0 && !h.isType(a-16, md.TypeInstructionStream) {
+			if h.isMap == 0 && !h.isType(a-hdr, md.TypeInstructionStream) {
 				continue
 			}
 			if h.owns(c, a) {
@@ -581,14 +711,14 @@ func (h *heap) jitFrames(pc uint64, ret bool) ([]frame, error) {
 	if err != nil {
 		return nil, err
 	}
-	deopt, err := h.field(code, md.CodeDeoptData)
+	deopt, err := h.codeDeopt(code)
 	if err != nil {
 		return nil, err
 	}
 	if h.isType(deopt, md.TypeBytecodeArray) {
 		return nil, &baselineCode{bytecode: deopt}
 	}
-	if !h.isType(deopt, md.TypeFixedArray) {
+	if !h.isFixedArray(deopt) {
 		return nil, fmt.Errorf("code without deoptimization data (a stub): %w", errType)
 	}
 	elem := func(i int64) (uint64, error) { return h.field(deopt, md.FixedArrayData+8*i) }
@@ -600,7 +730,10 @@ func (h *heap) jitFrames(pc uint64, ret bool) ([]frame, error) {
 	if ret && off > 0 {
 		off--
 	}
-	positions, _ := h.positionsOf(code, md.CodePositions)
+	var positions []position
+	if t, err := h.codePositions(code); err == nil {
+		positions, _ = h.positionsOf(t)
+	}
 	p, ok := at(positions, off)
 	if !ok {
 		return []frame{{sfi: outer, pos: noPosition}}, nil
@@ -615,7 +748,7 @@ func (h *heap) jitFrames(pc uint64, ret bool) ([]frame, error) {
 		}
 		if inlining == nil {
 			ip, err := elem(md.DeoptInliningPositions)
-			if err != nil || !h.isType(ip, md.TypeByteArray) {
+			if err != nil || !h.isByteArray(ip) {
 				return nil, errType
 			}
 			n, err := h.length(ip)

@@ -144,19 +144,31 @@ func TestTracker(t *testing.T) {
 	}
 }
 
-// TestInspectNode22: Node 22's metadata has the frame layout but not what naming reads:
-// its frames are walked and named [v8].
+// TestInspectNode22: Node 22's metadata (V8 12.4) names its fields with other types and
+// leaves out SharedFunctionInfo's function data and Code's deoptimization data and source
+// positions: its functions are named, those slots told by type; a copy whose metadata
+// lacks a field naming reads is walked and named [v8].
 func TestInspectNode22(t *testing.T) {
-	e, err := elf.Open(testenv.Node22(t).Path)
-	if err != nil {
-		t.Fatal(err)
+	inspect := func(path string) *V8 {
+		e, err := elf.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		v, err := Inspect(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
 	}
-	defer e.Close()
-	v, err := Inspect(e)
-	if err != nil {
-		t.Fatal(err)
+	v := inspect(testenv.Node22(t).Path)
+	m := v.Meta
+	if v.Unnamed != nil || m.SFINameOrScopeInfo == 0 || m.SFIScript == 0 || m.SFIFunction != 0 || m.CodeDeoptData != 0 ||
+		m.CodeNamedFrom <= 8 || m.BytecodePositions != 0 || m.BytecodeNamedTo == 0 || m.TypeTrustedByteArray < 0 {
+		t.Errorf("Node 22: unnamed %v, metadata %+v", v.Unnamed, m)
 	}
+	v = inspect(testenv.NodeWithoutNaming(t).Path)
 	if !errors.Is(v.Unnamed, ErrNoMetadata) || v.Meta.FPFunction != -16 || v.Meta.FunctionShared == 0 {
-		t.Errorf("Node 22: unnamed %v, metadata %+v", v.Unnamed, v.Meta)
+		t.Errorf("without naming metadata: unnamed %v, metadata %+v", v.Unnamed, v.Meta)
 	}
 }
