@@ -5,10 +5,12 @@
 // A file runs V8 when it carries V8's postmortem metadata, the v8dbg_* symbols: frame
 // layout (where a frame keeps its context or frame type marker, its JSFunction and its
 // bytecode offset), frame types, object field offsets and instance types. Everything
-// sonde reads of V8 comes from there, none from a table of its own. A build whose
-// metadata has the frame layout but not what naming reads (Node 22's) is walked and its
-// frames named [v8] (TrackerStats.Unnamed); one without the frame layout is counted and
-// not walked (TrackerStats.Unsupported): nothing is guessed. The
+// sonde reads of V8 comes from there, none from a table of its own; the few slots V8 12's
+// metadata leaves out (Node 22's: a function's data, a Code's deoptimization data and
+// source positions) are told by the types of the objects they hold, checked at every
+// read. A build whose metadata has the frame layout but not what naming reads is walked
+// and its frames named [v8] (TrackerStats.Unnamed); one without the frame layout is
+// counted and not walked (TrackerStats.Unsupported): nothing is guessed. The
 // embedded builtins (Builtins_* in the file's symbol table) and the anonymous executable
 // mappings (the JIT's code space) are V8's code, where the kernel walker takes over
 // (bpf/v8.h).
