@@ -13,11 +13,13 @@ func FuzzHeap(f *testing.F) {
 			return
 		}
 		fh := &fakeHeap{base: 0x10000000, mem: mem, maps: map[int64]uint64{}}
-		h := &heap{m: fh, md: &node20}
-		obj := fh.base + uint64(at)
-		h.sfi(obj, h.script)
-		h.jitFrames(fh.base+uint64(pcAt), true)
-		h.str(obj, maxString)
+		for _, md := range []*Metadata{&node20, &node22} {
+			h := &heap{m: fh, md: md}
+			obj := fh.base + uint64(at)
+			h.sfi(obj, h.script)
+			h.jitFrames(fh.base+uint64(pcAt), true)
+			h.str(obj, maxString)
+		}
 		decodePositions(mem)
 		codeRange(mem, [2]uint64{fh.base, fh.base + 4096})
 	})

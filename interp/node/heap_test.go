@@ -20,7 +20,17 @@ var node20 = Metadata{FPContext: -8, FPFunction: -16, FPBytecodeOffset: -40, FPB
 	DeoptInliningPositions: 7, DeoptLiterals: 2, DeoptSFI: 6, FirstNonString: 128, StringRepMask: 7, StringEncMask: 8,
 	ConsTag: 1, SlicedTag: 3, ThinTag: 5, OneByteTag: 8, TypeCode: 245, TypeInstructionStream: 252, TypeBytecodeArray: 191,
 	TypeByteArray: 190, TypeFixedArray: 175, TypeScopeInfo: 261, TypeSFI: 262, TypeScript: 167, TypeWeakFixedArray: 240,
-	TypeInterpreterData: 159}
+	TypeInterpreterData: 159, BytecodePositions: 32, TypeTrustedFixedArray: -1, TypeProtectedFixedArray: -1, TypeTrustedByteArray: -1}
+
+// node22 is V8 12.4's metadata as Inspect reads it: the slots it does not name are found
+// by type.
+var node22 = func() Metadata {
+	m := node20
+	m.SFIFunction, m.CodeDeoptData, m.CodePositions, m.CodeNamedFrom = 0, 0, 0, 24
+	m.BytecodePositions, m.BytecodeNamedTo, m.BytecodeHeader, m.InstructionStart = 0, 24, 64, 32
+	m.TypeTrustedFixedArray, m.TypeProtectedFixedArray, m.TypeTrustedByteArray = 213, 211, 212
+	return m
+}()
 
 // fakeHeap is a process's memory made of objects laid out as V8 does.
 type fakeHeap struct {
@@ -346,5 +356,60 @@ func TestBaselineFrame(t *testing.T) {
 		if named := err == nil && len(lines) == 1 && lines[0].Function == "b" && lines[0].Line == 3; named != c.named {
 			t.Errorf("kernel's function %#x: %v, %v; want named %v", c.found, lines, err, c.named)
 		}
+	}
+}
+
+// V8 12's slots the metadata does not name are found by the types of what they hold: a
+// function's data, a Code's deoptimization data and positions; a BytecodeArray's
+// positions are learnt beside a handler table, never from a table that could be one.
+func TestUnnamedSlotsByType(t *testing.T) {
+	md := node22
+	f := newFakeHeap()
+	h := &heap{m: f, md: &md}
+	untagged := func(v uint64) uint64 { return v - 1 }
+	positions := encodePositions([]position{{0, sourcePosition(10, -1)}, {3, sourcePosition(14, -1)}})
+	if len(positions)%16 == 0 {
+		t.Fatal("the positions would read as a handler table")
+	}
+	trusted := func(b []byte) uint64 {
+		a := untagged(f.byteArray(b))
+		f.put64(a, f.mapOf(md.TypeTrustedByteArray))
+		return a + 1
+	}
+	handlers := trusted(make([]byte, 16)) // one try block
+	// BytecodeArray: length, wrapper, handler table, positions, constant pool.
+	bytecode := func(slots ...uint64) uint64 {
+		return f.object(md.TypeBytecodeArray, append([]uint64{smi(8), f.object(300)}, slots...)...)
+	}
+	withTry := bytecode(handlers, trusted(positions), f.fixedArray(md.TypeTrustedFixedArray))
+	if _, err := h.bytecodePositions(untagged(withTry)); err != nil || h.bcPositions != 32 {
+		t.Errorf("positions beside a handler table: slot %d, %v; want 32", h.bcPositions, err)
+	}
+	h.bcPositions = 0
+	// A handler table and no positions: nothing learnt, nothing read.
+	noPositions := bytecode(trusted(make([]byte, 32)), trusted(nil), f.fixedArray(md.TypeTrustedFixedArray))
+	if p, err := h.bytecodePositions(untagged(noPositions)); err == nil || h.bcPositions != 0 {
+		t.Errorf("a handler table taken for positions: %#x, slot %d", p, h.bcPositions)
+	}
+
+	// SharedFunctionInfo: its data, then name or scope info at 16.
+	sfi := untagged(f.object(md.TypeSFI, withTry, f.str("walrus")))
+	if fd, err := h.functionData(sfi); err != nil || fd != untagged(withTry) {
+		t.Errorf("function data %#x, %v", fd, err)
+	}
+	// Code: deoptimization data and positions before its first named field (24).
+	deopt := f.fixedArray(md.TypeTrustedFixedArray, smi(0))
+	codePositions := trusted(positions)
+	code := untagged(f.object(md.TypeCode, deopt, codePositions))
+	if d, err := h.codeDeopt(code); err != nil || d != untagged(deopt) {
+		t.Errorf("deoptimization data %#x, %v", d, err)
+	}
+	if p, err := h.codePositions(code); err != nil || p != untagged(codePositions) {
+		t.Errorf("positions %#x, %v", p, err)
+	}
+	// Two slots of a kind: neither is taken.
+	twice := untagged(f.object(md.TypeCode, codePositions, codePositions))
+	if p, err := h.codePositions(twice); err == nil {
+		t.Errorf("one of two byte arrays taken for positions: %#x", p)
 	}
 }
