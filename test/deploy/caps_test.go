@@ -290,3 +290,59 @@ func TestCapabilitiesJava(t *testing.T) {
 		t.Errorf("%d of %d samples name CapBurn.capBurnLeaf, want 0.8", named, total)
 	}
 }
+
+// TestCapabilitiesNode: a Node.js program of another user, in a mount namespace of its own
+// where its executable and script are private, profiled by sonde as uid 65534 with the
+// deployed capabilities only: its JavaScript functions named.
+func TestCapabilitiesNode(t *testing.T) {
+	testenv.RequireRoot(t)
+	sonde := requireBinary(t)
+	setpriv := testenv.RequireTool(t, "setpriv")
+	unshare := testenv.RequireTool(t, "unshare")
+	node := testenv.Node22(t)
+	work := t.TempDir()
+	mnt, out := namespaceDirs(t, work)
+	script := strings.Join([]string{
+		"set -e",
+		"mount -t tmpfs -o mode=755 none " + mnt,
+		"mkdir -p " + mnt + "/private",
+		"touch " + mnt + "/private/node",
+		"mount --bind " + node.Path + " " + mnt + "/private/node",
+		"cp testdata/capburn.js " + mnt + "/private/capburn.js",
+		"chown " + strconv.Itoa(workloadUID) + ":" + strconv.Itoa(workloadUID) + " " + mnt + "/private",
+		"chmod 700 " + mnt + "/private",
+		"exec " + setpriv + " --reuid " + strconv.Itoa(workloadUID) + " --regid " + strconv.Itoa(workloadUID) + " --clear-groups " +
+			mnt + "/private/node " + mnt + "/private/capburn.js",
+	}, "\n")
+	wl := exec.Command(unshare, "--mount", "--propagation", "private", "sh", "-c", script)
+	wl.Stderr = os.Stderr
+	if err := wl.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		wl.Process.Kill()
+		wl.Wait()
+	}()
+	deadline := time.Now().Add(time.Minute)
+	for !runsAs(wl.Process.Pid, workloadUID) {
+		if time.Now().After(deadline) {
+			t.Fatal("node did not start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := os.Stat(mnt + "/private/capburn.js"); err == nil {
+		t.Fatal("the program's files are visible outside its mount namespace: the test would prove nothing")
+	}
+	testenv.WaitCPU(t, wl.Process.Pid, time.Second)
+	file := filepath.Join(out, "node.pb.gz")
+	cmd := sondeWith(setpriv, sonde, wantCaps, "--pid", strconv.Itoa(wl.Process.Pid), "--duration", "4s", "--top", "0", "--output", file)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("sonde with %v: %v\n%s", wantCaps, err, b)
+	}
+	total := samplesIn(t, file, "")
+	named := samplesIn(t, file, "capBurnLeaf")
+	t.Logf("%s: %d of %d samples name capBurnLeaf", node.Name, named, total)
+	if named == 0 || float64(named) < 0.8*float64(total) {
+		t.Errorf("%d of %d samples name capBurnLeaf, want 0.8", named, total)
+	}
+}
