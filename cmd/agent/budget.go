@@ -44,7 +44,9 @@ type budget struct {
 	queueBytes        int // encoded intervals queued for the collector
 	// jvmBytes bounds what naming Java frames keeps across JVMs: frames named, decoded
 	// debug info and methods.
-	jvmBytes     int
+	jvmBytes int
+	// v8Bytes bounds what naming JavaScript frames keeps across Node.js processes.
+	v8Bytes      int
 	mergedStacks int // distinct samples the run's merged --output profile keeps
 }
 
@@ -74,6 +76,7 @@ func newBudget(limit int64, cfg *config, cpus int) budget {
 	b.decompressedBytes = max(4<<20, limit/8)
 	b.queueBytes = int(share(10))
 	b.jvmBytes = int(max(4<<20, limit/16))
+	b.v8Bytes = int(max(4<<20, limit/16))
 	b.mergedStacks = max(1024, int(share(8))/mergedBytes)
 	if cfg.unwindRows > 0 {
 		b.unwindRows = cfg.unwindRows
@@ -103,7 +106,7 @@ func (b budget) LogValue() slog.Value {
 		slog.Int64("file_cache_bytes", b.fileCacheBytes), slog.Int64("dwarf_cache_bytes", b.dwarfCacheBytes),
 		slog.Int64("decompressed_dwarf_bytes", b.decompressedBytes),
 		slog.Int64("address_cache_bytes", b.addressCacheBytes), slog.Int("queue_bytes", b.queueBytes),
-		slog.Int("jvm_bytes", b.jvmBytes))
+		slog.Int("jvm_bytes", b.jvmBytes), slog.Int("v8_bytes", b.v8Bytes))
 }
 
 // pressure watches sonde's resident memory and, above the budget, sheds the least

@@ -279,3 +279,58 @@ func measureBPFPerSample(b *testing.B, args ...string) {
 		b.ReportMetric(ns, "bpf-ns/sample")
 	}
 }
+
+// compileChurnJS compiles a new function with source of its own, runs it a while and drops
+// it, for the given seconds: V8's code space and sonde's names of it churn all along.
+const compileChurnJS = `let n = 0, sink = 0;
+const end = Date.now() + Number(process.argv[2]) * 1000;
+while (Date.now() < end) {
+  const f = new Function('a', 'let s = a; for (let i = 0; i < 20000; i++) s = (s * 31 + i + ' + (n++) + ') | 0; return s;');
+  sink += f(n);
+}
+console.log(n, sink);
+`
+
+// BenchmarkNodeCompileChurn profiles a Node.js program that compiles new functions
+// continuously, at 99 Hz with every frame named, for two minutes (ten with SONDE_SOAK=1),
+// and reports sonde's RSS and live Go heap (its floor over a few intervals) at one minute
+// and at the end: what the functions' names cost must not grow with their number.
+func BenchmarkNodeCompileChurn(b *testing.B) {
+	testenv.RequireRoot(b)
+	run := 2 * time.Minute
+	if os.Getenv("SONDE_SOAK") != "" {
+		run = 10 * time.Minute
+	}
+	for _, node := range testenv.Nodes(b) {
+		b.Run("node-"+node.Version, func(b *testing.B) {
+			script := filepath.Join(b.TempDir(), "churn.js")
+			if err := os.WriteFile(script, []byte(compileChurnJS), 0o644); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				cmd := exec.Command(node.Path, script, strconv.Itoa(int(run.Seconds())+60))
+				if err := cmd.Start(); err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+				a := startAgent(b, "--pid", strconv.Itoa(cmd.Process.Pid), "--frequency", "99", "--interval", "10s")
+				reading := func() (rss float64, heap float64) {
+					kib, err := statusKiB(a.cmd.Process.Pid, "VmRSS")
+					if err != nil {
+						b.Fatal(err)
+					}
+					return float64(kib) / 1024, a.floorHeap(b, a.metrics(b)["go_gc_heap_live_bytes"]) / (1 << 20)
+				}
+				time.Sleep(time.Minute)
+				rss1, heap1 := reading()
+				time.Sleep(run - time.Minute)
+				rssEnd, heapEnd := reading()
+				a.stop(b)
+				b.ReportMetric(rss1, "rss-1min-MiB")
+				b.ReportMetric(rssEnd, "rss-end-MiB")
+				b.ReportMetric(heap1, "live-heap-1min-MiB")
+				b.ReportMetric(heapEnd, "live-heap-end-MiB")
+			}
+		})
+	}
+}

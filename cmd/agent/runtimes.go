@@ -55,7 +55,8 @@ func newRuntimes(s *bpf.Sampler, renew func(pid uint32, image uint64), b budget,
 			OnError: func(path string, err error) {
 				log.Info("V8 whose functions sonde cannot name: its frames are [v8], or native where it cannot walk them", "file", path, "err", err)
 			},
-			OnReuse: renew,
+			OnReuse:  renew,
+			MaxBytes: b.v8Bytes,
 		}),
 	}, {
 		number: jvm.Number,

@@ -20,6 +20,9 @@ type Config struct {
 	Kernel  Kernel
 	OnError func(path string, err error)
 	OnReuse func(pid uint32, image uint64)
+	// MaxBytes bounds what naming keeps across processes (NamerConfig.MaxBytes); 0 means
+	// DefaultMaxBytes.
+	MaxBytes int
 }
 
 // Runtime is V8 on this host as the pipeline drives a language runtime.
@@ -33,7 +36,7 @@ type Runtime struct {
 func New(cfg Config) *Runtime {
 	r := &Runtime{kernel: cfg.Kernel}
 	r.tracker = NewTracker(TrackerConfig{Kernel: cfg.Kernel, OnError: cfg.OnError})
-	nc := NamerConfig{Images: r.tracker, OnReuse: cfg.OnReuse}
+	nc := NamerConfig{Images: r.tracker, OnReuse: cfg.OnReuse, MaxBytes: cfg.MaxBytes}
 	if f, ok := cfg.Kernel.(FunctionFinder); ok {
 		nc.Functions = f
 	}
