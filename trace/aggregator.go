@@ -50,6 +50,11 @@ type Config struct {
 	// ChunkSize and ChunkCapacity tune the interning of stack chunks: frames per chunk and
 	// chunks kept in the hash-LRU; zero means DefaultChunkSize and DefaultChunkCapacity.
 	ChunkSize, ChunkCapacity int
+	// MaxLocations bounds the locations the cached chunks hold: a process whose frames keep
+	// changing (code compiled without end) makes each chunk's locations its own, and a
+	// bound on chunks alone would let them grow many times over. Past it, each flush lets
+	// the least recently used chunks go. Zero: no bound but ChunkCapacity's.
+	MaxLocations int
 }
 
 // Stats counts what the aggregator saw since it started.
@@ -95,6 +100,7 @@ type Aggregator struct {
 	// mapping, shared by the chunks that hold them.
 	locations map[locationKey]*Location
 	unheld    []locationKey // locations that lost their last reference since the last flush
+	held      int           // locations a cached chunk holds
 	frames    []uint64
 	bounds    [][2]int
 }
@@ -366,6 +372,10 @@ func (a *Aggregator) Flush(end time.Time) *Profile {
 			seen[sl.e.img] = true
 		}
 	}
+	for a.cfg.MaxLocations > 0 && a.held > a.cfg.MaxLocations && a.chunks.lru.Len() > 0 {
+		a.chunks.lru.RemoveOldest()
+		a.chunks.evictions++
+	}
 	a.forgetUnheld()
 	// Images the processes forget must not be handed to later samples.
 	clear(a.images)
@@ -459,6 +469,9 @@ func (a *Aggregator) location(k locationKey, cached bool) *Location {
 		}
 	}
 	if cached {
+		if l.refs == 0 {
+			a.held++
+		}
 		l.refs++
 	}
 	return l
@@ -467,6 +480,7 @@ func (a *Aggregator) location(k locationKey, cached bool) *Location {
 // drop releases one cached chunk's reference to a location.
 func (a *Aggregator) drop(l *Location) {
 	if l.refs--; l.refs == 0 {
+		a.held--
 		a.unheld = append(a.unheld, l.key())
 	}
 }

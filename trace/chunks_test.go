@@ -314,3 +314,38 @@ func TestLocationsOutliveIntervals(t *testing.T) {
 			st.ChunkEvictions, st.Locations, capacity*size)
 	}
 }
+
+// MaxLocations bounds what the cached chunks hold when every stack brings frames of its
+// own (code compiled without end): after each flush the locations held are within the
+// bound, counts stay exact, and a stack seen again after its chunks went is counted anew.
+func TestMaxLocationsBound(t *testing.T) {
+	const bound = 500
+	c, _ := newAggregator(t, ProcessConfig{ProcFS: t.TempDir()}, Config{ChunkSize: 4, ChunkCapacity: 1 << 16, MaxLocations: bound}, time.Unix(0, 0))
+	next := uint64(0x500000)
+	for interval := range 6 {
+		naive := map[string]int64{}
+		for i := range 400 {
+			// A shared root, then frames no other stack has.
+			user := []uint64{next, next + 1, next + 2, next + 3, 0x400100, 0x400000}
+			next += 16
+			c.Add(RawSample{PID: 7, TID: 1, Comm: "w", User: user})
+			naive[stackKey(1, user)]++
+			if i%2 == 0 { // half again, sharing its chunks
+				c.Add(RawSample{PID: 7, TID: 1, Comm: "w", User: user})
+				naive[stackKey(1, user)]++
+			}
+		}
+		got := counts(c.Flush(time.Unix(int64(interval+1), 0)))
+		for k, n := range naive {
+			if got[k] != n {
+				t.Fatalf("interval %d: stack %s counted %d, want %d", interval, k, got[k], n)
+			}
+		}
+		if st := c.Stats(); st.Locations > bound || c.held > bound {
+			t.Fatalf("interval %d: %d locations (%d held) after the flush, bound %d", interval, st.Locations, c.held, bound)
+		}
+	}
+	if st := c.Stats(); st.ChunkEvictions == 0 {
+		t.Errorf("no chunk let go: %+v", st)
+	}
+}

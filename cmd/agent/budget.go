@@ -33,6 +33,7 @@ type budget struct {
 	goLimit    int64 // the Go runtime's soft limit
 	ringBytes  int   // the BPF ring buffer, mapped into sonde
 	chunkCache int   // stack chunks interned
+	locations  int   // locations the interned chunks hold
 	// The symbolizer's caches, in bytes as it estimates them: parsed files, decoded
 	// DWARF units, named addresses.
 	fileCacheBytes    int64
@@ -54,6 +55,7 @@ type budget struct {
 const (
 	procInfoBytes  = int(unsafe.Sizeof(bpf.ExecMapping{}))*bpf.MaxProcessMappings + 64 // a hash entry of struct proc_info
 	chunkBytes     = 400                                                               // a chunk of 8 frames with its locations
+	locationBytes  = 300                                                               // a location with its name and file
 	mergedBytes    = 300                                                               // a merged sample with its stack
 	unwindRowBytes = 16                                                                // the kernel rounds a 12-byte row up
 )
@@ -68,6 +70,7 @@ func newBudget(limit int64, cfg *config, cpus int) budget {
 	b.goLimit = share(50)
 	b.ringBytes = ringBytes(cfg.frequency, cpus, share(4))
 	b.chunkCache = max(1024, int(share(5))/chunkBytes)
+	b.locations = max(4096, int(share(5))/locationBytes)
 	// The symbolizer's defaults at the default limit, in proportion to it: what a busy
 	// host's interval names fits them, and every file, unit and name can be read again.
 	b.fileCacheBytes = max(1<<20, limit/32)
@@ -102,7 +105,7 @@ func ringBytes(frequency, cpus int, limit int64) int {
 func (b budget) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.Int64("limit_bytes", b.limit), slog.Int64("go_limit_bytes", b.goLimit), slog.Int("unwind_rows", b.unwindRows),
-		slog.Int("processes", b.maxProcesses), slog.Int("ring_bytes", b.ringBytes), slog.Int("chunks", b.chunkCache),
+		slog.Int("processes", b.maxProcesses), slog.Int("ring_bytes", b.ringBytes), slog.Int("chunks", b.chunkCache), slog.Int("locations", b.locations),
 		slog.Int64("file_cache_bytes", b.fileCacheBytes), slog.Int64("dwarf_cache_bytes", b.dwarfCacheBytes),
 		slog.Int64("decompressed_dwarf_bytes", b.decompressedBytes),
 		slog.Int64("address_cache_bytes", b.addressCacheBytes), slog.Int("queue_bytes", b.queueBytes),

@@ -205,6 +205,7 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 		KeepTimestamps: cfg.timestamps,
 		ChunkSize:      cfg.chunkSize,
 		ChunkCapacity:  p.budget.chunkCache,
+		MaxLocations:   p.budget.locations,
 		Runtimes:       p.frameDecoders(),
 	}, p.procs, p.runStart); err != nil {
 		p.sampler.Close()
