@@ -242,6 +242,62 @@ func TestNodeUnnamed(t *testing.T) {
 	}
 }
 
+// TestNodeRecord: sonde record -- node app.js profiles the program from its first
+// instruction to its exit, and its flame graph reads as a JavaScript profile: the chain by
+// name, file and line in most samples (the rest are node's start-up), in the OTLP file and
+// in the flame graph page.
+func TestNodeRecord(t *testing.T) {
+	testenv.RequireRoot(t)
+	file, spans := nodeWorkload(t), jsSpans(t)
+	want := []string{"quokkaLeaf", "quokkaMiddle", "quokkaOuter", "quokkaMain"}
+	for _, node := range testenv.Nodes(t) {
+		t.Run(node.Name, func(t *testing.T) {
+			dir := t.TempDir()
+			out, page := filepath.Join(dir, "r.otlp.pb"), filepath.Join(dir, "r.html")
+			cmd := exec.Command(sonde(t), "record", "--output", out, "--output", page, "--top", "0", "--", node.Path, file, "chain", "5")
+			if b, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("sonde record: %v\n%s", err, b)
+			}
+			profiles, err := otlp.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var n, good int64
+			for _, p := range profiles {
+				for _, s := range p.Samples {
+					n += s.Count
+					fs := jsFrames(s)
+					for len(fs) > 0 && fs[0].file == "" {
+						fs = fs[1:]
+					}
+					ok := len(fs) >= len(want)
+					for i := 0; ok && i < len(want); i++ {
+						span := spans[want[i]]
+						ok = fs[i].name == want[i] && fs[i].file == file && fs[i].line >= span[0] && fs[i].line <= span[1]
+					}
+					if ok {
+						good += s.Count
+					}
+				}
+			}
+			share := float64(good) / float64(max(n, 1))
+			t.Logf("%s: %.3f of %d samples show %s with file and line", node.Name, share, n, strings.Join(want, " <- "))
+			if share < 0.75 {
+				t.Errorf("%.3f of %d samples show the chain, want 0.75", share, n)
+			}
+			html, err := os.ReadFile(page)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, fn := range want {
+				if !strings.Contains(string(html), fn) {
+					t.Errorf("the flame graph page does not name %s", fn)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkNodeSample measures the kernel's cost per sample (bpf_stats) of a Node.js
 // program in optimized JavaScript, V8's frames walked, against a native program of about
 // the same native depth. The goal: within 1.5 times the native cost.
@@ -293,8 +349,9 @@ console.log(n, sink);
 
 // BenchmarkNodeCompileChurn profiles a Node.js program that compiles new functions
 // continuously, at 99 Hz with every frame named, for two minutes (ten with SONDE_SOAK=1),
-// and reports sonde's RSS and live Go heap (its floor over a few intervals) at one minute
-// and at the end: what the functions' names cost must not grow with their number.
+// and reports sonde's RSS and live Go heap (its floor over a few intervals) at one minute,
+// halfway and at the end: what the functions' names cost must stop growing once the
+// caches that hold them are full.
 func BenchmarkNodeCompileChurn(b *testing.B) {
 	testenv.RequireRoot(b)
 	run := 2 * time.Minute
@@ -323,12 +380,16 @@ func BenchmarkNodeCompileChurn(b *testing.B) {
 				}
 				time.Sleep(time.Minute)
 				rss1, heap1 := reading()
-				time.Sleep(run - time.Minute)
+				time.Sleep(run/2 - time.Minute)
+				rssHalf, heapHalf := reading()
+				time.Sleep(run / 2)
 				rssEnd, heapEnd := reading()
 				a.stop(b)
 				b.ReportMetric(rss1, "rss-1min-MiB")
+				b.ReportMetric(rssHalf, "rss-half-MiB")
 				b.ReportMetric(rssEnd, "rss-end-MiB")
 				b.ReportMetric(heap1, "live-heap-1min-MiB")
+				b.ReportMetric(heapHalf, "live-heap-half-MiB")
 				b.ReportMetric(heapEnd, "live-heap-end-MiB")
 			}
 		})
