@@ -323,32 +323,33 @@ type OffCPUState struct{ Kernel, User int }
 // gauge.
 func (s *Sampler) OffCPUState() (OffCPUState, error) {
 	st := OffCPUState{User: int(s.offPending.Load())}
-	var (
-		tid uint32
-		v   samplerOffcpuStart
-	)
-	it := s.objs.OffcpuStarts.Iterate()
-	for it.Next(&tid, &v) {
-		st.Kernel++
-	}
-	if err := it.Err(); err != nil {
+	n, err := countEntries[uint32, samplerOffcpuStart](s.objs.OffcpuStarts)
+	if err != nil {
 		return st, fmt.Errorf("count waiting threads: %w", err)
 	}
-	if s.objs.OnGopark == nil {
-		return st, nil
-	}
-	var (
-		k  samplerGoParkKey
-		gv samplerGoPark
-	)
-	git := s.objs.GoParked.Iterate()
-	for git.Next(&k, &gv) {
-		st.Kernel++
-	}
-	if err := git.Err(); err != nil {
-		return st, fmt.Errorf("count parked goroutines: %w", err)
+	st.Kernel = n
+	if s.objs.OnGopark != nil {
+		n, err := countEntries[samplerGoParkKey, samplerGoPark](s.objs.GoParked)
+		if err != nil {
+			return st, fmt.Errorf("count parked goroutines: %w", err)
+		}
+		st.Kernel += n
 	}
 	return st, nil
+}
+
+// countEntries counts a hash map's entries by iterating it.
+func countEntries[K, V any](m *ebpf.Map) (int, error) {
+	var (
+		k K
+		v V
+		n int
+	)
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		n++
+	}
+	return n, it.Err()
 }
 
 // OffCPUProgramStats is the kernel's accounting of the off-CPU program (needs

@@ -231,7 +231,6 @@ func samplesIn(t *testing.T, file, fn string) int64 {
 // /proc/PID, with the deployed capability set and nothing else (no attach, no agent).
 func TestCapabilitiesJava(t *testing.T) {
 	testenv.RequireRoot(t)
-	sonde := requireBinary(t)
 	setpriv := testenv.RequireTool(t, "setpriv")
 	unshare := testenv.RequireTool(t, "unshare")
 	const jdk = "/usr/lib/jvm/java-17-openjdk-amd64"
@@ -257,38 +256,8 @@ func TestCapabilitiesJava(t *testing.T) {
 		"exec " + setpriv + " --reuid " + strconv.Itoa(workloadUID) + " --regid " + strconv.Itoa(workloadUID) + " --clear-groups " +
 			mnt + "/private/jdk/bin/java -Djava.io.tmpdir=" + mnt + "/private/tmp -XX:-UsePerfData -cp " + mnt + "/private/classes CapBurn",
 	}, "\n")
-	wl := exec.Command(unshare, "--mount", "--propagation", "private", "sh", "-c", script)
-	wl.Stderr = os.Stderr
-	if err := wl.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		wl.Process.Kill()
-		wl.Wait()
-	}()
-	deadline := time.Now().Add(time.Minute)
-	for !runsAs(wl.Process.Pid, workloadUID) {
-		if time.Now().After(deadline) {
-			t.Fatal("the JVM did not start")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if _, err := os.Stat(mnt + "/private/jdk"); err == nil {
-		t.Fatal("the JVM's files are visible outside its mount namespace: the test would prove nothing")
-	}
 	// Past the JVM's start-up: its code cache is set up and capBurnLeaf compiled.
-	testenv.WaitCPU(t, wl.Process.Pid, time.Second)
-	file := filepath.Join(out, "java.pb.gz")
-	cmd := sondeWith(setpriv, sonde, wantCaps, "--pid", strconv.Itoa(wl.Process.Pid), "--duration", "4s", "--top", "0", "--output", file)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("sonde with %v: %v\n%s", wantCaps, err, b)
-	}
-	total := samplesIn(t, file, "")
-	named := samplesIn(t, file, "CapBurn.capBurnLeaf")
-	t.Logf("%d of %d samples name CapBurn.capBurnLeaf", named, total)
-	if named == 0 || float64(named) < 0.8*float64(total) {
-		t.Errorf("%d of %d samples name CapBurn.capBurnLeaf, want 0.8", named, total)
-	}
+	profileDeployed(t, unshare, script, mnt+"/private/jdk", filepath.Join(out, "java.pb.gz"), "CapBurn.capBurnLeaf")
 }
 
 // TestCapabilitiesNode: a Node.js program of another user, in a mount namespace of its own
@@ -296,7 +265,6 @@ func TestCapabilitiesJava(t *testing.T) {
 // deployed capabilities only: its JavaScript functions named.
 func TestCapabilitiesNode(t *testing.T) {
 	testenv.RequireRoot(t)
-	sonde := requireBinary(t)
 	setpriv := testenv.RequireTool(t, "setpriv")
 	unshare := testenv.RequireTool(t, "unshare")
 	node := testenv.Node22(t)
@@ -314,6 +282,18 @@ func TestCapabilitiesNode(t *testing.T) {
 		"exec " + setpriv + " --reuid " + strconv.Itoa(workloadUID) + " --regid " + strconv.Itoa(workloadUID) + " --clear-groups " +
 			mnt + "/private/node " + mnt + "/private/capburn.js",
 	}, "\n")
+	profileDeployed(t, unshare, script, mnt+"/private/capburn.js", filepath.Join(out, "node.pb.gz"), "capBurnLeaf")
+}
+
+// profileDeployed runs script (which ends in exec'ing a busy program as workloadUID) in a
+// mount namespace of its own where private exists and nowhere else, waits until the
+// program runs as its user and has used a second of CPU (past its start-up), profiles it
+// for 4 s with sonde as uid 65534 with the deployed capabilities into out, and checks
+// that fn names at least 80 % of the samples.
+func profileDeployed(t *testing.T, unshare, script, private, out, fn string) {
+	t.Helper()
+	sonde := requireBinary(t)
+	setpriv := testenv.RequireTool(t, "setpriv")
 	wl := exec.Command(unshare, "--mount", "--propagation", "private", "sh", "-c", script)
 	wl.Stderr = os.Stderr
 	if err := wl.Start(); err != nil {
@@ -326,23 +306,22 @@ func TestCapabilitiesNode(t *testing.T) {
 	deadline := time.Now().Add(time.Minute)
 	for !runsAs(wl.Process.Pid, workloadUID) {
 		if time.Now().After(deadline) {
-			t.Fatal("node did not start")
+			t.Fatal("the workload did not start")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if _, err := os.Stat(mnt + "/private/capburn.js"); err == nil {
-		t.Fatal("the program's files are visible outside its mount namespace: the test would prove nothing")
+	if _, err := os.Stat(private); err == nil {
+		t.Fatalf("%s is visible outside the workload's mount namespace: the test would prove nothing", private)
 	}
 	testenv.WaitCPU(t, wl.Process.Pid, time.Second)
-	file := filepath.Join(out, "node.pb.gz")
-	cmd := sondeWith(setpriv, sonde, wantCaps, "--pid", strconv.Itoa(wl.Process.Pid), "--duration", "4s", "--top", "0", "--output", file)
+	cmd := sondeWith(setpriv, sonde, wantCaps, "--pid", strconv.Itoa(wl.Process.Pid), "--duration", "4s", "--top", "0", "--output", out)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("sonde with %v: %v\n%s", wantCaps, err, b)
 	}
-	total := samplesIn(t, file, "")
-	named := samplesIn(t, file, "capBurnLeaf")
-	t.Logf("%s: %d of %d samples name capBurnLeaf", node.Name, named, total)
+	total := samplesIn(t, out, "")
+	named := samplesIn(t, out, fn)
+	t.Logf("%d of %d samples name %s", named, total, fn)
 	if named == 0 || float64(named) < 0.8*float64(total) {
-		t.Errorf("%d of %d samples name capBurnLeaf, want 0.8", named, total)
+		t.Errorf("%d of %d samples name %s, want 0.8", named, total, fn)
 	}
 }
