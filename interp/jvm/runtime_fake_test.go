@@ -291,11 +291,16 @@ func TestTrackerRetries(t *testing.T) {
 		t.Errorf("given up after %d reads, want %d", s.NotReady, maxAttempts)
 	}
 
+	// A retry that fires after its process went (its timer raced the exit) reads nothing.
+	tr.cfg.retryAfter = func(int) time.Duration { return time.Hour }
 	tr.ProcessMappings(pid+2, 1, fakeLib(2))
+	tr.mu.Lock()
+	gone := tr.procs[pid+2]
+	tr.mu.Unlock()
 	tr.ProcessGone(pid + 2)
 	before := tr.Stats().NotReady
 	ready()
-	time.Sleep(20 * time.Millisecond) // a read would come after 1 ms
+	tr.retry(gone)
 	if _, ok, _, _ := k.state(pid + 2); ok || tr.Stats().NotReady != before {
 		t.Errorf("a process gone read again: %v, %+v", ok, tr.Stats())
 	}

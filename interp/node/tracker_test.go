@@ -149,26 +149,29 @@ func TestTracker(t *testing.T) {
 // positions: its functions are named, those slots told by type; a copy whose metadata
 // lacks a field naming reads is walked and named [v8].
 func TestInspectNode22(t *testing.T) {
-	inspect := func(path string) *V8 {
-		e, err := elf.Open(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer e.Close()
-		v, err := Inspect(e)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
-	v := inspect(testenv.Node22(t).Path)
+	v := inspectELF(t, testenv.Node22(t).Path)
 	m := v.Meta
 	if v.Unnamed != nil || m.SFINameOrScopeInfo == 0 || m.SFIScript == 0 || m.SFIFunction != 0 || m.CodeDeoptData != 0 ||
 		m.CodeNamedFrom <= 8 || m.BytecodePositions != 0 || m.BytecodeNamedTo == 0 || m.TypeTrustedByteArray < 0 {
 		t.Errorf("Node 22: unnamed %v, metadata %+v", v.Unnamed, m)
 	}
-	v = inspect(testenv.NodeWithoutNaming(t).Path)
+	v = inspectELF(t, testenv.NodeWithoutNaming(t).Path)
 	if !errors.Is(v.Unnamed, ErrNoMetadata) || v.Meta.FPFunction != -16 || v.Meta.FunctionShared == 0 {
 		t.Errorf("without naming metadata: unnamed %v, metadata %+v", v.Unnamed, v.Meta)
 	}
+}
+
+// inspectELF inspects the V8 of the ELF file at path.
+func inspectELF(t *testing.T, path string) *V8 {
+	t.Helper()
+	e, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	v, err := Inspect(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

@@ -49,26 +49,7 @@ func TestCapabilities(t *testing.T) {
 		"chmod 700 " + mnt + "/private",
 		"exec " + setpriv + " --reuid " + strconv.Itoa(workloadUID) + " --regid " + strconv.Itoa(workloadUID) + " --clear-groups " + mnt + "/private/busy",
 	}, "\n")
-	wl := exec.Command(unshare, "--mount", "--propagation", "private", "sh", "-c", script)
-	wl.Stderr = os.Stderr
-	if err := wl.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		wl.Process.Kill()
-		wl.Wait()
-	}()
-	// Wait for the exec: the workload is ready once it runs as its user.
-	deadline := time.Now().Add(time.Minute)
-	for !runsAs(wl.Process.Pid, workloadUID) {
-		if time.Now().After(deadline) {
-			t.Fatal("the workload did not start")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if _, err := os.Stat(mnt + "/private/busy"); err == nil {
-		t.Fatal("the workload's binary is visible outside its mount namespace: the test would prove nothing")
-	}
+	startPrivate(t, unshare, script, mnt+"/private/busy")
 
 	run := func(name string, caps []string) (string, error) {
 		file := filepath.Join(out, name+".pb.gz")
@@ -285,34 +266,38 @@ func TestCapabilitiesNode(t *testing.T) {
 	profileDeployed(t, unshare, script, mnt+"/private/capburn.js", filepath.Join(out, "node.pb.gz"), "capBurnLeaf")
 }
 
-// profileDeployed runs script (which ends in exec'ing a busy program as workloadUID) in a
-// mount namespace of its own where private exists and nowhere else, waits until the
-// program runs as its user and has used a second of CPU (past its start-up), profiles it
+// startPrivate runs script (which ends in exec'ing a busy program as workloadUID) in a
+// mount namespace of its own, where private exists and nowhere else, and returns once the
+// program runs as its user; the test's end kills it.
+func startPrivate(t *testing.T, unshare, script, private string) *exec.Cmd {
+	t.Helper()
+	wl := exec.Command(unshare, "--mount", "--propagation", "private", "sh", "-c", script)
+	wl.Stderr = os.Stderr
+	if err := wl.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		wl.Process.Kill()
+		wl.Wait()
+	})
+	testenv.WaitFor(t, "the workload to run as its user", time.Minute, func() (bool, string) {
+		return runsAs(wl.Process.Pid, workloadUID), ""
+	})
+	if _, err := os.Stat(private); err == nil {
+		t.Fatalf("%s is visible outside the workload's mount namespace: the test would prove nothing", private)
+	}
+	return wl
+}
+
+// profileDeployed starts script as startPrivate does, waits until the program has used a
+// second of CPU (past its start-up), profiles it
 // for 4 s with sonde as uid 65534 with the deployed capabilities into out, and checks
 // that fn names at least 80 % of the samples.
 func profileDeployed(t *testing.T, unshare, script, private, out, fn string) {
 	t.Helper()
 	sonde := requireBinary(t)
 	setpriv := testenv.RequireTool(t, "setpriv")
-	wl := exec.Command(unshare, "--mount", "--propagation", "private", "sh", "-c", script)
-	wl.Stderr = os.Stderr
-	if err := wl.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		wl.Process.Kill()
-		wl.Wait()
-	}()
-	deadline := time.Now().Add(time.Minute)
-	for !runsAs(wl.Process.Pid, workloadUID) {
-		if time.Now().After(deadline) {
-			t.Fatal("the workload did not start")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if _, err := os.Stat(private); err == nil {
-		t.Fatalf("%s is visible outside the workload's mount namespace: the test would prove nothing", private)
-	}
+	wl := startPrivate(t, unshare, script, private)
 	testenv.WaitCPU(t, wl.Process.Pid, time.Second)
 	cmd := sondeWith(setpriv, sonde, wantCaps, "--pid", strconv.Itoa(wl.Process.Pid), "--duration", "4s", "--top", "0", "--output", out)
 	if b, err := cmd.CombinedOutput(); err != nil {
