@@ -281,8 +281,13 @@ func (p *kallsymsParse) build(modules []string) *KernelSymbols {
 		if c := cmp.Compare(a.addr, b.addr); c != 0 {
 			return c
 		}
-		// Aliases only.
-		return preferAliasBytes(a.rank(), b.rank(), p.name(a), p.name(b))
+		// Aliases only. The same name in two modules ties: the earlier line wins, so
+		// that the table does not depend on how the sort met them (names are stored
+		// in line order).
+		if c := preferAliasBytes(a.rank(), b.rank(), p.name(a), p.name(b)); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.nameOff, b.nameOff)
 	})
 	kept := 0
 	for i, s := range syms {
