@@ -5,6 +5,7 @@ import (
 	"context"
 	"hash/maphash"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -55,6 +56,12 @@ type Config struct {
 	// bound on chunks alone would let them grow many times over. Past it, each flush lets
 	// the least recently used chunks go. Zero: no bound but ChunkCapacity's.
 	MaxLocations int
+	// MaxIdle lets a cached chunk go, with the locations only it held, once no flush
+	// has listed it for this long: what code compiled without end leaves behind then
+	// stops growing after MaxIdle, not once the bounds above are reached minutes later.
+	// A stack seen again later is resolved again, from the symbolizer's and namers'
+	// caches. Zero: chunks stay until the bounds push them out.
+	MaxIdle time.Duration
 }
 
 // Stats counts what the aggregator saw since it started.
@@ -101,6 +108,10 @@ type Aggregator struct {
 	locations map[locationKey]*Location
 	unheld    []locationKey // locations that lost their last reference since the last flush
 	held      int           // locations a cached chunk holds
+	// flushEnds are the ends of the flushes within MaxIdle of the latest, the first
+	// that of flush number flushBase: a chunk last listed before it is idle.
+	flushEnds []time.Time
+	flushBase uint64
 	frames    []uint64
 	bounds    [][2]int
 }
@@ -376,6 +387,7 @@ func (a *Aggregator) Flush(end time.Time) *Profile {
 		a.chunks.lru.RemoveOldest()
 		a.chunks.evictions++
 	}
+	a.forgetIdle(end)
 	a.forgetUnheld()
 	// Images the processes forget must not be handed to later samples.
 	clear(a.images)
@@ -489,6 +501,33 @@ func (a *Aggregator) drop(l *Location) {
 func (a *Aggregator) release(ch *chunk) {
 	for _, l := range ch.locs {
 		a.drop(l)
+	}
+}
+
+// forgetIdle lets the chunks no flush listed within MaxIdle of end go, oldest first: the
+// cache's order is that of use, so the walk stops at the first chunk still listed.
+func (a *Aggregator) forgetIdle(end time.Time) {
+	if a.cfg.MaxIdle <= 0 {
+		return
+	}
+	if len(a.flushEnds) == 0 {
+		a.flushBase = a.epoch
+	}
+	a.flushEnds = append(a.flushEnds, end)
+	cut := end.Add(-a.cfg.MaxIdle)
+	old := 0
+	for old < len(a.flushEnds)-1 && a.flushEnds[old].Before(cut) {
+		old++
+	}
+	a.flushEnds = slices.Delete(a.flushEnds, 0, old)
+	a.flushBase += uint64(old)
+	for {
+		_, ch, ok := a.chunks.lru.Oldest()
+		if !ok || ch.listed >= a.flushBase {
+			return
+		}
+		a.chunks.lru.RemoveOldest()
+		a.chunks.evictions++
 	}
 }
 

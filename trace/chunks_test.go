@@ -349,3 +349,42 @@ func TestMaxLocationsBound(t *testing.T) {
 		t.Errorf("no chunk let go: %+v", st)
 	}
 }
+
+// With MaxIdle, the chunks of a stack no flush listed for that long go with the
+// locations only they held, while a stack listed all along keeps its chunks (its
+// locations are not resolved again), and a stack that comes back is counted anew.
+func TestChunksIdle(t *testing.T) {
+	c, _ := newAggregator(t, ProcessConfig{ProcFS: t.TempDir()}, Config{ChunkSize: 4, MaxIdle: 30 * time.Second}, time.Unix(0, 0))
+	steady := []uint64{0x400300, 0x400200, 0x400100, 0x400000}
+	once := []uint64{0x500300, 0x500200, 0x500100, 0x500000}
+	c.Add(RawSample{PID: 7, TID: 1, Comm: "w", User: steady})
+	c.Add(RawSample{PID: 7, TID: 1, Comm: "w", User: once})
+	first := map[*Location]bool{}
+	for _, l := range c.Flush(time.Unix(10, 0)).Locations {
+		first[l] = true
+	}
+	if st := c.Stats(); st.Chunks != 2 || st.Locations != 8 {
+		t.Fatalf("after the first flush: %d chunks, %d locations; want 2, 8", st.Chunks, st.Locations)
+	}
+	for sec := int64(20); sec <= 60; sec += 10 {
+		c.Add(RawSample{PID: 7, TID: 1, Comm: "w", User: steady})
+		p := c.Flush(time.Unix(sec, 0))
+		for _, l := range p.Locations {
+			if !first[l] {
+				t.Fatalf("flush at %d s resolved %#x again; the steady stack's locations stay", sec, l.Address)
+			}
+		}
+		want := 2
+		if sec > 40 { // listed last at 10 s: idle past 40 s
+			want = 1
+		}
+		if st := c.Stats(); st.Chunks != want || st.Locations != 4*want {
+			t.Fatalf("after the flush at %d s: %d chunks, %d locations; want %d, %d", sec, st.Chunks, st.Locations, want, 4*want)
+		}
+	}
+	c.Add(RawSample{PID: 7, TID: 1, Comm: "w", User: once})
+	p := c.Flush(time.Unix(70, 0))
+	if got := counts(p)[stackKey(1, once)]; got != 1 || len(p.Locations) != 4 {
+		t.Fatalf("the stack back: counted %d, %d locations listed; want 1, 4", got, len(p.Locations))
+	}
+}

@@ -32,6 +32,12 @@ const (
 	primeTimeout     = 5 * time.Second
 )
 
+// chunkIdle is how long the aggregator keeps the stack chunks no interval reported (and
+// the V8 namer what no stack showed: interp/node's DefaultMaxIdle): long enough that
+// stacks seen every few intervals stay resolved, short enough that code compiled without
+// end stops adding to sonde's memory after the first minute.
+const chunkIdle = time.Minute
+
 // pipeline is sonde's stages, wired: the sampler feeds the aggregator and the process
 // tracker; the tracker feeds the unwind table maintainer; every interval the aggregator's
 // profile is symbolized and handed to the sinks.
@@ -206,6 +212,7 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 		ChunkSize:      cfg.chunkSize,
 		ChunkCapacity:  p.budget.chunkCache,
 		MaxLocations:   p.budget.locations,
+		MaxIdle:        chunkIdle,
 		Runtimes:       p.frameDecoders(),
 	}, p.procs, p.runStart); err != nil {
 		p.sampler.Close()

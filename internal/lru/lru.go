@@ -107,6 +107,15 @@ func (l *LRU[K, V]) RemoveOldest() (key K, value V, ok bool) {
 	return key, value, true
 }
 
+// Oldest returns the least recently used entry without using it.
+func (l *LRU[K, V]) Oldest() (key K, value V, ok bool) {
+	i := l.nodes[0].prev
+	if i == 0 {
+		return key, value, false
+	}
+	return l.nodes[i].key, l.nodes[i].value, true
+}
+
 // Keys returns the keys, oldest first.
 func (l *LRU[K, V]) Keys() []K {
 	keys := make([]K, 0, len(l.index))

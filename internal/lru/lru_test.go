@@ -26,6 +26,9 @@ func TestOrderAndEviction(t *testing.T) {
 		t.Fatalf("keys %v, want oldest first [3 1 4]", got)
 	}
 	l.Peek(3) // no reordering
+	if k, _, ok := l.Oldest(); !ok || k != 3 || l.Len() != 3 {
+		t.Fatalf("oldest %d %v (len %d), want 3 left in place", k, ok, l.Len())
+	}
 	if k, _, _ := l.RemoveOldest(); k != 3 {
 		t.Fatalf("oldest %d, want 3", k)
 	}
@@ -44,6 +47,9 @@ func TestOrderAndEviction(t *testing.T) {
 	l.Purge()
 	if l.Len() != 0 || len(l.Keys()) != 0 {
 		t.Fatal("purge left entries")
+	}
+	if _, _, ok := l.Oldest(); ok {
+		t.Fatal("an empty cache has an oldest entry")
 	}
 }
 

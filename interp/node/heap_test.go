@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/sonde-profiler/sonde/trace"
 )
@@ -314,6 +315,39 @@ func TestNamerBounds(t *testing.T) {
 	}
 	if st := n.Stats(); st.CachedBytes > 8<<10 || st.Cached == 0 || st.Cached >= 200 {
 		t.Errorf("kept %d entries, %d bytes; want some, within 8 KiB", st.Cached, st.CachedBytes)
+	}
+}
+
+// TestNamerIdle: what no stack showed for MaxIdle goes when later code is read; what
+// stacks keep showing stays, read once.
+func TestNamerIdle(t *testing.T) {
+	f := newFakeHeap()
+	script := f.object(node20.TypeScript, f.str("function a() {}\n"), f.str("/app/a.js"), 0, 0, 0, 0, f.object(5))
+	var codes []uint64
+	for i := range 40 {
+		code, _ := DecodeFrame(payloadOf(t, EncodeBytecodeFrame(f.function(fmt.Sprintf("fn%d", i), script, 0), 60)))
+		codes = append(codes, code)
+	}
+	clock := time.Unix(1000, 0)
+	n := NewNamer(NamerConfig{Images: fixedImage{}, Memory: func(uint32) Memory { return f }, MaxIdle: time.Minute,
+		Recheck: time.Hour, now: func() time.Time { return clock }})
+	name := func(code uint64) {
+		t.Helper()
+		if _, ok := n.Name(&trace.Location{Interp: &trace.InterpFrame{PID: 1, Image: 1, Code: code, Offset: 60}}); !ok {
+			t.Fatalf("code %#x unnamed", code)
+		}
+	}
+	name(codes[0]) // shown by stacks all along
+	for i, code := range codes[1:] {
+		clock = clock.Add(5 * time.Second)
+		n.SeenCode(1, 1, codes[0])
+		name(code)
+		if st := n.Stats(); i >= 12 && st.Cached != 13 {
+			t.Fatalf("after %d s: %d cached; want the steady code and the last 12 of 5 s each", 5*(i+1), st.Cached)
+		}
+	}
+	if st := n.Stats(); st.Read != 40 || st.Idle != 40-13 {
+		t.Errorf("read %d, let go %d idle; want 40 read once each, 27 idle", st.Read, st.Idle)
 	}
 }
 

@@ -79,6 +79,11 @@ type NamerConfig struct {
 	MaxPending int
 	// Recheck is how long what was read is trusted before it is read again when next seen.
 	Recheck time.Duration
+	// MaxIdle lets what was read for code go once no stack showed the code for this
+	// long: code compiled without end (new Function in a loop) leaves names of code long
+	// collected, and the cache would grow with them until MaxBytes. 0 means
+	// DefaultMaxIdle.
+	MaxIdle time.Duration
 	// OnReuse hears that an address now holds other code: the aggregator's RenewImage.
 	OnReuse func(pid uint32, image uint64)
 	// Functions tells the function the kernel found in a baseline frame; nil: baseline
@@ -94,6 +99,7 @@ const (
 	DefaultMaxBytes   = 64 << 20
 	DefaultMaxPending = 4096
 	DefaultRecheck    = 5 * time.Second
+	DefaultMaxIdle    = time.Minute
 )
 
 // NamerStats counts what a Namer did.
@@ -105,6 +111,7 @@ type NamerStats struct {
 	Unnamed     uint64 // locations left unnamed
 	Rechecks    uint64
 	Reused      uint64 // addresses found holding other code than the one named
+	Idle        uint64 // let go after MaxIdle unseen
 	Cached      int
 	CachedBytes int
 }
@@ -112,7 +119,7 @@ type NamerStats struct {
 func (s NamerStats) LogValue() slog.Value {
 	return slog.GroupValue(slog.Uint64("read", s.Read), slog.Uint64("read_errors", s.ReadErrors),
 		slog.Uint64("dropped", s.Dropped), slog.Uint64("named", s.Named), slog.Uint64("unnamed", s.Unnamed),
-		slog.Uint64("rechecks", s.Rechecks), slog.Uint64("reused", s.Reused), slog.Int("cached", s.Cached), slog.Int("cached_bytes", s.CachedBytes))
+		slog.Uint64("rechecks", s.Rechecks), slog.Uint64("reused", s.Reused), slog.Uint64("idle", s.Idle), slog.Int("cached", s.Cached), slog.Int("cached_bytes", s.CachedBytes))
 }
 
 type codeKey struct{ image, code uint64 }
@@ -123,6 +130,7 @@ type entry struct {
 	fn      *function
 	lines   []trace.Line
 	checked time.Time
+	used    time.Time // when a stack last showed the code
 }
 
 func (e *entry) ok() bool { return e.fn != nil || e.lines != nil }
@@ -192,6 +200,9 @@ func NewNamer(cfg NamerConfig) *Namer {
 	if cfg.Recheck <= 0 {
 		cfg.Recheck = DefaultRecheck
 	}
+	if cfg.MaxIdle <= 0 {
+		cfg.MaxIdle = DefaultMaxIdle
+	}
 	if cfg.now == nil {
 		cfg.now = time.Now
 	}
@@ -206,8 +217,12 @@ func NewNamer(cfg NamerConfig) *Namer {
 	return n
 }
 
-// addCode keeps what was read for k within the bounds; n.mu is held.
+// addCode keeps what was read for k within the bounds, and lets what no stack showed
+// for MaxIdle go; n.mu is held. The cache's order is that of use: the idle are the
+// oldest.
 func (n *Namer) addCode(k codeKey, e *entry) {
+	now := n.cfg.now()
+	e.used = now
 	n.codes.Remove(k)
 	n.codes.Add(k, e)
 	n.codeBytes += e.size()
@@ -215,6 +230,14 @@ func (n *Namer) addCode(k codeKey, e *entry) {
 		if _, _, ok := n.codes.RemoveOldest(); !ok {
 			break
 		}
+	}
+	for {
+		_, old, ok := n.codes.Oldest()
+		if !ok || now.Sub(old.used) < n.cfg.MaxIdle {
+			break
+		}
+		n.codes.RemoveOldest()
+		n.stats.Idle++
 	}
 }
 
@@ -243,8 +266,10 @@ func (n *Namer) SeenCode(pid uint32, image, code uint64) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var check *entry
-	if e, ok := n.codes.Peek(k); ok {
-		if !e.ok() || n.cfg.now().Sub(e.checked) < n.cfg.Recheck {
+	if e, ok := n.codes.Get(k); ok {
+		now := n.cfg.now()
+		e.used = now
+		if !e.ok() || now.Sub(e.checked) < n.cfg.Recheck {
 			return
 		}
 		check = e
@@ -394,6 +419,9 @@ func (n *Namer) Name(loc *trace.Location) ([]trace.Line, bool) {
 	k := codeKey{image: f.Image, code: f.Code}
 	n.mu.Lock()
 	e, ok := n.codes.Get(k)
+	if ok {
+		e.used = n.cfg.now()
+	}
 	n.mu.Unlock()
 	if !ok {
 		e = n.read(f.PID, k)
