@@ -562,6 +562,14 @@ type samplerV8Scratch struct {
 	}
 	Native [256]uint64
 	Slots  [8]uint64
+	Memo   [64]struct {
+		_      structs.HostLayout
+		Pc     uint64
+		Fn     uint64
+		ExecId uint64
+		Pid    uint32
+		Uses   uint32
+	}
 }
 
 type samplerVmaEvent struct {

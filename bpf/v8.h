@@ -110,10 +110,28 @@ struct v8_state {
 	__u8 pad[6];
 };
 
+/* What v8_note_function last found for a frame of compiled code, so that the same code
+ * run by the same function on this CPU skips its read of the function and its map lookup:
+ * most samples of a busy program show frames earlier ones did. A frame of compiled code is
+ * keyed by its pc and its JSFunction: a reused address of either gives another key or, for
+ * both at once, a function user space checks against the code it finds at the pc. An
+ * entry serves V8_MEMO_USES times, then is looked up again, so that an entry the LRU map
+ * let go is written again soon. Interpreted frames are not memoized: their pc says
+ * nothing of the function, and a JSFunction's address alone is reused by the young
+ * generation's collections within milliseconds. */
+#define V8_MEMO_SLOTS 64
+#define V8_MEMO_USES 32
+
+struct v8_memo {
+	__u64 pc, fn, exec_id;
+	__u32 pid, uses;
+};
+
 struct v8_scratch {
 	struct v8_state st;
 	__u64 native[MAX_USER_DEPTH];
 	__u64 slots[8]; /* fp-48 .. fp+8 */
+	struct v8_memo memo[V8_MEMO_SLOTS];
 };
 
 struct {
@@ -152,6 +170,7 @@ struct v8_walk {
 	struct v8_scratch *s;
 	struct fp_segments *segs; /* where the native walk followed frame pointers; or NULL */
 	__u64 *out;
+	__u64 exec_id;
 	__u32 pid;
 };
 
@@ -203,6 +222,11 @@ static __always_inline int v8_frameless_caller(struct v8_walk *w, __u64 *ra)
  * user space finds at the pc when it reads it later. Written only when it changed. */
 static __always_inline void v8_note_function(struct v8_walk *w, __u64 fn, __u64 pc)
 {
+	struct v8_memo *m = &w->s->memo[(pc ^ (pc >> 6) ^ (fn >> 3)) & (V8_MEMO_SLOTS - 1)];
+	if (m->pc == pc && m->fn == fn && m->pid == w->pid && m->exec_id == w->exec_id && m->uses < V8_MEMO_USES) {
+		m->uses++;
+		return;
+	}
 	__u64 sfi = 0;
 	if (bpf_probe_read_user(&sfi, sizeof(sfi), (void *)(fn - 1 + w->proc->function_shared)) || (sfi & 3) != 1)
 		return;
@@ -210,6 +234,11 @@ static __always_inline void v8_note_function(struct v8_walk *w, __u64 fn, __u64 
 	__u64 *old = bpf_map_lookup_elem(&v8_jit_functions, &k);
 	if (!old || *old != sfi)
 		bpf_map_update_elem(&v8_jit_functions, &k, &sfi, BPF_ANY);
+	m->pc = pc;
+	m->fn = fn;
+	m->exec_id = w->exec_id;
+	m->pid = w->pid;
+	m->uses = 0;
 }
 
 static long v8_step(__u32 i, void *ctx)
@@ -341,7 +370,7 @@ __noinline int v8_frames(struct sample_event *e, __u32 n, __u32 complete)
 	st->fp = ARCH_FP(&regs);
 	st->sp = ARCH_SP(&regs);
 	st->fp_ok = s->native[0] == ARCH_PC(&regs);
-	struct v8_walk w = {.proc = p, .s = s, .out = e->frames, .pid = pid};
+	struct v8_walk w = {.proc = p, .s = s, .out = e->frames, .pid = pid, .exec_id = e->exec_id};
 	w.segs = bpf_map_lookup_elem(&fp_segments_map, &zero);
 	bpf_loop(MAX_USER_DEPTH, v8_step, &w, 0);
 	__u32 out = st->n_out;
