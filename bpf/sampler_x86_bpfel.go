@@ -395,6 +395,14 @@ type samplerPyScratch struct {
 	Frame  [256]uint8
 }
 
+type samplerRowIndex struct {
+	_         structs.HostLayout
+	FirstPage uint32
+	Pages     uint32
+	Shift     uint32
+	Pad       uint32
+}
+
 type samplerSampleEvent struct {
 	_         structs.HostLayout
 	Kind      uint32
@@ -673,6 +681,7 @@ const (
 	samplerVarUnusedPyFrameModel        = "unused_py_frame_model"
 	samplerVarUnusedPyLimits            = "unused_py_limits"
 	samplerVarUnusedPyProc              = "unused_py_proc"
+	samplerVarUnusedRowIndex            = "unused_row_index"
 	samplerVarUnusedSampleEvent         = "unused_sample_event"
 	samplerVarUnusedTlsModel            = "unused_tls_model"
 	samplerVarUnusedTracectxCounter     = "unused_tracectx_counter"
@@ -811,6 +820,7 @@ type samplerVariableSpecs struct {
 	UnusedPyFrameModel        *ebpf.VariableSpec `ebpf:"unused_py_frame_model"`
 	UnusedPyLimits            *ebpf.VariableSpec `ebpf:"unused_py_limits"`
 	UnusedPyProc              *ebpf.VariableSpec `ebpf:"unused_py_proc"`
+	UnusedRowIndex            *ebpf.VariableSpec `ebpf:"unused_row_index"`
 	UnusedSampleEvent         *ebpf.VariableSpec `ebpf:"unused_sample_event"`
 	UnusedTlsModel            *ebpf.VariableSpec `ebpf:"unused_tls_model"`
 	UnusedTracectxCounter     *ebpf.VariableSpec `ebpf:"unused_tracectx_counter"`
@@ -948,6 +958,7 @@ type samplerVariables struct {
 	UnusedPyFrameModel        *ebpf.Variable `ebpf:"unused_py_frame_model"`
 	UnusedPyLimits            *ebpf.Variable `ebpf:"unused_py_limits"`
 	UnusedPyProc              *ebpf.Variable `ebpf:"unused_py_proc"`
+	UnusedRowIndex            *ebpf.Variable `ebpf:"unused_row_index"`
 	UnusedSampleEvent         *ebpf.Variable `ebpf:"unused_sample_event"`
 	UnusedTlsModel            *ebpf.Variable `ebpf:"unused_tls_model"`
 	UnusedTracectxCounter     *ebpf.Variable `ebpf:"unused_tracectx_counter"`

@@ -38,6 +38,56 @@ func (t *tableSlots) put(id uint32) { t.free = append(t.free, id) }
 // rowBatch is how many unwind rows one map update writes.
 const rowBatch = 16384
 
+// Tables of fewer rows than minIndexedRows are searched whole (a few steps, in cache);
+// larger ones get an index by page of code (struct row_index) of about one page per
+// rowsPerPage rows: at most a thirty-second more kernel memory.
+const (
+	minIndexedRows = 256
+	rowsPerPage    = 8
+)
+
+// rowIndex returns the index by page of code that follows rows in the kernel's table, as
+// find_row reads it, for rows sorted by pc as tables are; nil for a small table.
+func rowIndex(rows []UnwindRow) []UnwindRow {
+	n := len(rows)
+	if n < minIndexedRows || rows[n-1].Pc < rows[0].Pc {
+		return nil
+	}
+	span := rows[n-1].Pc - rows[0].Pc
+	shift := uint32(0)
+	for span>>shift+1 > uint32(n/rowsPerPage) {
+		shift++
+	}
+	first, pages := rows[0].Pc>>shift, span>>shift+1
+	index := make([]UnwindRow, 1, 1+(pages+1+3)/4)
+	index[0] = asRow([4]uint32{first, pages, shift, 0})
+	// Entry k is the row in effect at page k's start (the last whose pc is at most it),
+	// 0 where none is, before the first row.
+	var slot [4]uint32
+	r := 0
+	for k := range pages + 1 {
+		start := uint64(first+k) << shift
+		for r+1 < n && uint64(rows[r+1].Pc) <= start {
+			r++
+		}
+		slot[k%4] = uint32(r)
+		if k%4 == 3 || k == pages {
+			index = append(index, asRow(slot))
+			slot = [4]uint32{}
+		}
+	}
+	return index
+}
+
+// asRow is a slot of the index in the table's array: four numbers where a row would be.
+func asRow(v [4]uint32) UnwindRow {
+	return *(*UnwindRow)(unsafe.Pointer(&v))
+}
+
+var _ [unsafe.Sizeof(UnwindRow{}) - 16]struct{} // a row is four 32-bit words
+var _ [16 - unsafe.Sizeof(UnwindRow{})]struct{}
+var _ [unsafe.Sizeof(samplerRowIndex{}) - 16]struct{}
+
 // AddTable stores one file's rows as a table of their own and returns its id, which
 // ExecMapping.TableId refers to. The kernel memory it takes is len(rows) rows of 16 bytes,
 // held until RemoveTable. goRuntime, for a Go binary, says where its runtime keeps what
@@ -46,6 +96,7 @@ func (s *Sampler) AddTable(rows []UnwindRow, goRuntime *GoRuntime) (id uint32, e
 	if len(rows) == 0 {
 		return 0, errors.New("add unwind table: no rows")
 	}
+	index := rowIndex(rows)
 	s.tablesMu.Lock()
 	defer s.tablesMu.Unlock()
 	id, ok := s.slots.take()
@@ -61,7 +112,7 @@ func (s *Sampler) AddTable(rows []UnwindRow, goRuntime *GoRuntime) (id uint32, e
 		Type:       ebpf.Array,
 		KeySize:    4,
 		ValueSize:  uint32(unsafe.Sizeof(UnwindRow{})),
-		MaxEntries: uint32(len(rows)),
+		MaxEntries: uint32(len(rows) + len(index)),
 		Flags:      unix.BPF_F_INNER_MAP,
 	})
 	if errors.Is(err, unix.ENOMEM) {
@@ -74,14 +125,23 @@ func (s *Sampler) AddTable(rows []UnwindRow, goRuntime *GoRuntime) (id uint32, e
 	defer inner.Close()
 	// In batches: a large file's table is not copied whole for the syscall.
 	keys := make([]uint32, min(len(rows), rowBatch))
-	for start := 0; start < len(rows); start += rowBatch {
-		batch := rows[start:min(start+rowBatch, len(rows))]
-		for i := range batch {
-			keys[i] = uint32(start + i)
+	write := func(at int, rows []UnwindRow) error {
+		for start := 0; start < len(rows); start += rowBatch {
+			batch := rows[start:min(start+rowBatch, len(rows))]
+			for i := range batch {
+				keys[i] = uint32(at + start + i)
+			}
+			if _, err := inner.BatchUpdate(keys[:len(batch)], batch, nil); err != nil {
+				return err
+			}
 		}
-		if _, err := inner.BatchUpdate(keys[:len(batch)], batch, nil); err != nil {
-			return 0, fmt.Errorf("write %d unwind rows: %w", len(rows), err)
-		}
+		return nil
+	}
+	if err := write(0, rows); err != nil {
+		return 0, fmt.Errorf("write %d unwind rows: %w", len(rows), err)
+	}
+	if err := write(len(rows), index); err != nil {
+		return 0, fmt.Errorf("write the index of %d unwind rows: %w", len(rows), err)
 	}
 	// The layout goes in first: a table is only walked once a mapping names it, and a
 	// stale layout of the id's previous file was removed with that file's table.

@@ -110,10 +110,36 @@ static long row_search_step(__u32 i, void *ctx)
 	return 0;
 }
 
-/* find_row returns the last of a table's count rows whose pc <= vaddr. */
+/* row_index_entry returns entry k of a table's index (struct row_index), or -1. */
+static __always_inline __s64 row_index_entry(void *table, __u32 count, __u32 k)
+{
+	__u32 *slot = (__u32 *)walker_row(table, count + 1 + (k >> 2));
+	if (!slot)
+		return -1;
+	return slot[k & 3];
+}
+
+/* find_row returns the last of a table's count rows whose pc <= vaddr. A table's index
+ * narrows the search to vaddr's page: from the row in effect at its start to the one in
+ * effect at the next page's. */
 static __always_inline struct unwind_row *find_row(void *table, __u32 count, __u32 vaddr)
 {
 	struct search s = {.key = vaddr, .table = table, .lo = 0, .hi = count};
+	struct row_index *ix = (struct row_index *)walker_row(table, count);
+	if (ix && ix->pages) {
+		__u32 page = vaddr >> (ix->shift & 31);
+		if (page < ix->first_page)
+			return NULL; /* below the first row */
+		page -= ix->first_page;
+		if (page > ix->pages)
+			page = ix->pages;
+		__s64 lo = row_index_entry(table, count, page);
+		__s64 hi = page < ix->pages ? row_index_entry(table, count, page + 1) + 1 : count;
+		if (lo >= 0 && hi > lo && hi <= count) {
+			s.lo = lo;
+			s.hi = hi;
+		}
+	}
 	walker_loop(25, row_search_step, &s); /* tables hold fewer than 2^24 rows */
 	if (s.lo == 0)
 		return NULL;

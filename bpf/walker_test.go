@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/sonde-profiler/sonde/internal/testenv"
 	"github.com/sonde-profiler/sonde/unwind"
@@ -129,7 +130,9 @@ func (c *walkCase) encode(w *bufio.Writer) {
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
-		rows := c.tables[id]
+		// The table as the kernel holds it: rows, then their index.
+		rows := unsafe.Slice((*UnwindRow)(unsafe.Pointer(unsafe.SliceData(c.tables[id]))), len(c.tables[id]))
+		rows = append(slices.Clip(rows), rowIndex(rows)...)
 		fmt.Fprintf(w, "table %d %d\n", id, len(rows))
 		for _, r := range rows {
 			fmt.Fprintf(w, "%#x %d %d %d %d %d %d %d\n", r.Pc, r.CfaOffset, r.FpOffset, r.CfaRule, r.FpRule, r.CfaReg, r.CfaIndex, r.CfaPost)
