@@ -233,6 +233,11 @@ static __always_inline int walker_read_user(__u64 *dst, __u64 addr)
 	return bpf_probe_read_user(dst, sizeof(*dst), (const void *)addr);
 }
 
+static __always_inline int walker_read_pair(__u64 *dst, __u64 addr)
+{
+	return bpf_probe_read_user(dst, 2 * sizeof(*dst), (const void *)addr);
+}
+
 static __always_inline int walker_read_kernel(__u64 *dst, __u64 addr)
 {
 	return bpf_probe_read_kernel(dst, sizeof(*dst), (const void *)addr);

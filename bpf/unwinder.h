@@ -5,6 +5,7 @@
  * synthetic stacks next to package unwind's Go model of it. The includer defines:
  *
  *   int   walker_read_user(__u64 *dst, __u64 addr)     0 on success
+ *   int   walker_read_pair(__u64 dst[2], __u64 addr)   two words at once, 0 on success
  *   int   walker_read_kernel(__u64 *dst, __u64 addr)   0 on success; reads the leaf's pt_regs
  *   void *walker_table(__u32 table_id)                 the rows of a file's table, or NULL
  *   struct unwind_row *walker_row(void *table, __u32 i)
@@ -204,9 +205,10 @@ static __always_inline long go_step(struct unwind_state *st, __u32 kind, __u32 t
 		 * g0 before it moved to the goroutine's stack (its frame pointer leads back to the C
 		 * code that called Go), time.now and nanotime1 on the goroutine's before they moved
 		 * to g0 for the vDSO. */
-		if (walker_read_user(&ra, st->fp + 8) || walker_read_user(&fp, st->fp))
+		__u64 pair[2];
+		if (walker_read_pair(pair, st->fp))
 			return finish(st, UNWIND_GO_SWITCH);
-		return advance(st, st->fp + 16, ra, fp, 0);
+		return advance(st, st->fp + 16, pair[1], pair[0], 0);
 	}
 	struct go_runtime *rt = walker_go_runtime(table_id);
 	if (!rt)
@@ -282,9 +284,11 @@ static __always_inline long fp_step(struct unwind_state *st)
 	}
 	if (st->fp == 0)
 		return finish(st, UNWIND_COMPLETE);
-	if (walker_read_user(&ra, st->fp + 8) || walker_read_user(&fp, st->fp))
+	/* The saved frame pointer and the return address above it, in one read. */
+	__u64 pair[2];
+	if (walker_read_pair(pair, st->fp))
 		return finish(st, UNWIND_FP_BROKEN);
-	return advance(st, st->fp + 16, ra, fp, 1);
+	return advance(st, st->fp + 16, pair[1], pair[0], 1);
 }
 
 /* walker_step's verdict for a frame without a table: recorded, not yet moved from. */
@@ -388,6 +392,14 @@ __attribute__((noinline)) long walker_step(struct unwind_state *st, struct user_
 		return finish(st, UNWIND_RA_RULE);
 	default:
 		return finish(st, UNWIND_INVALID);
+	}
+	if (row->fp_rule == FP_AT_CFA && row->fp_offset == -16) {
+		/* The frame pointer pushed right after the call (most code that saves it): both
+		 * words in one read. */
+		__u64 pair[2];
+		if (walker_read_pair(pair, cfa - 16))
+			return finish(st, UNWIND_BAD_READ);
+		return advance(st, cfa, pair[1], pair[0], 1);
 	}
 	if (walker_read_user(&ra, cfa - 8))
 		return finish(st, UNWIND_BAD_READ);

@@ -63,6 +63,15 @@ static int walker_read_user(__u64 *dst, __u64 addr)
 	return -EFAULT;
 }
 
+static int walker_read_pair(__u64 *dst, __u64 addr)
+{
+	if (walker_read_user(&dst[0], addr) || walker_read_user(&dst[1], addr + 8)) {
+		dst[0] = dst[1] = 0;
+		return -EFAULT;
+	}
+	return 0;
+}
+
 /* The only kernel memory the walker reads is the leaf's pt_regs, which the harness holds. */
 static int walker_read_kernel(__u64 *dst, __u64 addr)
 {
