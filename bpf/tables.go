@@ -90,7 +90,8 @@ var _ [unsafe.Sizeof(samplerRowIndex{}) - 16]struct{}
 
 // AddTable stores one file's rows as a table of their own and returns its id, which
 // ExecMapping.TableId refers to. The kernel memory it takes is len(rows) rows of 16 bytes
-// and their index (rowIndex, at most a thirty-second more), held until RemoveTable. goRuntime, for a Go binary, says where its runtime keeps what
+// and their index (rowIndex, at most a thirty-second more), held until RemoveTable.
+// goRuntime, for a Go binary, says where its runtime keeps what
 // the walker reads to follow Go's stack switches; nil for other files.
 func (s *Sampler) AddTable(rows []UnwindRow, goRuntime *GoRuntime) (id uint32, err error) {
 	if len(rows) == 0 {
