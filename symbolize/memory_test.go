@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/trace"
 )
@@ -229,4 +231,86 @@ func BenchmarkLookupCost(b *testing.B) {
 			i = (i + 1) % len(addrs)
 		}
 	})
+}
+
+// mappedResident sums the resident pages of the process's mappings of path, from smaps.
+func mappedResident(t *testing.T, path string) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	in := false
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 5 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":"):
+			in = len(f) >= 6 && f[5] == path
+		case in && len(f) >= 2 && f[0] == "Rss:":
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			total += kb << 10
+		}
+	}
+	return total
+}
+
+// A naming pass over many new addresses of one large file does not make all that its
+// lookups read resident at once: a Go program's first pass, hundreds of addresses
+// spread over its pclntab, held 8 MB of the Collector's before the pages were given back
+// every few lookups.
+func TestLookupsGiveBackPages(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "big")
+	writeCold(t, bin, src)
+	const n = 400
+	s := New(Options{})
+	var peak int64
+	s.afterLookup = func() { peak = max(peak, mappedResident(t, bin)) }
+	m := wholeFile(t, bin, objfile.Key{Dev: 1, Inode: 91})
+	locs := locationsAt(t, m, spreadText(t, bin, n))
+	s.Symbolize(&trace.Profile{Locations: locs})
+	named := 0
+	for _, l := range locs {
+		if len(l.Lines) > 0 {
+			named++
+		}
+	}
+	if named < n*9/10 {
+		t.Fatalf("%d of %d addresses named: the test does not exercise lookups", named, n)
+	}
+	// 16 lookups read a few dozen pages; all 400 of them, 3 MB of the pclntab.
+	const bound = 1536 << 10
+	if peak > bound {
+		t.Errorf("lookups held %d KiB of the file resident at once; want at most %d", peak>>10, bound>>10)
+	}
+	t.Logf("peak resident %d KiB of a %d KiB file, %d addresses named", peak>>10, len(src)>>10, named)
+}
+
+// writeCold writes a file and drops it from the page cache, so that it is read from
+// disk as a program on the host is: the pages of a file just written are dirty, and a
+// fault maps a dirty large folio whole.
+func writeCold(t *testing.T, path string, b []byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -47,6 +47,9 @@ type objFile struct {
 	// being dropped. lookupFailed says a lookup's error was returned already.
 	faulted, lookupFailed bool
 	releasedAt            time.Time // when the mappings' resident pages were last given back
+	// lookupsHeld counts the lookups since the pages were last given back (see
+	// releaseLookups).
+	lookupsHeld int
 	// dwarfReadAt is when a lookup last read the DWARF sections (decoded a unit),
 	// dwarfReads the table's count of such reads then.
 	dwarfReadAt time.Time
