@@ -122,7 +122,7 @@ func loadObjFile(f *objfile.File, o loadOptions) (*objFile, error) {
 		}
 	}
 	if obj.gopcln == nil {
-		dwarfFrom, dwarfFile := ef, m.Bytes()
+		dwarfFrom, dwarfFile, dwarfMap := ef, m.Bytes(), m
 		needDebugFile := ef.Section(".symtab") == nil || (o.mode == ModeFull && !dwarf.HasDWARF(ef))
 		if needDebugFile {
 			d, err := findDebugFile(ef, r, f.GNUBuildID, f.Path, o.debugDirs)
@@ -147,11 +147,11 @@ func loadObjFile(f *objfile.File, o loadOptions) (*objFile, error) {
 				if err := syms.read(d.elf, dm.Bytes(), dm, false); err != nil {
 					errs = append(errs, fmt.Errorf("read symbols of %s: %w", d.path, err))
 				}
-				obj.debugPath, dwarfFrom, dwarfFile = d.path, d.elf, dm.Bytes()
+				obj.debugPath, dwarfFrom, dwarfFile, dwarfMap = d.path, d.elf, dm.Bytes(), dm
 			}
 		}
 		if o.mode == ModeFull && dwarf.HasDWARF(dwarfFrom) {
-			t, err := dwarf.Load(dwarfFrom, dwarf.Options{MaxBytes: o.maxDebugInfo, File: dwarfFile, Cache: o.units})
+			t, err := dwarf.Load(dwarfFrom, dwarf.Options{MaxBytes: o.maxDebugInfo, File: dwarfFile, Release: dwarfMap.Release, Cache: o.units})
 			if err != nil {
 				where := f.Path
 				if dwarfFrom != ef {

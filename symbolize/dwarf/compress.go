@@ -1,7 +1,6 @@
 package dwarf
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 
@@ -9,8 +8,8 @@ import (
 	"github.com/klauspost/compress/zstd"
 )
 
-func zlibReader(packed []byte) (io.Reader, error) {
-	r, err := zlib.NewReader(bytes.NewReader(packed))
+func zlibReader(packed io.Reader) (io.Reader, error) {
+	r, err := zlib.NewReader(packed)
 	if err != nil {
 		return nil, fmt.Errorf("zlib: %w", err)
 	}
@@ -23,8 +22,8 @@ func (z zstdStream) Close() { z.Decoder.Close() }
 
 // zstdReader decodes a zstd section of size bytes; the decoder's own buffers are
 // bounded by the section, and it runs in the calling goroutine only.
-func zstdReader(packed []byte, size uint64) (zstdStream, error) {
-	d, err := zstd.NewReader(bytes.NewReader(packed),
+func zstdReader(packed io.Reader, size uint64) (zstdStream, error) {
+	d, err := zstd.NewReader(packed,
 		zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
 		zstd.WithDecoderMaxMemory(max(size, 1<<20)))
 	if err != nil {

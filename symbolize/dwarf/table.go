@@ -66,6 +66,10 @@ type Options struct {
 	// caller keeps the mapping while it uses the table and reads it under
 	// mmapfile.Guard. Without File, the sections are read into memory and kept.
 	File []byte
+	// Release, when set, gives back the pages of File under a slice of it that were
+	// read: a compressed section's pages are released as they are decompressed, so
+	// that the compressed and the decompressed copy are not both resident.
+	Release func([]byte)
 	// Cache keeps the units lookups decode, bounded in bytes and shared by the
 	// tables given it; nil gives the table a cache of its own of DefaultCacheBytes.
 	Cache *Cache
@@ -79,8 +83,9 @@ type Table struct {
 	order binary.ByteOrder
 	units []unit
 	spans []unitSpan // by lo
-	cache *Cache
-	held  int64 // bytes of sections read into memory for good
+	cache   *Cache
+	held    int64 // bytes of sections read into memory for good
+	release func([]byte)
 
 	mu     sync.Mutex // serializes decoding, which reads and may decompress secs
 	secs   [numSections]section
@@ -166,7 +171,7 @@ func Load(f *elf.File, o Options) (t *Table, err error) {
 	if !HasDWARF(f) {
 		return nil, ErrNoDWARF
 	}
-	t = &Table{cache: o.Cache}
+	t = &Table{cache: o.Cache, release: o.Release}
 	tab = t
 	if t.cache == nil {
 		t.cache = NewCache(DefaultCacheBytes)
@@ -322,7 +327,7 @@ func (t *Table) sections() (*sections, error) {
 	for i := range t.secs {
 		sec := &t.secs[i]
 		if sec.data == nil && sec.packed != nil {
-			scratch, err := decompress(sec.packed, sec.comp, sec.size)
+			scratch, err := decompress(sec.packed, sec.comp, sec.size, t.release)
 			if err != nil {
 				t.cache.unreserve(need) // what this call reserved and did not fill
 				t.dropScratch()
@@ -352,17 +357,23 @@ func (t *Table) holdsScratch() bool {
 // decompress inflates a compressed section of size bytes into anonymous memory.
 // A header may claim any size: the memory is reserved, not committed, and only
 // the pages the stream really fills cost anything.
-func decompress(packed []byte, comp compression, size uint64) (_ *mmapfile.Region, err error) {
+func decompress(packed []byte, comp compression, size uint64, release func([]byte)) (_ *mmapfile.Region, err error) {
 	var r io.Reader
+	in := io.Reader(bytes.NewReader(packed))
+	if release != nil {
+		rr := &releasingReader{b: packed, release: release}
+		defer rr.giveBack() // a decoder that knows where its stream ends stops short of EOF
+		in = rr
+	}
 	switch comp {
 	case compZlib:
-		zr, err := zlibReader(packed)
+		zr, err := zlibReader(in)
 		if err != nil {
 			return nil, err
 		}
 		r = zr
 	case compZstd:
-		zr, err := zstdReader(packed, size)
+		zr, err := zstdReader(in, size)
 		if err != nil {
 			return nil, err
 		}
@@ -387,6 +398,36 @@ func decompress(packed []byte, comp compression, size uint64) (_ *mmapfile.Regio
 		return nil, err
 	}
 	return scratch, nil
+}
+
+// releasingReader reads b, giving back the pages it has read every releaseStride bytes.
+type releasingReader struct {
+	b        []byte
+	pos      int
+	released int
+	release  func([]byte)
+}
+
+const releaseStride = 256 << 10
+
+func (r *releasingReader) Read(p []byte) (int, error) {
+	if r.pos >= len(r.b) {
+		r.giveBack()
+		return 0, io.EOF
+	}
+	n := copy(p, r.b[r.pos:])
+	r.pos += n
+	if r.pos-r.released >= releaseStride {
+		r.giveBack()
+	}
+	return n, nil
+}
+
+func (r *releasingReader) giveBack() {
+	if r.pos > r.released {
+		r.release(r.b[r.released:r.pos])
+		r.released = r.pos
+	}
 }
 
 // Trim lets go of the decompressed copies of compressed sections; the next lookup
