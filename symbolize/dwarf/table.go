@@ -80,9 +80,9 @@ type Options struct {
 // the cache, where later lookups find it until it is evicted. A Table is safe for
 // concurrent lookups.
 type Table struct {
-	order binary.ByteOrder
-	units []unit
-	spans []unitSpan // by lo
+	order   binary.ByteOrder
+	units   []unit
+	spans   []unitSpan // by lo
 	cache   *Cache
 	held    int64 // bytes of sections read into memory for good
 	release func([]byte)
