@@ -170,8 +170,10 @@ func TestSymbolizerSeparateDebugFile(t *testing.T) {
 	})
 }
 
-// Debian's libc6-dbg installs the C library's DWARF under /usr/lib/debug/.build-id.
-func TestSymbolizerLibcDebugPackage(t *testing.T) {
+// libcWithDebugFile returns the C library and its build ID, whose debug file Debian's
+// libc6-dbg installs under /usr/lib/debug/.build-id.
+func libcWithDebugFile(t *testing.T) (string, string) {
+	t.Helper()
 	lib := "/usr/lib/x86_64-linux-gnu/libc.so.6"
 	if _, err := os.Stat(lib); err != nil {
 		testenv.Unavailable(t, "no %s", lib)
@@ -185,6 +187,12 @@ func TestSymbolizerLibcDebugPackage(t *testing.T) {
 	if _, err := os.Stat(filepath.Join("/usr/lib/debug/.build-id", id[:2], id[2:]+".debug")); err != nil {
 		testenv.Unavailable(t, "no debug file for libc (apt-get install libc6-dbg): %v", err)
 	}
+	return lib, id
+}
+
+// Debian's libc6-dbg installs the C library's DWARF under /usr/lib/debug/.build-id.
+func TestSymbolizerLibcDebugPackage(t *testing.T) {
+	lib, id := libcWithDebugFile(t)
 	var qsort uint64
 	for _, s := range nmSymbols(t, lib, "-D") {
 		if name, _, _ := strings.Cut(s.name, "@"); name == "qsort_r" {

@@ -1,6 +1,7 @@
 package symbolize
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -153,5 +154,75 @@ func TestSectionsNeededAgainStayLonger(t *testing.T) {
 		if held() {
 			t.Fatalf("round %d: sections held after %v idle", round, idle)
 		}
+	}
+}
+
+// A distribution's libc debug file (8.6 MB of compressed DWARF decompressed) is
+// decompressed where a pass's new units lie, and what a pass decompressed goes when it
+// ends: passes hold a small part of it. A file whose passes keep decoding new units, the
+// third within the idle time, keeps its sections whole, and the passes after it
+// decompress nothing more.
+func TestLibcPassesHoldWhatTheyNeed(t *testing.T) {
+	lib, id := libcWithDebugFile(t)
+	var funcs []uint64
+	for _, s := range nmSymbols(t, lib, "-D") {
+		if (s.typ == 'T' || s.typ == 'W' || s.typ == 'i') && s.size > 8 && len(funcs) < 4000 {
+			funcs = append(funcs, s.addr)
+		}
+	}
+	slices.Sort(funcs)
+	funcs = slices.Compact(funcs)
+	if len(funcs) < 600 {
+		t.Fatalf("nm -D lists %d functions", len(funcs))
+	}
+	s := New(Options{})
+	now := time.Unix(1_000_000, 0)
+	s.now = func() time.Time { return now }
+	m := wholeFile(t, lib, objfile.Key{Dev: 1, Inode: 41})
+	m.File.GNUBuildID = id
+	round := 0
+	pass := func() (decompressed, held int64) {
+		t.Helper()
+		// Ten functions spread over the library, new ones each pass.
+		var vaddrs []uint64
+		for i := range 10 {
+			vaddrs = append(vaddrs, funcs[(i*len(funcs)/10+round*7)%len(funcs)]+4)
+		}
+		round++
+		before := s.Stats().DecompressedTotalBytes
+		locs := locationsAt(t, m, vaddrs)
+		s.Symbolize(&trace.Profile{Locations: locs})
+		for _, l := range locs {
+			if l.NameSource != SourceDWARF {
+				t.Fatalf("%#x named from %q, want DWARF", l.Address, l.NameSource)
+			}
+		}
+		st := s.Stats()
+		t.Logf("pass %d: decompressed %d held %d peak %d", round, st.DecompressedTotalBytes-before, st.DecompressedBytes, st.DecompressedPeakBytes)
+		return st.DecompressedTotalBytes - before, st.DecompressedBytes
+	}
+	const small = 2 << 20 // of the 8.6 MB the sections decompress to
+	d, held := pass()
+	if st := s.Stats(); d == 0 || held > small || st.DecompressedPeakBytes > 2*small {
+		t.Fatalf("first pass: %d bytes decompressed, %d held after it, %d at most: want under %d held", d, held, st.DecompressedPeakBytes, small)
+	}
+	for i := 2; i <= 3; i++ {
+		now = now.Add(5 * time.Second)
+		if d, held = pass(); d == 0 || held > small {
+			t.Fatalf("pass %d: %d bytes decompressed, %d held after it: want new units read, under %d held", i, d, held, small)
+		}
+	}
+	now = now.Add(5 * time.Second)
+	if d, held = pass(); d == 0 || held < 4*small {
+		t.Fatalf("pass 4: %d bytes decompressed, %d held after it: want the sections whole", d, held)
+	}
+	now = now.Add(5 * time.Second)
+	if d, _ = pass(); d != 0 {
+		t.Errorf("pass 5 decompressed %d bytes: the file holds its sections", d)
+	}
+	now = now.Add(dwarfIdleMin)
+	s.Symbolize(&trace.Profile{Locations: []*trace.Location{{Kind: trace.FrameKernel, Address: 0xffffffff81000000}}})
+	if st := s.Stats(); st.DecompressedBytes != 0 {
+		t.Errorf("%d bytes held after %v idle", st.DecompressedBytes, dwarfIdleMin)
 	}
 }

@@ -58,6 +58,10 @@ type objFile struct {
 	// dwarfIdleMin); dwarfLetGo says they were let go since the last read.
 	dwarfIdle  time.Duration
 	dwarfLetGo bool
+	// dwarfPasses counts the passes that read the sections, each within dwarfIdle of
+	// the one before; dwarfLoaded says the pass now running loaded the file.
+	dwarfPasses int
+	dwarfLoaded bool
 	// awaitID is the build ID whose debug file the DebugFetcher was asked for and
 	// did not have yet.
 	awaitID string
@@ -74,7 +78,7 @@ type loadOptions struct {
 // loadObjFile reads f. It returns a nil objFile when f cannot be read at all, and a
 // usable one with an error when only debug information could not be used: the
 // symbol tables still name its frames.
-func loadObjFile(f *objfile.File, o loadOptions) (*objFile, error) {
+func loadObjFile(f *objfile.File, o loadOptions, want []uint64) (*objFile, error) {
 	r, err := f.Open()
 	if err != nil {
 		return nil, err // names the path already
@@ -151,7 +155,9 @@ func loadObjFile(f *objfile.File, o loadOptions) (*objFile, error) {
 			}
 		}
 		if o.mode == ModeFull && dwarf.HasDWARF(dwarfFrom) {
-			t, err := dwarf.Load(dwarfFrom, dwarf.Options{MaxBytes: o.maxDebugInfo, File: dwarfFile, Release: dwarfMap.Release, Cache: o.units})
+			segs := &ELFSymbols{loads: loadSegments(ef)}
+			t, err := dwarf.Load(dwarfFrom, dwarf.Options{MaxBytes: o.maxDebugInfo, File: dwarfFile, Release: dwarfMap.Release,
+				Cache: o.units, Want: vaddrs(segs, want)})
 			if err != nil {
 				where := f.Path
 				if dwarfFrom != ef {
@@ -172,6 +178,26 @@ func loadObjFile(f *objfile.File, o loadOptions) (*objFile, error) {
 	obj.size = obj.sizeBytes()
 	loaded = true
 	return obj, errors.Join(errs...)
+}
+
+// vaddrs converts file offsets to the addresses the code has in the file.
+func vaddrs(segs *ELFSymbols, offs []uint64) []uint64 {
+	out := make([]uint64, 0, len(offs))
+	for _, off := range offs {
+		if a, ok := segs.Vaddr(off); ok {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// prepare has DWARF fetch at once what looking up the file offsets offs needs.
+// The error is left to the lookups, which meet it again.
+func (o *objFile) prepare(offs []uint64) {
+	if o.dwarf == nil || o.faulted || len(offs) == 0 {
+		return
+	}
+	_ = o.dwarf.Prepare(vaddrs(o.syms, offs))
 }
 
 // lookup names the code at an offset in the file, innermost frame first. The error

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"hash/maphash"
 	"slices"
 	"sync"
@@ -401,6 +402,10 @@ type fileRef struct {
 	hash   uint64
 	obj    *objFile
 	looked bool // obj was fetched or loaded
+	// want are the file offsets this call looks up (a byte back for callers), for
+	// DWARF to fetch what their units need in one pass; prepared says it has.
+	want     []uint64
+	prepared bool
 }
 
 // Symbolize fills the Lines of every location of p not symbolized before (NameSource
@@ -441,13 +446,15 @@ func (s *Symbolizer) Symbolize(p *trace.Profile) []error {
 	}
 	s.renameFetched(p)
 	callers := returnAddresses(p)
+	todo := byFile(p.Locations)
+	wants := wantedOffsets(todo, callers)
 	refs := map[*objfile.File]*fileRef{}
 	defer s.finish(refs)
 	var (
 		errs []error
 		prev *fileRef
 	)
-	for _, loc := range byFile(p.Locations) {
+	for _, loc := range todo {
 		// A file's locations come together: once past them, what their lookups made
 		// resident goes, so that a call's peak is its largest file's, not their sum.
 		if prev != nil && (loc.Mapping == nil || refs[loc.Mapping.File] != prev) {
@@ -482,7 +489,7 @@ func (s *Symbolizer) Symbolize(p *trace.Profile) []error {
 			ref := refs[loc.Mapping.File]
 			if ref == nil {
 				id := loc.Mapping.File.ID()
-				ref = &fileRef{id: id, hash: s.fileHash(id)}
+				ref = &fileRef{id: id, hash: s.fileHash(id), want: wants[loc.Mapping.File]}
 				refs[loc.Mapping.File] = ref
 			}
 			prev = ref
@@ -501,6 +508,24 @@ func (s *Symbolizer) Symbolize(p *trace.Profile) []error {
 	}
 	s.recoverTailCalls(p, refs)
 	return errs
+}
+
+// wantedOffsets returns the offsets each file's locations are looked up at.
+func wantedOffsets(todo []*trace.Location, callers map[*trace.Location]bool) map[*objfile.File][]uint64 {
+	wants := map[*objfile.File][]uint64{}
+	for _, loc := range todo {
+		if loc.Kind == trace.FrameKernel || loc.Kind == trace.FrameInterp || loc.Mapping == nil {
+			continue
+		}
+		off, ok := loc.FileOffset()
+		if callers[loc] {
+			off--
+		}
+		if ok && off != math.MaxUint64 {
+			wants[loc.Mapping.File] = append(wants[loc.Mapping.File], off)
+		}
+	}
+	return wants
 }
 
 // byFile returns the locations still to be named, kernel ones first and then by
@@ -605,7 +630,13 @@ func (s *Symbolizer) fileLines(ref *fileRef, f *objfile.File, off uint64) ([]tra
 		source    string
 		lookupErr error
 	)
-	if fault := mmapfile.Guard(func() { lines, source, lookupErr = obj.lookup(off) }); fault != nil {
+	if fault := mmapfile.Guard(func() {
+		if !ref.prepared {
+			ref.prepared = true
+			obj.prepare(ref.want)
+		}
+		lines, source, lookupErr = obj.lookup(off)
+	}); fault != nil {
 		s.dropFaulted(ref, obj)
 		return nil, SourceNone, errors.Join(err, fmt.Errorf("read %s: %w", f.Path, fault))
 	}
@@ -666,7 +697,7 @@ func (s *Symbolizer) object(ref *fileRef, f *objfile.File) (*objFile, error) {
 		obj *objFile
 		err error
 	)
-	if fault := mmapfile.Guard(func() { obj, err = loadObjFile(f, s.load) }); fault != nil {
+	if fault := mmapfile.Guard(func() { obj, err = loadObjFile(f, s.load, ref.want) }); fault != nil {
 		// loadObjFile unmapped what it had mapped on its way out.
 		obj, err = nil, fmt.Errorf("read %s: %w", f.Path, fault)
 	}
@@ -680,6 +711,8 @@ func (s *Symbolizer) object(ref *fileRef, f *objfile.File) (*objFile, error) {
 	default:
 		s.stats.FilesLoaded++
 		obj.dwarfReadAt = s.now() // Load read the sections to index them
+		obj.dwarfPasses, obj.dwarfLoaded = 1, true
+		ref.prepared = true       // Load kept what the offsets wanted need
 		if err != nil {
 			s.stats.DebugInfoFailed++
 		}
@@ -820,24 +853,28 @@ func (obj *objFile) releasePages() {
 }
 
 // dwarfIdleMin and dwarfIdleMax bound how long a file's decompressed DWARF sections stay
-// after a lookup last read them. Decompressing them again is what naming costs most (a
-// distribution's debug file of libc is 10 MiB of zlib), and the copies are most of what
-// sonde holds beside a busy C program (8.6 of 18 MB anonymous memory, with libc's
-// qsort sampled). A file starts at the minimum, three intervals: its hot units are
-// decoded within the first passes, and the long tail of addresses not seen before that
-// keeps decoding units afterwards is slow. Each time the sections are needed again after
-// they went, the file keeps them twice as long, so that a file whose new units keep
-// coming decompresses a few times in all, never once an interval. The bound on them across
+// after a lookup last read them. A file's large compressed sections (.debug_info,
+// .debug_abbrev, .debug_line) are decompressed only where a pass's new units lie, and
+// what a pass decompressed goes when it ends, its units decoded; the small ones (strings,
+// ranges) stay for the idle time. A file whose passes keep decoding new units, the third
+// within the idle time of the one before (dwarfHoldPasses), keeps whatever its sections
+// decompress for the idle time instead, so that its later new units cost no more
+// decompression: a distribution's debug file of libc decompresses to 8.6 MB, and walking
+// its .debug_info costs about 20 ms. Each time the sections are needed again after they
+// went, the file keeps them twice as long, so that a file whose new units keep coming
+// decompresses a few times in all, never once an interval. The bound on them across
 // files (Options.MaxDecompressedBytes) keeps what they hold in check meanwhile. Lookups in
 // units decoded already read no section.
 const (
-	dwarfIdleMin = 30 * time.Second
-	dwarfIdleMax = 8 * time.Minute
+	dwarfIdleMin    = 30 * time.Second
+	dwarfIdleMax    = 8 * time.Minute
+	dwarfHoldPasses = 3
 )
 
-// trimDWARF lets the file's decompressed DWARF sections go once no lookup has read them
-// for the file's idle time, and lengthens that time when they were read again after they
-// went.
+// trimDWARF ends a pass over the file: what its large sections decompressed for it goes
+// unless the file holds them, and every decompressed section goes once no lookup has
+// read them for the file's idle time, which lengthens when they were read again after
+// they went.
 func (obj *objFile) trimDWARF(now time.Time) {
 	if obj.dwarf == nil {
 		return
@@ -846,15 +883,27 @@ func (obj *objFile) trimDWARF(now time.Time) {
 		obj.dwarfIdle = dwarfIdleMin
 	}
 	if r := obj.dwarf.SectionReads(); r != obj.dwarfReads {
+		switch {
+		case obj.dwarfLoaded: // one pass with the load
+		case now.Sub(obj.dwarfReadAt) < obj.dwarfIdle:
+			if obj.dwarfPasses++; obj.dwarfPasses >= dwarfHoldPasses {
+				obj.dwarf.Hold()
+			}
+		default:
+			obj.dwarfPasses = 1
+		}
 		obj.dwarfReads, obj.dwarfReadAt = r, now
 		if obj.dwarfLetGo {
 			obj.dwarfIdle = min(2*obj.dwarfIdle, dwarfIdleMax)
 			obj.dwarfLetGo = false
 		}
 	}
+	obj.dwarfLoaded = false
+	obj.dwarf.Thin()
 	if !obj.dwarfLetGo && now.Sub(obj.dwarfReadAt) >= obj.dwarfIdle {
 		obj.dwarf.Trim()
 		obj.dwarfLetGo = true
+		obj.dwarfPasses = 0
 	}
 }
 

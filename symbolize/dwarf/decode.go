@@ -76,6 +76,9 @@ type decoder struct {
 // decodeUnit decodes unit i.
 func decodeUnit(s *sections, units []unit, i int) (*unitTable, error) {
 	u := &units[i]
+	if err := s.needUnit(u); err != nil {
+		return nil, err
+	}
 	abbrevs, err := parseAbbrevs(s, u.abbrev)
 	if err != nil {
 		return nil, err
@@ -117,6 +120,9 @@ func (dc *decoder) lineTable(c *unitCtx, cu *entry) (*fileTable, error) {
 		return nil, nil // a nil table names no file
 	}
 	off := int64(cu.stmtList.u)
+	if _, err := dc.s.needLine(cu.stmtList.u); err != nil {
+		return nil, err
+	}
 	if err := checkLineHeader(line, off); err != nil {
 		return nil, err
 	}
@@ -429,6 +435,10 @@ func (dc *decoder) unitAt(off uint64) *unitCtx {
 		return c
 	}
 	var c *unitCtx
+	if err := dc.s.needUnit(&dc.units[i]); err != nil {
+		dc.others[i] = nil
+		return nil
+	}
 	if abbrevs, err := parseAbbrevs(dc.s, dc.units[i].abbrev); err == nil {
 		c, _, _ = openUnit(dc.s, &dc.units[i], abbrevs)
 	}

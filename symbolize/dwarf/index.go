@@ -8,57 +8,160 @@ import (
 	"slices"
 )
 
-// buildIndex reads each unit's DIE and says which addresses each unit's code takes.
-// A unit .debug_aranges lists takes the ranges listed there; any other, the ranges
-// its DIE states (DW_AT_low_pc/high_pc, DW_AT_ranges); a unit whose DIE states none
-// (dwz's partial units, odd producers) is decoded once here and takes the addresses
-// of its line sequences and functions. It also checks the unit's line program
-// header, so that what the old eager decoding rejected at load still fails here.
-func buildIndex(s *sections, units []unit) ([]unitSpan, error) {
-	spans, listed := parseAranges(s, units)
-	var ranges [][2]uint64
-	for i := range units {
+// buildIndex walks .debug_info once, reading each unit's header and DIE, and says
+// which addresses each unit's code takes. A unit .debug_aranges lists takes the ranges
+// listed there; any other, the ranges its DIE states (DW_AT_low_pc/high_pc,
+// DW_AT_ranges); a unit whose DIE states none (dwz's partial units, odd producers) is
+// decoded once, after the walk, and takes the addresses of its line sequences and
+// functions. It also checks the unit's line program header, so that what the old eager
+// decoding rejected at load still fails here. The aranges are trusted only if every
+// set names a unit where one starts, with its address size; else no unit takes them.
+func buildIndex(s *sections) ([]unit, []unitSpan, error) {
+	sets := parseAranges(s)
+	// The addresses a caller is about to look up: the units covering them keep what
+	// decoding them needs as the walk passes it (Table.Prepare would walk again).
+	var want []uint64
+	if t := s.t; t != nil {
+		want, t.pending = t.pending, nil
+	}
+	wanted := func(i int, spans []unitSpan) bool {
+		for _, sp := range spans {
+			for _, a := range want {
+				if a >= sp.lo && a < sp.hi {
+					s.t.want[uint32(i)] = true
+				}
+			}
+		}
+		return s.t != nil && s.t.want[uint32(i)]
+	}
+	var (
+		spans, listedSpans []unitSpan
+		listed, later      []int // units aranges lists; units to decode once all are known
+		matched            int
+		ranges             [][2]uint64
+	)
+	// ownRanges adds the spans unit i's DIE states, and says whether there were any.
+	ownRanges := func(units []unit, i int) (bool, error) {
 		u := &units[i]
 		abbrevs, err := unitAbbrev(s, u)
 		if err != nil {
-			return nil, fmt.Errorf("unit at %#x: %w", u.off, err)
+			return false, fmt.Errorf("unit at %#x: %w", u.off, err)
 		}
 		c, cu, err := openUnit(s, u, abbrevs)
 		if err != nil {
-			return nil, fmt.Errorf("unit at %#x: %w", u.off, err)
+			return false, fmt.Errorf("unit at %#x: %w", u.off, err)
 		}
-		if cu.tag != dwarf.TagCompileUnit && cu.tag != dwarf.TagPartialUnit {
-			continue
+		if cu.lowPC.kind != valAddress && cu.ranges.kind == valNone {
+			return false, nil
 		}
-		if line := s.data[secLine]; cu.stmtList.kind == valInt && line != nil {
-			if err := checkLineProgram(line, int64(cu.stmtList.u)); err != nil {
-				return nil, fmt.Errorf("line table of unit at %#x: %w", u.off, err)
+		if ranges, err = c.ranges(cu, cu, ranges[:0]); err != nil {
+			return false, fmt.Errorf("ranges of unit at %#x: %w", u.off, err)
+		}
+		n := len(spans)
+		for _, rg := range ranges {
+			if rg[0] != 0 && rg[0] < rg[1] {
+				spans = append(spans, unitSpan{lo: rg[0], hi: rg[1], unit: uint32(i)})
 			}
 		}
-		if listed != nil && listed[i] {
-			continue
+		if len(want) > 0 && wanted(i, spans[n:]) {
+			s.t.pinUnit(s, u)
 		}
-		if cu.lowPC.kind == valAddress || cu.ranges.kind != valNone {
-			if ranges, err = c.ranges(cu, cu, ranges[:0]); err != nil {
-				return nil, fmt.Errorf("ranges of unit at %#x: %w", u.off, err)
-			}
-			n := len(spans)
-			for _, rg := range ranges {
-				if rg[0] != 0 && rg[0] < rg[1] {
-					spans = append(spans, unitSpan{lo: rg[0], hi: rg[1], unit: uint32(i)})
+		return len(spans) > n, nil
+	}
+	units, err := walkUnits(s, func(units []unit) error {
+		i := len(units) - 1
+		u := &units[i]
+		if err := s.need(secInfo, u.off, u.end); err != nil {
+			return err
+		}
+		if s.t != nil {
+			s.t.slide(secInfo, u.off)
+			s.t.slide(secAbbrev, u.abbrev)
+		}
+		set, isListed := sets[u.off]
+		if isListed {
+			if set.asize != u.asize {
+				sets = nil // not to be trusted
+			} else {
+				matched++
+				listed = append(listed, i)
+				n := len(listedSpans)
+				for _, rg := range set.ranges {
+					listedSpans = append(listedSpans, unitSpan{lo: rg[0], hi: rg[1], unit: uint32(i)})
+				}
+				if len(want) > 0 {
+					wanted(i, listedSpans[n:])
 				}
 			}
-			if len(spans) > n {
-				continue
+		}
+		abbrevs, err := unitAbbrev(s, u)
+		if err != nil {
+			return fmt.Errorf("unit at %#x: %w", u.off, err)
+		}
+		_, cu, err := openUnit(s, u, abbrevs)
+		if err != nil {
+			return fmt.Errorf("unit at %#x: %w", u.off, err)
+		}
+		if cu.tag != dwarf.TagCompileUnit && cu.tag != dwarf.TagPartialUnit {
+			return nil
+		}
+		if line := s.data[secLine]; cu.stmtList.kind == valInt && line != nil {
+			end, err := s.needLine(cu.stmtList.u)
+			if err == nil {
+				err = checkLineProgram(line, int64(cu.stmtList.u))
+			}
+			if err != nil {
+				return fmt.Errorf("line table of unit at %#x: %w", u.off, err)
+			}
+			u.line, u.lineEnd = cu.stmtList.u, end
+			if s.t != nil {
+				s.t.slide(secLine, u.line)
 			}
 		}
+		if sets != nil && isListed {
+			if s.t != nil && s.t.want[uint32(i)] {
+				s.t.pinUnit(s, u)
+			}
+			return nil
+		}
+		if found, err := ownRanges(units, i); found || err != nil {
+			return err
+		}
+		later = append(later, i)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if sets != nil && matched == len(sets) {
+		spans = append(spans, listedSpans...)
+	} else {
+		// The aranges named a unit that is not there: the units they listed take
+		// their own ranges after all.
+		for _, i := range listed {
+			if err := s.needUnit(&units[i]); err != nil {
+				return nil, nil, err
+			}
+			if found, err := ownRanges(units, i); err != nil {
+				return nil, nil, err
+			} else if !found {
+				later = append(later, i)
+			}
+		}
+		slices.Sort(later)
+	}
+	for _, i := range later {
 		ut, err := decodeUnit(s, units, i)
 		if err != nil {
-			return nil, fmt.Errorf("unit at %#x: %w", u.off, err)
+			return nil, nil, fmt.Errorf("unit at %#x: %w", units[i].off, err)
 		}
+		n := len(spans)
 		spans = ut.appendSpans(spans, uint32(i))
+		if len(want) > 0 && wanted(i, spans[n:]) {
+			s.t.pinUnit(s, &units[i])
+		}
 	}
-	return partition(spans), nil
+	return units, partition(spans), nil
 }
 
 // unitAbbrev returns an abbreviation table holding the declaration of u's first
@@ -74,8 +177,21 @@ func unitAbbrev(s *sections, u *unit) (*abbrevTable, error) {
 		return nil, fmt.Errorf("abbreviation table at %#x past the end of .debug_abbrev", u.abbrev)
 	}
 	ar := &secReader{b: b, pos: int(u.abbrev), order: s.order}
+	// The table's end is found by reading it: what is compressed is decompressed a
+	// few kilobytes ahead of the reading.
+	var ready uint64
+	ahead := func() error {
+		if uint64(ar.pos)+256 <= ready {
+			return nil
+		}
+		ready = uint64(ar.pos) + 4096
+		return s.need(secAbbrev, uint64(ar.pos), ready)
+	}
 	at := -1
 	for {
+		if err := ahead(); err != nil {
+			return nil, err
+		}
 		pos := ar.pos
 		c := uint64(uint32(ar.uleb()))
 		if ar.err != nil || c == 0 {
@@ -87,6 +203,9 @@ func unitAbbrev(s *sections, u *unit) (*abbrevTable, error) {
 		ar.uleb()
 		ar.u8()
 		for ar.err == nil {
+			if err := ahead(); err != nil {
+				return nil, err
+			}
 			attr, form := ar.uleb(), ar.uleb()
 			if attr == 0 && form == 0 {
 				break
@@ -96,6 +215,7 @@ func unitAbbrev(s *sections, u *unit) (*abbrevTable, error) {
 			}
 		}
 	}
+	u.abbrevEnd = uint64(ar.pos)
 	if ar.err != nil {
 		return nil, fmt.Errorf("abbreviation table at %#x: %w", u.abbrev, ar.err)
 	}
@@ -130,26 +250,31 @@ func checkLineProgram(line []byte, off int64) error {
 	return checkLineHeader(line, off)
 }
 
-// parseAranges reads .debug_aranges: the ranges of each unit it lists, and which
-// units those are. It returns nil for both when the section is absent or cannot be
-// trusted: malformed, or naming a unit that does not start where it says.
-func parseAranges(s *sections, units []unit) ([]unitSpan, []bool) {
+// arangeSet is one set of .debug_aranges: the unit's address size, and its ranges.
+type arangeSet struct {
+	asize  uint8
+	ranges [][2]uint64
+}
+
+// parseAranges reads .debug_aranges: the ranges of each unit it lists, by the unit's
+// offset in .debug_info. It returns nil when the section is absent or cannot be
+// trusted: malformed (the walk of the units checks the offsets and address sizes).
+func parseAranges(s *sections) map[uint64]*arangeSet {
 	b := s.data[secAranges]
 	if len(b) == 0 {
-		return nil, nil
+		return nil
 	}
-	listed := make([]bool, len(units))
-	var spans []unitSpan
+	sets := map[uint64]*arangeSet{}
 	r := &secReader{b: b, order: s.order}
 	for r.pos < len(b) {
 		start := r.pos
 		n, is64 := r.unitLength()
 		if r.err != nil || n > uint64(len(b)-r.pos) {
-			return nil, nil
+			return nil
 		}
 		end := r.pos + int(n)
 		if r.u16() != 2 {
-			return nil, nil
+			return nil
 		}
 		var infoOff uint64
 		if is64 {
@@ -158,9 +283,15 @@ func parseAranges(s *sections, units []unit) ([]unitSpan, []bool) {
 			infoOff = uint64(r.u32())
 		}
 		asize, seg := r.u8(), r.u8()
-		i, found := slices.BinarySearchFunc(units, infoOff, func(u unit, off uint64) int { return cmp.Compare(u.off, off) })
-		if r.err != nil || seg != 0 || !found || units[i].asize != asize || r.pos > end {
-			return nil, nil
+		if r.err != nil || seg != 0 || asize != 1 && asize != 2 && asize != 4 && asize != 8 || r.pos > end {
+			return nil
+		}
+		set := sets[infoOff]
+		if set == nil {
+			set = &arangeSet{asize: asize}
+			sets[infoOff] = set
+		} else if set.asize != asize {
+			return nil
 		}
 		// Tuples start at a multiple of their size from the set's start.
 		tuple := 2 * int(asize)
@@ -171,16 +302,15 @@ func parseAranges(s *sections, units []unit) ([]unitSpan, []bool) {
 				break
 			}
 			if lo != 0 && lo+length > lo {
-				spans = append(spans, unitSpan{lo: lo, hi: lo + length, unit: uint32(i)})
+				set.ranges = append(set.ranges, [2]uint64{lo, lo + length})
 			}
 		}
 		if r.err != nil {
-			return nil, nil
+			return nil
 		}
-		listed[i] = true
 		r.pos = end
 	}
-	return spans, listed
+	return sets
 }
 
 // appendSpans appends the addresses the unit's code takes: its line sequences and

@@ -248,10 +248,47 @@ const (
 
 var sectionNames = [numSections]string{"info", "abbrev", "str", "line", "ranges", "addr", "line_str", "str_offsets", "rnglists", "aranges"}
 
-// sections are one file's DWARF sections, as bytes, for one decoding.
+// sections are one file's DWARF sections, as bytes, for one decoding. Parts of the
+// compressed .debug_info, .debug_abbrev and .debug_line are decompressed only once
+// need says so (lazy.go): elsewhere they read as zeros.
 type sections struct {
 	data  [numSections][]byte
 	order binary.ByteOrder
+	t     *Table // nil: every section is whole
+}
+
+// need makes [off, end) of section sec readable.
+func (s *sections) need(sec sectionIndex, off, end uint64) error {
+	if s.t == nil {
+		return nil
+	}
+	return s.t.need(sec, off, end)
+}
+
+// needUnit makes unit u's entries and abbreviations readable.
+func (s *sections) needUnit(u *unit) error {
+	if err := s.need(secInfo, u.off, u.end); err != nil {
+		return err
+	}
+	return s.need(secAbbrev, u.abbrev, u.abbrevEnd)
+}
+
+// needLine makes the line program at off readable and returns its end.
+func (s *sections) needLine(off uint64) (uint64, error) {
+	if err := s.need(secLine, off, off+12); err != nil {
+		return 0, err
+	}
+	line := s.data[secLine]
+	if off >= uint64(len(line)) {
+		return 0, fmt.Errorf("line program at %#x past the end of .debug_line", off)
+	}
+	r := &secReader{b: line, pos: int(off), order: lineByteOrder(line[off:])}
+	n, _ := r.unitLength()
+	if r.err != nil || n > uint64(len(line)-r.pos) {
+		return 0, fmt.Errorf("line program at %#x: length %#x exceeds the section", off, n)
+	}
+	end := uint64(r.pos) + n
+	return end, s.need(secLine, off, end)
 }
 
 // unit is what the index keeps of a unit: where it is and how its header reads.
@@ -259,18 +296,30 @@ type unit struct {
 	off    uint64 // of the header in .debug_info
 	end    uint64 // one past the unit's last byte
 	abbrev uint64 // of its abbreviation table in .debug_abbrev
+	// line and lineEnd bound its line program in .debug_line; lineEnd is 0 when it
+	// has none. abbrevEnd is where its abbreviation table ends.
+	line, lineEnd, abbrevEnd uint64
 	dieOff uint8  // the first DIE's offset from off
 	vers   uint8
 	asize  uint8
 	is64   bool
 }
 
-// parseUnits reads the unit headers of .debug_info, rejecting what debug/dwarf would.
-func parseUnits(s *sections) ([]unit, error) {
+// walkUnits reads the unit headers of .debug_info, rejecting what debug/dwarf would,
+// and hands each unit to each as it is read, with the units so far: one walk through
+// the section does the index's work.
+func walkUnits(s *sections, each func(units []unit) error) ([]unit, error) {
 	r := &secReader{b: s.data[secInfo], order: s.order}
 	var units []unit
 	for r.pos < len(r.b) && r.err == nil {
 		start := r.pos
+		// The longest header: a 64-bit length, a type unit's signature and offset.
+		if err := s.need(secInfo, uint64(start), uint64(start)+64); err != nil {
+			return nil, err
+		}
+		if s.t != nil {
+			s.t.slide(secInfo, uint64(start))
+		}
 		n, is64 := r.unitLength()
 		if r.err != nil {
 			break
@@ -320,6 +369,9 @@ func parseUnits(s *sections) ([]unit, error) {
 		u.dieOff = uint8(r.pos - start)
 		units = append(units, u)
 		r.pos = end
+		if err := each(units); err != nil {
+			return nil, err
+		}
 	}
 	if r.err != nil {
 		return nil, fmt.Errorf("read .debug_info unit headers: %w", r.err)

@@ -59,7 +59,11 @@ func (c *Cache) admit(size int64) error {
 // copies, least recently used first, while the total would exceed the bound. The
 // caller holds t.mu; other tables are only tried (a table busy decoding keeps its
 // copies, and the bound is then exceeded for the moment rather than waited on).
-func (c *Cache) reserve(t *Table, n int64) {
+func (c *Cache) reserve(t *Table, n int64) { c.reserveInflated(t, n, n) }
+
+// reserveInflated is reserve for n bytes held of inflated bytes decompressed: a
+// section decompressed a block at a time keeps the blocks decoding needs only.
+func (c *Cache) reserveInflated(t *Table, n, inflated int64) {
 	busy := map[*Table]bool{}
 	for {
 		c.mu.Lock()
@@ -86,7 +90,7 @@ func (c *Cache) reserve(t *Table, n int64) {
 	}
 	defer c.mu.Unlock()
 	c.scratch += n
-	c.scratchTotal += n
+	c.scratchTotal += inflated
 	c.scratchPeak = max(c.scratchPeak, c.scratch)
 	if c.holders == nil {
 		c.holders = map[*Table]bool{}
@@ -95,12 +99,14 @@ func (c *Cache) reserve(t *Table, n int64) {
 	c.touchLocked(t)
 }
 
-// release accounts n bytes of t's copies dropped; t holds none after.
-func (c *Cache) release(t *Table, n int64) {
+// release accounts n bytes of t's copies dropped; empty says t holds none after.
+func (c *Cache) release(t *Table, n int64, empty bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.scratch -= n
-	delete(c.holders, t)
+	if empty {
+		delete(c.holders, t)
+	}
 }
 
 // unreserve takes back n bytes reserved and not decompressed after all.
@@ -127,12 +133,17 @@ func (c *Cache) touchLocked(t *Table) {
 func (t *Table) dropScratch() {
 	var freed int64
 	for i := range t.secs {
-		if sec := &t.secs[i]; sec.scratch != nil {
+		sec := &t.secs[i]
+		if sec.scratch != nil {
 			freed += int64(sec.size)
 			sec.drop()
 		}
+		if sec.lazy != nil {
+			freed += sec.lazy.drop()
+		}
 	}
+	t.hold = false
 	if freed > 0 {
-		t.cache.release(t, freed)
+		t.cache.release(t, freed, true)
 	}
 }

@@ -73,6 +73,10 @@ type Options struct {
 	// Cache keeps the units lookups decode, bounded in bytes and shared by the
 	// tables given it; nil gives the table a cache of its own of DefaultCacheBytes.
 	Cache *Cache
+	// Want are the addresses the caller is about to look up: with compressed sections
+	// in File, the index keeps what decoding their units needs as it passes it (see
+	// Prepare), rather than decompress the sections again for them.
+	Want []uint64
 }
 
 // Table maps addresses to frames. Load indexes the units by address; a lookup
@@ -97,6 +101,12 @@ type Table struct {
 	// scratchUsed orders the tables holding decompressed copies by their last use; the
 	// cache's lock guards it.
 	scratchUsed uint64
+	// want are the addresses Options.Want and Prepare ask for, by the units covering
+	// them: the index pins what decoding them needs. hold makes every block of the
+	// compressed sections stay once decompressed, until Trim.
+	want    map[uint32]bool
+	pending []uint64 // Options.Want, until the index resolves them to units
+	hold    bool
 }
 
 // unitSpan is a range of addresses and the unit whose code lies there.
@@ -117,6 +127,10 @@ type section struct {
 	comp    compression
 	size    uint64 // uncompressed
 	name    string
+	// lazy, for .debug_info, .debug_abbrev and .debug_line compressed in a mapped
+	// file, decompresses the parts decoding reaches (lazy.go); data and scratch
+	// stay nil.
+	lazy *lazySection
 }
 
 // drop lets go of a decompressed copy.
@@ -198,12 +212,16 @@ func Load(f *elf.File, o Options) (t *Table, err error) {
 		}
 		if sec.packed != nil {
 			packed += int64(sec.size)
+			if i == int(secInfo) || i == int(secAbbrev) || i == int(secLine) {
+				sec.lazy = newLazy(sec.packed, sec.comp, sec.size, o.Release)
+			}
 		}
 		t.secs[i] = sec
 	}
 	if err := t.cache.admit(packed); err != nil {
 		return nil, err
 	}
+	t.wantAddrs(o.Want)
 	if err := t.index(); err != nil {
 		return nil, err
 	}
@@ -223,16 +241,18 @@ func (t *Table) index() (err error) {
 	if err != nil {
 		return err
 	}
+	if err := s.need(secInfo, 0, 16); err != nil {
+		return err
+	}
 	if t.order, err = byteOrder(s.data[secInfo]); err != nil {
 		return fmt.Errorf("parse dwarf: %w", err)
 	}
 	s.order = t.order
-	if t.units, err = parseUnits(s); err != nil {
+	if t.units, t.spans, err = buildIndex(s); err != nil {
 		return fmt.Errorf("parse dwarf: %w", err)
 	}
-	if t.spans, err = buildIndex(s, t.units); err != nil {
-		return err
-	}
+	// What the index read of the compressed sections goes, but for the units wanted.
+	t.thin(false)
 	return nil
 }
 
@@ -312,10 +332,10 @@ func openSection(f *elf.File, s *elf.Section, file []byte, fits func(size uint64
 // sections returns the contents of every section, decompressing those that are
 // not at hand. The caller holds t.mu or owns t.
 func (t *Table) sections() (*sections, error) {
-	s := &sections{order: t.order}
+	s := &sections{order: t.order, t: t}
 	var need int64
 	for i := range t.secs {
-		if sec := &t.secs[i]; sec.data == nil && sec.packed != nil {
+		if sec := &t.secs[i]; sec.data == nil && sec.packed != nil && sec.lazy == nil {
 			need += int64(sec.size)
 		}
 	}
@@ -326,6 +346,16 @@ func (t *Table) sections() (*sections, error) {
 	}
 	for i := range t.secs {
 		sec := &t.secs[i]
+		if sec.lazy != nil {
+			b, err := sec.lazy.bytes()
+			if err != nil {
+				t.cache.unreserve(need)
+				t.dropScratch()
+				return nil, fmt.Errorf("read %s: %w", sec.name, err)
+			}
+			s.data[i] = b
+			continue
+		}
 		if sec.data == nil && sec.packed != nil {
 			scratch, err := decompress(sec.packed, sec.comp, sec.size, t.release)
 			if err != nil {
@@ -347,11 +377,185 @@ func (t *Table) sections() (*sections, error) {
 // holdsScratch reports whether t holds decompressed copies. The caller holds t.mu.
 func (t *Table) holdsScratch() bool {
 	for i := range t.secs {
-		if t.secs[i].scratch != nil {
+		if t.secs[i].scratch != nil || t.secs[i].lazy != nil && t.secs[i].lazy.nFilled > 0 {
 			return true
 		}
 	}
 	return false
+}
+
+// need makes [off, end) of a section decompressed, when it is one decompressed a block
+// at a time. The caller holds t.mu or owns t.
+func (t *Table) need(sec sectionIndex, off, end uint64) error {
+	l := t.secs[sec].lazy
+	if l == nil {
+		return nil
+	}
+	if t.hold {
+		l.all = true
+	}
+	before := l.inflated
+	kept, err := l.need(off, end)
+	if kept > 0 || l.inflated > before {
+		t.cache.reserveInflated(t, kept, int64(l.inflated-before))
+	}
+	if err != nil {
+		return fmt.Errorf("read %s: %w", t.secs[sec].name, err)
+	}
+	return nil
+}
+
+// pinUnit keeps what decoding unit u needs through the next thin.
+func (t *Table) pinUnit(s *sections, u *unit) {
+	t.pin(secInfo, u.off, u.end)
+	t.pin(secAbbrev, u.abbrev, u.abbrevEnd)
+	if u.lineEnd > 0 {
+		t.pin(secLine, u.line, u.lineEnd)
+	}
+}
+
+// pin keeps [off, end) of a section decompressed a block at a time through the next thin.
+func (t *Table) pin(sec sectionIndex, off, end uint64) {
+	if l := t.secs[sec].lazy; l != nil {
+		l.pin(off, end)
+	}
+}
+
+// slide lets go of the blocks of a section wholly below off that no wanted unit
+// needs: the index walks the sections in the order of the units, and keeps a window of
+// each. The caller holds t.mu or owns t.
+func (t *Table) slide(sec sectionIndex, off uint64) {
+	if l := t.secs[sec].lazy; l != nil && !t.hold {
+		if freed := l.forget(off); freed > 0 {
+			t.cache.release(t, freed, !t.holdsScratch())
+		}
+	}
+}
+
+// thin lets go of the blocks decompressed a block at a time, but the pinned ones
+// unless unpin. The caller holds t.mu or owns t.
+func (t *Table) thin(unpin bool) {
+	var freed int64
+	for i := range t.secs {
+		if l := t.secs[i].lazy; l != nil {
+			freed += l.thin(unpin)
+		}
+	}
+	if unpin {
+		t.want = nil
+	}
+	if freed > 0 {
+		t.cache.release(t, freed, !t.holdsScratch())
+	}
+}
+
+// Thin ends a naming pass: the blocks of the compressed sections decompressed for it
+// go, their units decoded and cached, unless Hold keeps them. The other sections,
+// small, stay until Trim.
+func (t *Table) Thin() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.hold {
+		t.thin(true)
+	}
+}
+
+// Hold keeps every block of the compressed sections once decompressed, until Trim: for
+// a file whose passes keep decoding new units, one decompression serves them all.
+func (t *Table) Hold() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.hold = true
+}
+
+// wantAddrs records the units covering addrs as wanted. Before the index exists it
+// keeps the addresses for buildIndex, which resolves them as it learns the units.
+func (t *Table) wantAddrs(addrs []uint64) {
+	if len(addrs) == 0 {
+		return
+	}
+	if t.want == nil {
+		t.want = map[uint32]bool{}
+	}
+	if t.spans == nil {
+		t.pending = addrs
+		return
+	}
+	for _, a := range addrs {
+		if u, ok := t.unitAt(a); ok {
+			t.want[u] = true
+		}
+	}
+}
+
+// Prepare decompresses, in one walk through each compressed section, what decoding the
+// units covering addrs that the cache does not hold needs, and keeps it till Thin:
+// lookups of addresses in several new units then cost one decompression, not one each.
+func (t *Table) Prepare(addrs []uint64) error {
+	if !t.lazySections() {
+		return nil
+	}
+	var units []uint32
+	for _, a := range addrs {
+		if u, ok := t.unitAt(a); ok && t.cache.get(t, u) == nil {
+			units = append(units, u)
+		}
+	}
+	if len(units) == 0 {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil
+	}
+	slices.Sort(units)
+	units = slices.Compact(units)
+	units = slices.DeleteFunc(units, func(u uint32) bool { return t.failed[u] })
+	return t.prepareUnits(units)
+}
+
+// lazySections reports whether any section is decompressed a block at a time.
+func (t *Table) lazySections() bool {
+	for i := range t.secs {
+		if t.secs[i].lazy != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// prepareUnits fills and pins what decoding units needs, section by section in
+// the order of the offsets. The caller holds t.mu.
+func (t *Table) prepareUnits(units []uint32) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = recovered(p)
+		}
+	}()
+	type span struct{ off, end uint64 }
+	var info, abbrev, line []span
+	for _, i := range units {
+		u := &t.units[i]
+		info = append(info, span{u.off, u.end})
+		abbrev = append(abbrev, span{u.abbrev, u.abbrevEnd})
+		if u.lineEnd > 0 {
+			line = append(line, span{u.line, u.lineEnd})
+		}
+	}
+	for _, sec := range []struct {
+		idx   sectionIndex
+		spans []span
+	}{{secInfo, info}, {secAbbrev, abbrev}, {secLine, line}} {
+		slices.SortFunc(sec.spans, func(a, b span) int { return cmp.Compare(a.off, b.off) })
+		for _, sp := range sec.spans {
+			t.pin(sec.idx, sp.off, sp.end)
+			if err := t.need(sec.idx, sp.off, sp.end); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // decompress inflates a compressed section of size bytes into anonymous memory.

@@ -1,0 +1,271 @@
+package dwarf
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+
+	"github.com/sonde-profiler/sonde/internal/mmapfile"
+)
+
+// A compressed .debug_info, .debug_abbrev or .debug_line is decompressed into a
+// reserved region of its full size a block at a time, as far as decoding reaches
+// into it: the pages of the blocks not written cost nothing. Building the index
+// walks .debug_info once from start to end and keeps only the blocks of the units
+// the naming pass that loads the file looks up; later passes fill the blocks of their
+// new units in one more walk, and every pass's blocks go when it ends (Table.Thin),
+// unless the file keeps asking for new units (Table.Hold). The whole copy of libc's
+// debug file, 8 MB, was held from the first lookup; its index and first pass now hold
+// a few hundred kilobytes of it at a time.
+//
+// The streams cannot be entered in the middle, so a block behind the stream that is
+// not filled costs a walk from the start: a pass asks for its units in the order of
+// their offsets (Table.Prepare), and a table whose decoding goes back more than
+// maxRestarts times in one pass fills the whole section instead.
+
+// lazyBlock is the granule of what is filled: a page, since a unit of the C library
+// takes 4 KB on average, and a pass's units lie scattered.
+const lazyBlock = 4 << 10
+
+// maxRestarts bounds the walks from the start one pass makes in one section; past it
+// the section is filled whole, and a hostile file's references back and forth cost
+// a few decompressions, not one per reference.
+const maxRestarts = 3
+
+
+// lazySection is a compressed section decompressed where decoding needs it.
+type lazySection struct {
+	packed  []byte
+	comp    compression
+	size    uint64
+	release func([]byte) // gives back the compressed pages read; may be nil
+	region  *mmapfile.Region
+	filled  bitset // blocks written to region
+	pinned  bitset // blocks Thin keeps: the units a pass asked for, until it ends
+	all     bool   // every block is filled as the stream passes it
+
+	stream    io.Reader
+	closer    func()
+	pos       uint64 // bytes the stream has produced
+	walks    int    // walks from the start since the last thin
+	discard  []byte
+	inflated uint64 // bytes decompressed in all, for the statistics
+	nFilled  int    // blocks filled
+	held     int64  // their bytes
+	low      uint64 // no block below it is filled but pinned ones
+}
+
+type bitset []uint64
+
+func (b bitset) has(i uint64) bool { return i/64 < uint64(len(b)) && b[i/64]&(1<<(i%64)) != 0 }
+func (b bitset) set(i uint64)      { b[i/64] |= 1 << (i % 64) }
+func (b bitset) clear(i uint64)    { b[i/64] &^= 1 << (i % 64) }
+
+func newLazy(packed []byte, comp compression, size uint64, release func([]byte)) *lazySection {
+	n := (size + lazyBlock - 1) / lazyBlock
+	return &lazySection{packed: packed, comp: comp, size: size, release: release,
+		filled: make(bitset, (n+63)/64), pinned: make(bitset, (n+63)/64)}
+}
+
+// bytes returns the section's region, reserving it on first use: blocks not filled
+// read as zeros, which every reader of these sections bounds-checks like any input.
+func (l *lazySection) bytes() ([]byte, error) {
+	if l.region == nil {
+		if l.size > math.MaxInt {
+			return nil, fmt.Errorf("size %d", l.size)
+		}
+		r, err := mmapfile.Anon(int(l.size))
+		if err != nil {
+			return nil, err
+		}
+		l.region = r
+	}
+	b := l.region.Bytes()
+	if b == nil {
+		b = []byte{}
+	}
+	return b, nil
+}
+
+
+// need fills the blocks under [off, end). It returns the bytes it newly holds.
+func (l *lazySection) need(off, end uint64) (int64, error) {
+	end = min(end, l.size)
+	if off >= end {
+		return 0, nil
+	}
+	if _, err := l.bytes(); err != nil {
+		return 0, err
+	}
+	first, last := off/lazyBlock, (end-1)/lazyBlock
+	if l.all {
+		last = (l.size - 1) / lazyBlock // one walk fills the section
+	}
+	for first <= last && l.filled.has(first) {
+		first++
+	}
+	for last >= first && l.filled.has(last) {
+		last--
+	}
+	if first > last {
+		return 0, nil
+	}
+	before := l.held
+	if first*lazyBlock < l.pos || l.stream == nil {
+		if l.walks++; l.walks > maxRestarts {
+			l.all = true
+		}
+		if err := l.restart(); err != nil {
+			return 0, err
+		}
+	}
+	for l.pos <= last*lazyBlock && l.pos < l.size {
+		blk := l.pos / lazyBlock
+		n := min(lazyBlock, l.size-l.pos)
+		var dst []byte
+		keep := !l.filled.has(blk) && (l.all || blk >= first && blk <= last)
+		if keep {
+			dst = l.region.Bytes()[l.pos : l.pos+n]
+		} else {
+			if l.discard == nil {
+				l.discard = make([]byte, lazyBlock)
+			}
+			dst = l.discard[:n]
+		}
+		got, err := io.ReadFull(l.stream, dst)
+		l.inflated += uint64(got)
+		if err != nil {
+			l.closeStream()
+			if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+				err = fmt.Errorf("%d of %d bytes", l.pos+uint64(got), l.size)
+			}
+			return l.held - before, err
+		}
+		if keep {
+			l.filled.set(blk)
+			l.nFilled++
+			l.held += int64(n)
+			l.low = min(l.low, blk)
+		}
+		l.pos += n
+	}
+	if l.pos >= l.size {
+		l.closeStream() // nothing more to read: what stays is in the region
+	}
+	return l.held - before, nil
+}
+
+// restart opens the stream at the section's start.
+func (l *lazySection) restart() error {
+	l.closeStream()
+	in := io.Reader(bytes.NewReader(l.packed))
+	var rr *releasingReader
+	if l.release != nil {
+		rr = &releasingReader{b: l.packed, release: l.release}
+		in = rr
+	}
+	switch l.comp {
+	case compZlib:
+		zr, err := zlibReader(in)
+		if err != nil {
+			return err
+		}
+		l.stream = zr
+		l.closer = func() {}
+	case compZstd:
+		zr, err := zstdReader(in, l.size)
+		if err != nil {
+			return err
+		}
+		l.stream = zr
+		l.closer = zr.Close
+	default:
+		return errors.New("unknown compression")
+	}
+	if rr != nil {
+		inner := l.closer
+		l.closer = func() { inner(); rr.giveBack() }
+	}
+	l.pos = 0
+	return nil
+}
+
+func (l *lazySection) closeStream() {
+	if l.closer != nil {
+		l.closer()
+	}
+	l.stream, l.closer, l.discard = nil, nil, nil
+	// A later need starts from the start again; pos says how far this one got.
+	l.pos = 0
+}
+
+// pin keeps the blocks under [off, end) through the next thin.
+func (l *lazySection) pin(off, end uint64) {
+	end = min(end, l.size)
+	for b := off / lazyBlock; off < end && b <= (end-1)/lazyBlock; b++ {
+		l.pinned.set(b)
+	}
+}
+
+// forget drops the filled blocks wholly below off that are not pinned, returning the
+// bytes freed: the index's walk through .debug_info keeps a window, not the section.
+func (l *lazySection) forget(off uint64) int64 {
+	end := min(off/lazyBlock, (l.size+lazyBlock-1)/lazyBlock)
+	freed := l.dropRange(l.low, end)
+	l.low = max(l.low, end)
+	return freed
+}
+
+// dropRange drops the filled blocks from first up to end that are not pinned, giving
+// back each run of them in one call.
+func (l *lazySection) dropRange(first, end uint64) int64 {
+	var freed int64
+	run := uint64(0)
+	flush := func(b uint64) {
+		if b > run {
+			l.region.Release(l.region.Bytes()[run*lazyBlock : min(b*lazyBlock, l.size)])
+		}
+	}
+	run = first
+	for b := first; b < end; b++ {
+		if !l.filled.has(b) || l.pinned.has(b) {
+			flush(b)
+			run = b + 1
+			continue
+		}
+		n := min(lazyBlock, l.size-b*lazyBlock)
+		l.filled.clear(b)
+		l.nFilled--
+		l.held -= int64(n)
+		freed += int64(n)
+	}
+	flush(end)
+	return freed
+}
+
+// thin drops every filled block but the pinned ones, or all of them with unpin, and
+// ends the stream: what a pass needed is decoded and cached by now.
+func (l *lazySection) thin(unpin bool) int64 {
+	l.closeStream()
+	l.walks, l.all, l.low = 0, false, 0
+	if unpin {
+		clear(l.pinned)
+	}
+	return l.dropRange(0, (l.size+lazyBlock-1)/lazyBlock)
+}
+
+// drop lets go of the region and the stream.
+func (l *lazySection) drop() int64 {
+	freed := l.held
+	l.closeStream()
+	if l.region != nil {
+		l.region.Close()
+		l.region = nil
+	}
+	clear(l.filled)
+	clear(l.pinned)
+	l.nFilled, l.held, l.walks, l.all, l.low = 0, 0, 0, false, 0
+	return freed
+}

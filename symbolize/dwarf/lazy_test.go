@@ -1,0 +1,174 @@
+package dwarf
+
+import (
+	"debug/elf"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/sonde-profiler/sonde/internal/mmapfile"
+	"github.com/sonde-profiler/sonde/internal/testenv"
+)
+
+// libcDebugFile returns the path of the C library's separate debug file (Debian's
+// libc6-dbg), whose sections are compressed and span many blocks.
+func libcDebugFile(t *testing.T) string {
+	t.Helper()
+	gcc := testenv.RequireTool(t, "gcc")
+	out, err := exec.Command(gcc, "-print-file-name=libc.so.6").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib, err := filepath.EvalSymlinks(strings.TrimSpace(string(out)))
+	if err != nil {
+		testenv.Unavailable(t, "libc.so.6: %v", err)
+	}
+	f, err := elf.Open(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	note := f.Section(".note.gnu.build-id")
+	if note == nil {
+		testenv.Unavailable(t, "%s has no build ID", lib)
+	}
+	b, err := note.Data()
+	if err != nil || len(b) < 16+2 {
+		t.Fatalf("build ID note of %s: %v", lib, err)
+	}
+	id := hex.EncodeToString(b[16:])
+	path := filepath.Join("/usr/lib/debug/.build-id", id[:2], id[2:]+".debug")
+	if _, err := os.Stat(path); err != nil {
+		testenv.Unavailable(t, "no debug file for libc (apt-get install libc6-dbg): %v", err)
+	}
+	return path
+}
+
+// lazySize is what t's sections decompressed a block at a time inflate to.
+func lazySize(t *Table) int64 {
+	var n int64
+	for _, sec := range t.secs {
+		if sec.lazy != nil {
+			n += int64(sec.size)
+		}
+	}
+	return n
+}
+
+// Decompressing .debug_info, .debug_abbrev and .debug_line only where decoding reaches
+// names every address as decompressing them whole does, and holds a small part of them:
+// the index keeps the units of the addresses announced, Prepare fetches a pass's new
+// units in one walk through each section, and Thin lets them go once decoded.
+func TestLazySectionsMatchWhole(t *testing.T) {
+	path := libcDebugFile(t)
+	ef, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ef.Close()
+	whole, err := Load(ef, Options{}) // read by debug/elf, decompressed whole
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer whole.Close()
+	// Addresses in units all over the file: each unit's first span, and one inside.
+	var addrs []uint64
+	seen := map[uint32]bool{}
+	for _, sp := range whole.spans {
+		if !seen[sp.unit] && len(addrs) < 600 {
+			seen[sp.unit] = true
+			addrs = append(addrs, sp.lo, sp.lo+(sp.hi-sp.lo)/2)
+		}
+	}
+	if len(seen) < 100 {
+		t.Fatalf("%d units indexed: not the file this test needs", len(seen))
+	}
+
+	osf, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer osf.Close()
+	m, err := mmapfile.Map(osf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	c := NewCache(64 << 20)
+	first, prepared, rest := addrs[:20], addrs[20:300], addrs[300:]
+	lazy, err := Load(ef, Options{File: m.Bytes(), Release: m.Release, Cache: c, Want: first})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lazy.Close()
+	big := lazySize(lazy)
+	if big < 4*lazyBlock {
+		t.Fatalf("%d bytes decompressed a block at a time: not the file this test needs", big)
+	}
+	st := c.Decompressed()
+	t.Logf("load: %+v; %d bytes decompressed a block at a time, %d whole", st, big, wholeSize(lazy))
+	if st.PeakBytes > big/3+wholeSize(lazy) {
+		t.Errorf("building the index held %d bytes at once, of %d decompressed a block at a time", st.PeakBytes, big)
+	}
+	same := func(addrs []uint64) {
+		t.Helper()
+		for _, a := range addrs {
+			want, _ := whole.Lookup(a)
+			got, err := lazy.Lookup(a)
+			if err != nil {
+				t.Fatalf("%#x: %v", a, err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("%#x: %+v, decompressed whole %+v", a, got, want)
+			}
+		}
+	}
+	total := func() int64 { return c.Decompressed().TotalBytes }
+
+	// The addresses announced at load decode from what the index kept.
+	before := total()
+	same(first)
+	if d := total() - before; d != 0 {
+		t.Errorf("lookups of the addresses announced at load decompressed %d bytes more", d)
+	}
+	lazy.Thin()
+	if got := c.Decompressed().Bytes; got != wholeSize(lazy) {
+		t.Errorf("%d bytes held after Thin, want the %d of the sections decompressed whole", got, wholeSize(lazy))
+	}
+
+	// A pass's new units: one walk through each section, at most.
+	before = total()
+	if err := lazy.Prepare(prepared); err != nil {
+		t.Fatal(err)
+	}
+	walked := total() - before
+	same(prepared)
+	if d := total() - before; d != walked || walked > big {
+		t.Errorf("Prepare decompressed %d bytes and its lookups %d more; one walk is at most %d", walked, d-walked, big)
+	}
+	t.Logf("prepare: walked %d, held %d", walked, c.Decompressed().Bytes-wholeSize(lazy))
+	if held := c.Decompressed().Bytes - wholeSize(lazy); held > big/2 {
+		t.Errorf("%d bytes held for %d addresses, of %d", held, len(prepared), big)
+	}
+	lazy.Thin()
+
+	// Lookups nobody announced, in units all over the file: decoding goes back and forth,
+	// and a few walks in, the sections fill whole.
+	before = total()
+	same(rest)
+	t.Logf("rest: %d", total()-before)
+	if d := total() - before; d > int64(maxRestarts+1)*big {
+		t.Errorf("lookups decompressed %d bytes: more than %d walks of %d", d, maxRestarts+1, big)
+	}
+	lazy.Trim()
+	if got := c.Decompressed().Bytes; got != 0 {
+		t.Errorf("%d bytes held after Trim", got)
+	}
+	// After Trim, everything decodes again from the sections.
+	c.Shed()
+	same(addrs[:40])
+}
