@@ -4,8 +4,8 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"math"
 	"hash/maphash"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -712,7 +712,7 @@ func (s *Symbolizer) object(ref *fileRef, f *objfile.File) (*objFile, error) {
 		s.stats.FilesLoaded++
 		obj.dwarfReadAt = s.now() // Load read the sections to index them
 		obj.dwarfPasses, obj.dwarfLoaded = 1, true
-		ref.prepared = true       // Load kept what the offsets wanted need
+		ref.prepared = true // Load kept what the offsets wanted need
 		if err != nil {
 			s.stats.DebugInfoFailed++
 		}

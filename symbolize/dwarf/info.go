@@ -299,10 +299,10 @@ type unit struct {
 	// line and lineEnd bound its line program in .debug_line; lineEnd is 0 when it
 	// has none. abbrevEnd is where its abbreviation table ends.
 	line, lineEnd, abbrevEnd uint64
-	dieOff uint8  // the first DIE's offset from off
-	vers   uint8
-	asize  uint8
-	is64   bool
+	dieOff                   uint8 // the first DIE's offset from off
+	vers                     uint8
+	asize                    uint8
+	is64                     bool
 }
 
 // walkUnits reads the unit headers of .debug_info, rejecting what debug/dwarf would,

@@ -34,7 +34,6 @@ const lazyBlock = 4 << 10
 // a few decompressions, not one per reference.
 const maxRestarts = 3
 
-
 // lazySection is a compressed section decompressed where decoding needs it.
 type lazySection struct {
 	packed  []byte
@@ -46,9 +45,9 @@ type lazySection struct {
 	pinned  bitset // blocks Thin keeps: the units a pass asked for, until it ends
 	all     bool   // every block is filled as the stream passes it
 
-	stream    io.Reader
-	closer    func()
-	pos       uint64 // bytes the stream has produced
+	stream   io.Reader
+	closer   func()
+	pos      uint64 // bytes the stream has produced
 	walks    int    // walks from the start since the last thin
 	discard  []byte
 	inflated uint64 // bytes decompressed in all, for the statistics
@@ -88,7 +87,6 @@ func (l *lazySection) bytes() ([]byte, error) {
 	}
 	return b, nil
 }
-
 
 // need fills the blocks under [off, end). It returns the bytes it newly holds.
 func (l *lazySection) need(off, end uint64) (int64, error) {
