@@ -135,6 +135,23 @@ func (r *Region) Release(b []byte) {
 	_ = unix.Madvise(r.data[start:end], unix.MADV_DONTNEED)
 }
 
+// ReleaseMapped is Release for a caller that holds b, a slice of a private read-only
+// file mapping, without its Region. b must lie in such a mapping: the pages of
+// anonymous or written memory would be lost.
+func ReleaseMapped(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	page := uintptr(os.Getpagesize())
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	start := (p + page - 1) &^ (page - 1)
+	end := (p + uintptr(len(b))) &^ (page - 1)
+	if end <= start {
+		return
+	}
+	_, _, _ = unix.Syscall(unix.SYS_MADVISE, start, end-start, unix.MADV_DONTNEED)
+}
+
 // offsetOf returns where b starts in data, or -1 when b is not a part of data.
 func offsetOf(data, b []byte) int {
 	if len(b) == 0 || len(data) == 0 {

@@ -117,6 +117,19 @@ func inPlace(s *elf.Section) ([]byte, bool) {
 	return m[off : off+n : off+n], true
 }
 
+// GiveBack gives back the resident pages under b, a slice of what SectionData returned
+// for s, when s is read in place from a mapping (MapELF): a scan through a large table
+// then keeps a window of it resident rather than all it has read, the pages staying in
+// the page cache. For a section read into memory it does nothing.
+func GiveBack(s *elf.Section, b []byte) {
+	if s == nil || len(b) == 0 {
+		return
+	}
+	if _, ok := inPlace(s); ok {
+		mmapfile.ReleaseMapped(b)
+	}
+}
+
 // SectionData reads a section, decompressed, if it and its claimed size are within
 // limit: a header claiming 2⁶² bytes costs an error, not an allocation. debug/elf reads
 // what the file really holds in chunks, so a size within the limit that the file does not
@@ -186,6 +199,9 @@ func FindSymbol(f *elf.File, typ elf.SectionType, name string, defined bool) (Sy
 		return Symbol{}, false, err
 	}
 	for i := 1; i < t.Len(); i++ { // entry 0 is the null symbol
+		if i%giveBackEvery == 0 {
+			t.GiveBack()
+		}
 		if !t.NameIs(i, name) {
 			continue
 		}
@@ -196,11 +212,16 @@ func FindSymbol(f *elf.File, typ elf.SectionType, name string, defined bool) (Sy
 	return Symbol{}, false, nil
 }
 
+// giveBackEvery is how many entries a scan reads between giving back the pages it made
+// resident: 16 384 symbols are 384 KB of table.
+const giveBackEvery = 1 << 14
+
 // Symbols is a 64-bit symbol table read where it lies: an entry and its name are
 // decoded when asked for.
 type Symbols struct {
-	syms, strs []byte
-	order      binary.ByteOrder
+	syms, strs     []byte
+	order          binary.ByteOrder
+	symSec, strSec *elf.Section
 }
 
 // symSize is an Elf64_Sym's: name u32, info, other u8, shndx u16, value, size u64.
@@ -224,7 +245,14 @@ func OpenSymbols(f *elf.File, typ elf.SectionType) (*Symbols, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Symbols{syms: syms, strs: strs, order: f.ByteOrder}, nil
+	return &Symbols{syms: syms, strs: strs, order: f.ByteOrder, symSec: table, strSec: f.Sections[table.Link]}, nil
+}
+
+// GiveBack gives back the resident pages of the table, when it is read in place: a scan
+// of a large program's table (a Go program's, megabytes) calls it as it goes.
+func (t *Symbols) GiveBack() {
+	GiveBack(t.symSec, t.syms)
+	GiveBack(t.strSec, t.strs)
 }
 
 // Len is the number of entries, the null symbol 0 included.
