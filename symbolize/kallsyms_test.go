@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/sonde-profiler/sonde/trace"
 )
 
 // testKallsyms is out of order, as /proc/kallsyms is once modules are listed, and has
@@ -190,5 +192,43 @@ func TestKallsymsCompact(t *testing.T) {
 	t.Logf("%d symbols, %d bytes of names, table %d bytes", ks.Len(), names, ks.SizeBytes())
 	if ks.SizeBytes() > int64(names)*2/3 {
 		t.Errorf("the table takes %d bytes for %d bytes of names", ks.SizeBytes(), names)
+	}
+}
+
+// PrepareKernel reads kallsyms before the first pass, which then names kernel frames
+// without reading it; a failure is returned there once, not again by the pass.
+func TestPrepareKernel(t *testing.T) {
+	path := writeKallsyms(t, testKallsyms)
+	s := New(Options{KallsymsPath: path})
+	if err := s.PrepareKernel(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PrepareKernel(); err != nil {
+		t.Fatalf("a second call read again: %v", err)
+	}
+	loc := &trace.Location{Kind: trace.FrameKernel, Address: 0xffffffff81002100}
+	if errs := s.Symbolize(&trace.Profile{Locations: []*trace.Location{loc}}); len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	if len(loc.Lines) != 1 || loc.Lines[0].Function != "schedule" {
+		t.Errorf("kernel frame named %+v, want schedule from the symbols read before", loc.Lines)
+	}
+	if s.kernel.reads != 1 {
+		t.Errorf("kallsyms read %d times, want once", s.kernel.reads)
+	}
+
+	missing := New(Options{KallsymsPath: path})
+	if err := missing.PrepareKernel(); err == nil || !strings.Contains(err.Error(), "kernel symbols") {
+		t.Fatalf("PrepareKernel of a missing file: %v", err)
+	}
+	loc = &trace.Location{Kind: trace.FrameKernel, Address: 0xffffffff81002100}
+	if errs := missing.Symbolize(&trace.Profile{Locations: []*trace.Location{loc}}); len(errs) != 0 {
+		t.Errorf("the pass returned %v again", errs)
+	}
+	if New(Options{Mode: ModeNone, KallsymsPath: path}).PrepareKernel() != nil {
+		t.Error("a symbolizer that names nothing read kallsyms")
 	}
 }

@@ -856,7 +856,7 @@ func (obj *objFile) releasePages() {
 // after a lookup last read them. A file's large compressed sections (.debug_info,
 // .debug_abbrev, .debug_line) are decompressed only where a pass's new units lie, and
 // what a pass decompressed goes when it ends, its units decoded; the small ones (strings,
-// ranges) stay for the idle time. A file whose passes keep decoding new units, the third
+// ranges) stay for the idle time. A file whose passes keep decoding new units, the fourth
 // within the idle time of the one before (dwarfHoldPasses), keeps whatever its sections
 // decompress for the idle time instead, so that its later new units cost no more
 // decompression: a distribution's debug file of libc decompresses to 8.6 MB, and walking
@@ -868,7 +868,7 @@ func (obj *objFile) releasePages() {
 const (
 	dwarfIdleMin    = 30 * time.Second
 	dwarfIdleMax    = 8 * time.Minute
-	dwarfHoldPasses = 3
+	dwarfHoldPasses = 4
 )
 
 // trimDWARF ends a pass over the file: what its large sections decompressed for it goes
@@ -961,6 +961,20 @@ func (s *Symbolizer) kernelLines(addr uint64) ([]trace.Line, error) {
 
 // loadKernel (re)reads kallsyms. It returns an error only when the previous attempt
 // did not fail, so that a persistent failure is reported once.
+// PrepareKernel reads the kernel's symbols now, if kernel frames are to be named and
+// they were not read yet. Reading kallsyms takes a few megabytes for a moment (120 000
+// names, sorted); an agent that reads them before it samples does so while its memory
+// is at its lowest, rather than on top of its first naming pass. The error is the one
+// the first pass would have returned.
+func (s *Symbolizer) PrepareKernel() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mode == ModeNone || s.kernel.tried {
+		return nil
+	}
+	return s.loadKernel()
+}
+
 func (s *Symbolizer) loadKernel() error {
 	k := &s.kernel
 	k.tried = true

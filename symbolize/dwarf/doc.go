@@ -22,12 +22,16 @@
 // LineReader, over a Data made for one program.
 //
 // Given the file mapped (Options.File), uncompressed sections are read where they
-// lie and never copied. Compressed ones (SHF_COMPRESSED zlib or zstd, .zdebug) are
-// decompressed when Load or a lookup needs them and kept until Trim, which the
-// symbolizer calls once a run of lookups is done: holding the copy would cost as
-// much as the tables the eager decoder kept, and decompressing again costs a few
-// tens of milliseconds for the C library, once per run that needs a new unit. The
-// copies lie in anonymous memory outside the Go heap, given back at Trim.
+// lie and never copied. Of compressed ones (SHF_COMPRESSED zlib or zstd, .zdebug),
+// .debug_info, .debug_abbrev and .debug_line are decompressed a page at a time, as far
+// as decoding reaches into them, into reserved anonymous memory whose pages cost nothing
+// until written (lazy.go): Load walks them once, keeping a window and what the units of
+// the addresses announced in Options.Want need; Prepare fetches what a pass's new units
+// need in one more walk; Thin lets it go at the pass's end; Hold keeps every page once
+// decompressed, for a file whose passes keep decoding new units. The other compressed
+// sections, small, are decompressed whole when needed. All of it stays until Trim, and
+// the compressed pages read are given back as the stream passes them (Options.Release).
+// The copies lie in anonymous memory outside the Go heap.
 //
 // Hostile or broken input costs an error, never a panic: unit headers, unit DIEs
 // and line program headers are checked at load, each unit when decoded, the

@@ -251,6 +251,9 @@ func (l *lazySection) thin(unpin bool) int64 {
 	if unpin {
 		clear(l.pinned)
 	}
+	if l.nFilled == 0 {
+		return 0
+	}
 	return l.dropRange(0, (l.size+lazyBlock-1)/lazyBlock)
 }
 
