@@ -52,6 +52,12 @@ func (c *lru[K, V]) Each(f func(K, V)) {
 	}
 }
 
+// Has reports whether k is held, leaving the order of use as it is.
+func (c *lru[K, V]) Has(k K) bool {
+	_, ok := c.index[k]
+	return ok
+}
+
 // Get returns the value for k and makes it the most recently used.
 func (c *lru[K, V]) Get(k K) (V, bool) {
 	i, ok := c.index[k]

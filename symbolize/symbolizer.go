@@ -489,7 +489,8 @@ func (s *Symbolizer) Symbolize(p *trace.Profile) []error {
 			ref := refs[loc.Mapping.File]
 			if ref == nil {
 				id := loc.Mapping.File.ID()
-				ref = &fileRef{id: id, hash: s.fileHash(id), want: wants[loc.Mapping.File]}
+				ref = &fileRef{id: id, hash: s.fileHash(id)}
+				ref.want = s.notCached(ref.hash, wants[loc.Mapping.File])
 				refs[loc.Mapping.File] = ref
 			}
 			prev = ref
@@ -508,6 +509,15 @@ func (s *Symbolizer) Symbolize(p *trace.Profile) []error {
 	}
 	s.recoverTailCalls(p, refs)
 	return errs
+}
+
+// notCached returns the offsets of offs the address cache does not name: the ones a pass
+// will look up in the file.
+func (s *Symbolizer) notCached(file uint64, offs []uint64) []uint64 {
+	if s.addrs == nil {
+		return offs
+	}
+	return slices.DeleteFunc(offs, func(off uint64) bool { return s.addrs.Has(addrKey{file: file, off: off}) })
 }
 
 // wantedOffsets returns the offsets each file's locations are looked up at.

@@ -22,17 +22,17 @@ import (
 //
 // The streams cannot be entered in the middle, so a block behind the stream that is
 // not filled costs a walk from the start: a pass asks for its units in the order of
-// their offsets (Table.Prepare), and a table whose decoding goes back more than
-// maxRestarts times in one pass fills the whole section instead.
+// their offsets (Table.Prepare), and a section walked maxWalks times since the last
+// Thin is filled whole by the next walk.
 
 // lazyBlock is the granule of what is filled: a page, since a unit of the C library
 // takes 4 KB on average, and a pass's units lie scattered.
 const lazyBlock = 4 << 10
 
-// maxRestarts bounds the walks from the start one pass makes in one section; past it
-// the section is filled whole, and a hostile file's references back and forth cost
-// a few decompressions, not one per reference.
-const maxRestarts = 3
+// maxWalks bounds the walks from the start a pass makes through one section before
+// one fills it whole: a hostile file's references back and forth cost a few
+// decompressions, not one per reference.
+const maxWalks = 3
 
 // lazySection is a compressed section decompressed where decoding needs it.
 type lazySection struct {
@@ -112,8 +112,9 @@ func (l *lazySection) need(off, end uint64) (int64, error) {
 	}
 	before := l.held
 	if first*lazyBlock < l.pos || l.stream == nil {
-		if l.walks++; l.walks > maxRestarts {
+		if l.walks++; l.walks > maxWalks {
 			l.all = true
+			last = (l.size - 1) / lazyBlock
 		}
 		if err := l.restart(); err != nil {
 			return 0, err

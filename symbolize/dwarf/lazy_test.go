@@ -1,6 +1,7 @@
 package dwarf
 
 import (
+	"bytes"
 	"debug/elf"
 	"encoding/hex"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/klauspost/compress/zlib"
 
 	"github.com/sonde-profiler/sonde/internal/mmapfile"
 	"github.com/sonde-profiler/sonde/internal/testenv"
@@ -161,8 +164,8 @@ func TestLazySectionsMatchWhole(t *testing.T) {
 	before = total()
 	same(rest)
 	t.Logf("rest: %d", total()-before)
-	if d := total() - before; d > int64(maxRestarts+1)*big {
-		t.Errorf("lookups decompressed %d bytes: more than %d walks of %d", d, maxRestarts+1, big)
+	if d := total() - before; d > int64(maxWalks+1)*big {
+		t.Errorf("lookups decompressed %d bytes: more than %d walks of %d", d, maxWalks+1, big)
 	}
 	lazy.Trim()
 	if got := c.Decompressed().Bytes; got != 0 {
@@ -171,4 +174,59 @@ func TestLazySectionsMatchWhole(t *testing.T) {
 	// After Trim, everything decodes again from the sections.
 	c.Shed()
 	same(addrs[:40])
+}
+
+// A section decompressed a block at a time holds what was asked for and what is
+// pinned, walks again only for a block behind its stream, fills itself whole after
+// maxWalks walks, and reads back what decompressing it whole gives.
+func TestLazySectionBlocks(t *testing.T) {
+	plain := make([]byte, 40*lazyBlock+123)
+	for i := range plain {
+		plain[i] = byte(i*7 + i/lazyBlock)
+	}
+	var zb bytes.Buffer
+	zw := zlib.NewWriter(&zb)
+	zw.Write(plain)
+	zw.Close()
+	l := newLazy(zb.Bytes(), compZlib, uint64(len(plain)), nil)
+	defer l.drop()
+	b, err := l.bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	need := func(off, end uint64) {
+		t.Helper()
+		if _, err := l.need(off, end); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(b[off:min(end, uint64(len(plain)))], plain[off:min(end, uint64(len(plain)))]) {
+			t.Fatalf("[%d, %d) differs from the section decompressed whole", off, end)
+		}
+	}
+	need(5*lazyBlock+10, 7*lazyBlock)  // blocks 5 and 6
+	need(20*lazyBlock, 20*lazyBlock+1) // forward: the same walk
+	need(40*lazyBlock, 41*lazyBlock)   // the short last block
+	if l.walks != 1 || l.nFilled != 4 || l.held != 3*lazyBlock+123 {
+		t.Fatalf("after three forward needs: %d walks, %d blocks, %d bytes held", l.walks, l.nFilled, l.held)
+	}
+	need(5*lazyBlock, 6*lazyBlock) // filled already: no walk
+	if l.walks != 1 {
+		t.Fatalf("a filled block walked again: %d walks", l.walks)
+	}
+	l.pin(20*lazyBlock, 21*lazyBlock)
+	if freed := l.forget(30 * lazyBlock); freed != 2*lazyBlock || l.filled.has(5) || !l.filled.has(20) {
+		t.Fatalf("forget below block 30 freed %d bytes: blocks 5 and 6 go, pinned 20 stays", freed)
+	}
+	need(2*lazyBlock, 3*lazyBlock) // behind the stream: a second walk
+	need(1*lazyBlock, 2*lazyBlock) // a third
+	if l.walks != 3 || l.all {
+		t.Fatalf("%d walks, whole %v", l.walks, l.all)
+	}
+	need(0, 1) // the fourth walk fills the section
+	if !l.all || l.nFilled != 41 || !bytes.Equal(b, plain) {
+		t.Fatalf("after %d walks: whole %v, %d of 41 blocks", l.walks, l.all, l.nFilled)
+	}
+	if freed := l.thin(true); freed != int64(len(plain)) || l.held != 0 || l.walks != 0 {
+		t.Fatalf("thin freed %d of %d bytes, %d held, %d walks", freed, len(plain), l.held, l.walks)
+	}
 }

@@ -101,9 +101,9 @@ type Table struct {
 	// scratchUsed orders the tables holding decompressed copies by their last use; the
 	// cache's lock guards it.
 	scratchUsed uint64
-	// want are the addresses Options.Want and Prepare ask for, by the units covering
-	// them: the index pins what decoding them needs. hold makes every block of the
-	// compressed sections stay once decompressed, until Trim.
+	// want are the units covering the addresses of Options.Want: the index pins what
+	// decoding them needs. hold makes every block of the compressed sections stay once
+	// decompressed, until Trim.
 	want    map[uint32]bool
 	pending []uint64 // Options.Want, until the index resolves them to units
 	hold    bool
@@ -468,23 +468,11 @@ func (t *Table) Hold() {
 	t.hold = true
 }
 
-// wantAddrs records the units covering addrs as wanted. Before the index exists it
-// keeps the addresses for buildIndex, which resolves them as it learns the units.
+// wantAddrs keeps the addresses a caller is about to look up for the index, which
+// resolves them to units as it learns the units.
 func (t *Table) wantAddrs(addrs []uint64) {
-	if len(addrs) == 0 {
-		return
-	}
-	if t.want == nil {
-		t.want = map[uint32]bool{}
-	}
-	if t.spans == nil {
-		t.pending = addrs
-		return
-	}
-	for _, a := range addrs {
-		if u, ok := t.unitAt(a); ok {
-			t.want[u] = true
-		}
+	if len(addrs) > 0 {
+		t.want, t.pending = map[uint32]bool{}, addrs
 	}
 }
 
