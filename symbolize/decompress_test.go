@@ -11,9 +11,10 @@ import (
 )
 
 // Naming passes over a file with compressed DWARF decompress it once: a second pass over
-// the same addresses finds them named, and a pass over new addresses an interval or two
-// later finds the sections still inflated. Inflating them again at every pass was most of
-// a busy agent's steady CPU.
+// the same addresses finds them named, and passes over new addresses in the units decoded
+// already an interval or two later read no section. Inflating them again at every pass
+// was most of a busy agent's steady CPU. (The program is one unit; TestLibcPassesHoldWhatTheyNeed has
+// passes that need new units.)
 func TestNamingPassesDecompressOnce(t *testing.T) {
 	bin := testprog.BuildCXX(t, "-O2", "-gdwarf-4", "-gz")
 	s := New(Options{})
