@@ -100,6 +100,17 @@ type symbolSection struct {
 	strBytes []byte
 }
 
+// giveBack lets go of the resident pages of the entries and their names, where they
+// lie in the mapped file.
+func (t *symbolSection) giveBack() {
+	if t.mapped {
+		t.m.Release(t.syms)
+	}
+	if t.strBytes != nil {
+		t.m.Release(t.strBytes)
+	}
+}
+
 // inSection is what a symbol needs of the section it is defined in: whether it is
 // code, and where an unsized symbol must end.
 type inSection struct {
@@ -222,8 +233,14 @@ func (sr *symbolReader) readTable(f *elf.File, file []byte, m *mmapfile.Region, 
 // executable section, as debug/elf's Symbols and DynamicSymbols would list them.
 func (t *symbolSection) each(fn func(value, size uint64, nameOff uint32, info byte, shndx uint16)) {
 	order := t.f.ByteOrder
+	n := 0
 	// Entry 0 is the undefined symbol, which debug/elf leaves out too.
 	for b := t.syms[t.entSize:]; len(b) >= t.entSize; b = b[t.entSize:] {
+		// A large program's table and names (node's: 10 MB) are given back as the scan
+		// passes them, rather than all resident at its end.
+		if n++; n%(1<<12) == 0 {
+			t.giveBack()
+		}
 		var (
 			nameOff     uint32
 			info        byte
@@ -293,14 +310,13 @@ func (sr *symbolReader) table(goCode func(addr uint64) bool) *SymbolTable {
 			})
 		})
 		// The entries were read for good; lookups read a few names later.
-		if t.mapped {
-			t.m.Release(t.syms)
-		}
-		if t.strBytes != nil {
-			t.m.Release(t.strBytes)
-		}
+		t.giveBack()
 	}
 	tab := newSymbolTable(cands, sr.names)
+	// Ordering aliases compared their names: all of a large program's, read again.
+	for i := range sr.tables {
+		sr.tables[i].giveBack()
+	}
 	*sr = symbolReader{}
 	return tab
 }

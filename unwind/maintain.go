@@ -47,6 +47,10 @@ type MaintainerConfig struct {
 	MaxPending int
 	// OnError hears once per file why it has no table, and when the budget first runs out.
 	OnError func(what string, err error)
+	// Read, when set, hears after a process's mappings are written how many rows were
+	// read from files for it, the rows let go by then: cmd/agent gives a large table's
+	// memory back to the system at once rather than at the collection after.
+	Read func(rows int)
 	// Goroutines, when set, is given each Go binary whose table goes to the kernel, with
 	// where its goroutines park and run again, while the table stays there. Its failures
 	// are counted (GoProbeErrors), and are its to report.
@@ -115,6 +119,8 @@ type Maintainer struct {
 	idle    *list.List              // tables in the kernel that no process holds, least recent first
 	rows    int
 	overrun bool // the budget ran out since the last time a table fit
+	// rowsRead counts the rows read from files for the process being applied.
+	rowsRead int
 }
 
 // update is the latest news of one process.
@@ -287,6 +293,10 @@ func (m *Maintainer) apply(pid uint32, u *update) {
 		m.cfg.OnError(fmt.Sprintf("pid %d", pid), err)
 	}
 	m.publish()
+	if read := m.rowsRead; read > 0 && m.cfg.Read != nil {
+		m.rowsRead = 0
+		m.cfg.Read(read)
+	}
 }
 
 // forget drops a process and its hold on its tables.
@@ -334,6 +344,7 @@ func (m *Maintainer) table(f *objfile.File) *fileTable {
 		}
 	}
 	rows, loads, goRT, probes, err := readTable(f)
+	m.rowsRead += len(rows)
 	t.loads = loads
 	switch {
 	case err != nil:
