@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sonde-profiler/sonde/internal/objfile"
+	"github.com/sonde-profiler/sonde/internal/testenv"
 	"github.com/sonde-profiler/sonde/trace"
 )
 
@@ -233,28 +234,6 @@ func BenchmarkLookupCost(b *testing.B) {
 	})
 }
 
-// mappedResident sums the resident pages of the process's mappings of path, from smaps.
-func mappedResident(t *testing.T, path string) int64 {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/smaps")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var total int64
-	in := false
-	for line := range strings.Lines(string(b)) {
-		f := strings.Fields(line)
-		switch {
-		case len(f) >= 5 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":"):
-			in = len(f) >= 6 && f[5] == path
-		case in && len(f) >= 2 && f[0] == "Rss:":
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			total += kb << 10
-		}
-	}
-	return total
-}
-
 // A naming pass over many new addresses of one large file does not make all that its
 // lookups read resident at once: a Go program's first pass, hundreds of addresses
 // spread over its pclntab, held 8 MB of the Collector's before the pages were given back
@@ -273,7 +252,9 @@ func TestLookupsGiveBackPages(t *testing.T) {
 	const n = 400
 	s := New(Options{})
 	var peak int64
-	s.afterLookup = func() { peak = max(peak, mappedResident(t, bin)) }
+	s.afterLookup = func() {
+		peak = max(peak, testenv.Resident(t, func(_, _ uint64, path string) bool { return path == bin }))
+	}
 	m := wholeFile(t, bin, objfile.Key{Dev: 1, Inode: 91})
 	locs := locationsAt(t, m, spreadText(t, bin, n))
 	s.Symbolize(&trace.Profile{Locations: locs})

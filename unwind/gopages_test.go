@@ -4,41 +4,13 @@ package unwind
 
 import (
 	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"unsafe"
 
 	"github.com/sonde-profiler/sonde/internal/mmapfile"
 	"github.com/sonde-profiler/sonde/internal/objfile"
+	"github.com/sonde-profiler/sonde/internal/testenv"
 )
-
-// residentOf sums the resident pages of the process's mappings that lie in region.
-func residentOf(t *testing.T, region []byte) int64 {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/smaps")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lo := uint64(unsafePointer(region))
-	hi := lo + uint64(len(region))
-	var total int64
-	in := false
-	for line := range strings.Lines(string(b)) {
-		f := strings.Fields(line)
-		switch {
-		case len(f) >= 5 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":"):
-			a, z, _ := strings.Cut(f[0], "-")
-			start, _ := strconv.ParseUint(a, 16, 64)
-			end, _ := strconv.ParseUint(z, 16, 64)
-			in = start < hi && end > lo
-		case in && len(f) >= 2 && f[0] == "Rss:":
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			total += kb << 10
-		}
-	}
-	return total
-}
 
 // Reading a Go program's runtime scans every function of its pclntab by name; the scan
 // gives back what it read as it goes, so that a large program (the Collector's 13 MB
@@ -71,10 +43,11 @@ func TestGoRuntimeScanGivesBackPages(t *testing.T) {
 		t.Fatal("no rows: the scan found no runtime function")
 	}
 	// What stays: the last window of the scan, and what the functions found read.
-	t.Logf("resident %d KB of pclntab %d KB", residentOf(t, region.Bytes())>>10, pcln.Size>>10)
-	if got := residentOf(t, region.Bytes()); got > int64(pcln.Size)/4 {
+	lo := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(region.Bytes()))))
+	hi := lo + uint64(len(region.Bytes()))
+	got := testenv.Resident(t, func(start, end uint64, _ string) bool { return start < hi && end > lo })
+	t.Logf("resident %d KB of pclntab %d KB", got>>10, pcln.Size>>10)
+	if got > int64(pcln.Size)/4 {
 		t.Errorf("%d KB of the file resident after the scan of a %d KB pclntab", got>>10, pcln.Size>>10)
 	}
 }
-
-func unsafePointer(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
