@@ -3,71 +3,21 @@ package dwarf
 import (
 	"bytes"
 	"debug/elf"
-	"encoding/hex"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"reflect"
-	"strings"
 	"testing"
 
 	"github.com/klauspost/compress/zlib"
-
-	"github.com/sonde-profiler/sonde/internal/mmapfile"
-	"github.com/sonde-profiler/sonde/internal/testenv"
 )
 
-// libcDebugFile returns the path of the C library's separate debug file (Debian's
-// libc6-dbg), whose sections are compressed and span many blocks.
-func libcDebugFile(t *testing.T) string {
-	t.Helper()
-	gcc := testenv.RequireTool(t, "gcc")
-	out, err := exec.Command(gcc, "-print-file-name=libc.so.6").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	lib, err := filepath.EvalSymlinks(strings.TrimSpace(string(out)))
-	if err != nil {
-		testenv.Unavailable(t, "libc.so.6: %v", err)
-	}
-	f, err := elf.Open(lib)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	note := f.Section(".note.gnu.build-id")
-	if note == nil {
-		testenv.Unavailable(t, "%s has no build ID", lib)
-	}
-	b, err := note.Data()
-	if err != nil || len(b) < 16+2 {
-		t.Fatalf("build ID note of %s: %v", lib, err)
-	}
-	id := hex.EncodeToString(b[16:])
-	path := filepath.Join("/usr/lib/debug/.build-id", id[:2], id[2:]+".debug")
-	if _, err := os.Stat(path); err != nil {
-		testenv.Unavailable(t, "no debug file for libc (apt-get install libc6-dbg): %v", err)
-	}
-	return path
-}
-
 // lazySize is what t's sections decompressed a block at a time inflate to.
-func lazySize(t *Table) int64 {
-	var n int64
-	for _, sec := range t.secs {
-		if sec.lazy != nil {
-			n += int64(sec.size)
-		}
-	}
-	return n
-}
+func lazySize(t *Table) int64 { return packedSize(t) - wholeSize(t) }
 
 // Decompressing .debug_info, .debug_abbrev and .debug_line only where decoding reaches
 // names every address as decompressing them whole does, and holds a small part of them:
 // the index keeps the units of the addresses announced, Prepare fetches a pass's new
 // units in one walk through each section, and Thin lets them go once decoded.
 func TestLazySectionsMatchWhole(t *testing.T) {
-	path := libcDebugFile(t)
+	path := buildIDDebugFile(t, libcPath(t))
 	ef, err := elf.Open(path)
 	if err != nil {
 		t.Fatal(err)
@@ -91,16 +41,7 @@ func TestLazySectionsMatchWhole(t *testing.T) {
 		t.Fatalf("%d units indexed: not the file this test needs", len(seen))
 	}
 
-	osf, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer osf.Close()
-	m, err := mmapfile.Map(osf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := mapFile(t, path)
 	c := NewCache(64 << 20)
 	first, prepared, rest := addrs[:20], addrs[20:300], addrs[300:]
 	lazy, err := Load(ef, Options{File: m.Bytes(), Release: m.Release, Cache: c, Want: first})

@@ -18,7 +18,18 @@ func loadShared(t *testing.T, bin string, c *Cache) (*elf.File, *Table, error) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close() })
-	osf, err := os.Open(bin)
+	m := mapFile(t, bin)
+	tab, err := Load(f, Options{File: m.Bytes(), Cache: c})
+	if tab != nil {
+		t.Cleanup(tab.Close)
+	}
+	return f, tab, err
+}
+
+// mapFile maps path for the test's length.
+func mapFile(t testing.TB, path string) *mmapfile.Region {
+	t.Helper()
+	osf, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,11 +39,7 @@ func loadShared(t *testing.T, bin string, c *Cache) (*elf.File, *Table, error) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	tab, err := Load(f, Options{File: m.Bytes(), Cache: c})
-	if tab != nil {
-		t.Cleanup(tab.Close)
-	}
-	return f, tab, err
+	return m
 }
 
 // packedSize is what t's compressed sections inflate to.
