@@ -1,6 +1,8 @@
 package dwarf
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"io"
 
@@ -30,4 +32,32 @@ func zstdReader(packed io.Reader, size uint64) (zstdStream, error) {
 		return zstdStream{}, fmt.Errorf("zstd: %w", err)
 	}
 	return zstdStream{d}, nil
+}
+
+// openStream opens the decompressed stream of a section's packed bytes, giving the
+// compressed pages back as it reads them when release is set. Closing it ends the
+// decoder and gives back the rest of what was read.
+func openStream(packed []byte, comp compression, size uint64, release func([]byte)) (io.Reader, func(), error) {
+	in := io.Reader(bytes.NewReader(packed))
+	done := func() {}
+	if release != nil {
+		rr := &releasingReader{b: packed, release: release}
+		in, done = rr, rr.giveBack // a decoder that knows where its stream ends stops short of EOF
+	}
+	switch comp {
+	case compZlib:
+		zr, err := zlibReader(in)
+		if err != nil {
+			return nil, nil, err
+		}
+		return zr, done, nil
+	case compZstd:
+		zr, err := zstdReader(in, size)
+		if err != nil {
+			return nil, nil, err
+		}
+		return zr, func() { zr.Close(); done() }, nil
+	default:
+		return nil, nil, errors.New("unknown compression")
+	}
 }

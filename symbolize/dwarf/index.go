@@ -64,7 +64,7 @@ func buildIndex(s *sections) ([]unit, []unitSpan, error) {
 			}
 		}
 		if len(want) > 0 && wanted(i, spans[n:]) {
-			s.t.pinUnit(s, u)
+			s.t.pinUnit(u)
 		}
 		return len(spans) > n, nil
 	}
@@ -120,7 +120,7 @@ func buildIndex(s *sections) ([]unit, []unitSpan, error) {
 		}
 		if sets != nil && isListed {
 			if s.t != nil && s.t.want[uint32(i)] {
-				s.t.pinUnit(s, u)
+				s.t.pinUnit(u)
 			}
 			return nil
 		}
@@ -158,7 +158,7 @@ func buildIndex(s *sections) ([]unit, []unitSpan, error) {
 		n := len(spans)
 		spans = ut.appendSpans(spans, uint32(i))
 		if len(want) > 0 && wanted(i, spans[n:]) {
-			s.t.pinUnit(s, &units[i])
+			s.t.pinUnit(&units[i])
 		}
 	}
 	return units, partition(spans), nil

@@ -1,7 +1,6 @@
 package dwarf
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -159,35 +158,11 @@ func (l *lazySection) need(off, end uint64) (int64, error) {
 // restart opens the stream at the section's start.
 func (l *lazySection) restart() error {
 	l.closeStream()
-	in := io.Reader(bytes.NewReader(l.packed))
-	var rr *releasingReader
-	if l.release != nil {
-		rr = &releasingReader{b: l.packed, release: l.release}
-		in = rr
+	stream, closer, err := openStream(l.packed, l.comp, l.size, l.release)
+	if err != nil {
+		return err
 	}
-	switch l.comp {
-	case compZlib:
-		zr, err := zlibReader(in)
-		if err != nil {
-			return err
-		}
-		l.stream = zr
-		l.closer = func() {}
-	case compZstd:
-		zr, err := zstdReader(in, l.size)
-		if err != nil {
-			return err
-		}
-		l.stream = zr
-		l.closer = zr.Close
-	default:
-		return errors.New("unknown compression")
-	}
-	if rr != nil {
-		inner := l.closer
-		l.closer = func() { inner(); rr.giveBack() }
-	}
-	l.pos = 0
+	l.stream, l.closer, l.pos = stream, closer, 0
 	return nil
 }
 

@@ -406,7 +406,7 @@ func (t *Table) need(sec sectionIndex, off, end uint64) error {
 }
 
 // pinUnit keeps what decoding unit u needs through the next thin.
-func (t *Table) pinUnit(s *sections, u *unit) {
+func (t *Table) pinUnit(u *unit) {
 	t.pin(secInfo, u.off, u.end)
 	t.pin(secAbbrev, u.abbrev, u.abbrevEnd)
 	if u.lineEnd > 0 {
@@ -550,30 +550,11 @@ func (t *Table) prepareUnits(units []uint32) (err error) {
 // A header may claim any size: the memory is reserved, not committed, and only
 // the pages the stream really fills cost anything.
 func decompress(packed []byte, comp compression, size uint64, release func([]byte)) (_ *mmapfile.Region, err error) {
-	var r io.Reader
-	in := io.Reader(bytes.NewReader(packed))
-	if release != nil {
-		rr := &releasingReader{b: packed, release: release}
-		defer rr.giveBack() // a decoder that knows where its stream ends stops short of EOF
-		in = rr
+	r, closer, err := openStream(packed, comp, size, release)
+	if err != nil {
+		return nil, err
 	}
-	switch comp {
-	case compZlib:
-		zr, err := zlibReader(in)
-		if err != nil {
-			return nil, err
-		}
-		r = zr
-	case compZstd:
-		zr, err := zstdReader(in, size)
-		if err != nil {
-			return nil, err
-		}
-		defer zr.Close()
-		r = zr
-	default:
-		return nil, errors.New("unknown compression")
-	}
+	defer closer()
 	if size > math.MaxInt {
 		return nil, fmt.Errorf("size %d", size)
 	}
