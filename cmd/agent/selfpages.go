@@ -19,7 +19,17 @@ import (
 // pages stay in the page cache; those still used fault back in at a minor fault's cost.
 // Private read-only mappings of a file hold nothing but the file's contents, so
 // MADV_DONTNEED loses nothing there; writable mappings are left alone.
-func releaseOwnCode() (int64, error) {
+//
+// With exact, the pages that come back afterwards are only those a run touches: the
+// mappings are marked for random access and the executable's pages that no one maps
+// leave the page cache (dropOwnCache). A fault maps the pages around it that are in the
+// cache, 16 of them, and reads ahead those that are not, unless the mapping is marked
+// random: so long as the cache holds the whole executable, each of the few thousand
+// scattered pages a run reads of its read-only data and pclntab (the stack maps a
+// garbage collection reads for every function on a stack, the types of the objects it
+// marks) brought 64 KB with it, 12 of their 15 MB in all. Code is still read ahead: the
+// kernel reads ahead for executable mappings whatever their advice.
+func releaseOwnCode(exact bool) (int64, error) {
 	var st unix.Stat_t
 	if err := unix.Stat("/proc/self/exe", &st); err != nil {
 		return 0, fmt.Errorf("stat own executable: %w", err)
@@ -61,7 +71,36 @@ func releaseOwnCode() (int64, error) {
 		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, uintptr(start), uintptr(end-start), unix.MADV_DONTNEED); errno != 0 {
 			return released, fmt.Errorf("release own pages at %#x: %w", start, errno)
 		}
+		if exact {
+			if _, _, errno := unix.Syscall(unix.SYS_MADVISE, uintptr(start), uintptr(end-start), unix.MADV_RANDOM); errno != 0 {
+				return released, fmt.Errorf("advise random access to own pages at %#x: %w", start, errno)
+			}
+		}
 		released += int64(end - start)
 	}
-	return released, sc.Err()
+	if err := sc.Err(); err != nil {
+		return released, err
+	}
+	if exact {
+		return released, dropOwnCache()
+	}
+	return released, nil
+}
+
+// dropOwnCache takes out of the page cache the pages of sonde's executable that no
+// process maps: the kernel only evicts pages no one maps, so what a run uses stays.
+// Pages read since the last drop without being mapped (by the symbolizer naming sonde's
+// own frames, by read-ahead of code) would otherwise be mapped along with their
+// neighbours' faults. Where the file system keeps files in memory (tmpfs) this does
+// nothing and costs nothing.
+func dropOwnCache() error {
+	exe, err := os.Open("/proc/self/exe")
+	if err != nil {
+		return err
+	}
+	defer exe.Close()
+	if err := unix.Fadvise(int(exe.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		return fmt.Errorf("drop own executable's cached pages: %w", err)
+	}
+	return nil
 }
