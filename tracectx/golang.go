@@ -94,6 +94,17 @@ func ReadGoRuntime(f *elf.File, r io.ReaderAt) (*GoRuntime, error) {
 // libraries' variables too), else -8, the slot of a program the Go linker linked alone,
 // whose TLS segment is that one pointer.
 func goTLSOffset(f *elf.File) (int32, error) {
+	// A TLS segment of one pointer or none needs no look at the symbol table, whose
+	// scan by name is the costliest part of inspecting a large Go program.
+	alone := true
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_TLS && p.Memsz > 8 {
+			alone = false
+		}
+	}
+	if alone {
+		return -8, nil
+	}
 	if value, info, ok := objfile.LookupSymbol(f, "runtime.tlsg"); ok && elf.ST_TYPE(info) == elf.STT_TLS {
 		off, err := staticOffset(f, value)
 		if err != nil {

@@ -306,6 +306,9 @@ func tlsOffset(f *elf.File) int32 {
 		}
 		align := max(p.Align, 1)
 		size := (p.Memsz + align - 1) / align * align
+		if size <= 8 {
+			return -8 // g alone: no need to scan the symbol table for it
+		}
 		at, _, _ := objfile.LookupSymbol(f, "runtime.tlsg") // first in the block where the symbol table is gone
 		if size > 1<<20 || at > size {
 			return -8
