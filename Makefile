@@ -53,7 +53,7 @@ soak: build
 FUZZTIME ?=
 FUZZ_TARGETS := ./unwind:FuzzRead:150000x ./symbolize:FuzzELFTable:150000x ./symbolize:FuzzELFTableInPlace:150000x \
 	./symbolize:FuzzParseKallsyms:150000x ./symbolize:FuzzUnnamed:50000x \
-	./symbolize/dwarf:FuzzTable:500000x ./symbolize/dwarf:FuzzLoad:250000x \
+	./symbolize/dwarf:FuzzTable:500000x ./symbolize/dwarf:FuzzLoad:250000x ./symbolize/dwarf:FuzzInflate:300000x \
 	./symbolize/gopclntab:FuzzTable:2000x ./trace:FuzzParseMaps:100000x \
 	./internal/objfile:FuzzParseNotes:200000x ./internal/cgroup:FuzzParse:200000x \
 	./reporter/folded:FuzzRead:100000x ./reporter/otlp:FuzzDecode:100000x ./reporter/flame:FuzzSVGNames:20000x \

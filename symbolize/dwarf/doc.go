@@ -28,7 +28,10 @@
 // until written (lazy.go): Load walks them once, keeping a window and what the units of
 // the addresses announced in Options.Want need; Prepare fetches what a pass's new units
 // need in one more walk; Thin lets it go at the pass's end; Hold keeps every page once
-// decompressed, for a file whose passes keep decoding new units. The other compressed
+// decompressed, for a file whose passes keep decoding new units. A zlib stream is
+// decoded by the package's own inflater (inflate.go), which leaves a mark every
+// megabyte where a block begins, so that a later walk starts near what it needs rather
+// than at the section's start. The other compressed
 // sections, small, are decompressed whole when needed. All of it stays until Trim, and
 // the compressed pages read are given back as the stream passes them (Options.Release).
 // The copies lie in anonymous memory outside the Go heap.

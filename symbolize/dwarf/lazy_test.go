@@ -12,6 +12,19 @@ import (
 // lazySize is what t's sections decompressed a block at a time inflate to.
 func lazySize(t *Table) int64 { return packedSize(t) - wholeSize(t) }
 
+// markSize is what the marks of t's sections decompressed a block at a time hold.
+func markSize(t *Table) int64 {
+	var n int64
+	for i := range t.secs {
+		if l := t.secs[i].lazy; l != nil {
+			for _, m := range l.marks {
+				n += int64(len(m.hist))
+			}
+		}
+	}
+	return n
+}
+
 // Decompressing .debug_info, .debug_abbrev and .debug_line only where decoding reaches
 // names every address as decompressing them whole does, and holds a small part of them:
 // the index keeps the units of the addresses announced, Prepare fetches a pass's new
@@ -80,8 +93,12 @@ func TestLazySectionsMatchWhole(t *testing.T) {
 		t.Errorf("lookups of the addresses announced at load decompressed %d bytes more", d)
 	}
 	lazy.Thin()
-	if got := c.Decompressed().Bytes; got != wholeSize(lazy) {
-		t.Errorf("%d bytes held after Thin, want the %d of the sections decompressed whole", got, wholeSize(lazy))
+	if got := c.Decompressed().Bytes; got != wholeSize(lazy)+markSize(lazy) {
+		t.Errorf("%d bytes held after Thin, want the %d of the sections decompressed whole and the %d of the marks",
+			got, wholeSize(lazy), markSize(lazy))
+	}
+	if markSize(lazy) > big/16 {
+		t.Errorf("marks of %d bytes for %d decompressed a block at a time", markSize(lazy), big)
 	}
 
 	// A pass's new units: one walk through each section, at most.
@@ -99,6 +116,22 @@ func TestLazySectionsMatchWhole(t *testing.T) {
 		t.Errorf("%d bytes held for %d addresses, of %d", held, len(prepared), big)
 	}
 	lazy.Thin()
+
+	// The last unit of the file, after the walks above left their marks: each section
+	// is entered at the mark before what it needs, not read from its start.
+	var late uint64
+	lateUnit := -1
+	for _, sp := range whole.spans {
+		if !seen[sp.unit] && int(sp.unit) > lateUnit {
+			late, lateUnit = sp.lo, int(sp.unit)
+		}
+	}
+	before = total()
+	same([]uint64{late})
+	if d := total() - before; d > 3*markEvery || d == 0 {
+		t.Errorf("the last unit decompressed %d bytes; from the marks, at most a megabyte a section", d)
+	}
+	t.Logf("last unit: %d", total()-before)
 
 	// Lookups nobody announced, in units all over the file: decoding goes back and forth,
 	// and a few walks in, the sections fill whole.

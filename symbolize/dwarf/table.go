@@ -377,7 +377,7 @@ func (t *Table) sections() (*sections, error) {
 // holdsScratch reports whether t holds decompressed copies. The caller holds t.mu.
 func (t *Table) holdsScratch() bool {
 	for i := range t.secs {
-		if t.secs[i].scratch != nil || t.secs[i].lazy != nil && t.secs[i].lazy.nFilled > 0 {
+		if t.secs[i].scratch != nil || t.secs[i].lazy != nil && (t.secs[i].lazy.nFilled > 0 || len(t.secs[i].lazy.marks) > 0) {
 			return true
 		}
 	}
