@@ -581,6 +581,12 @@ func (s *Sampler) LastPoll() time.Time { return time.Unix(0, s.lastPoll.Load()) 
 // RingBytes is how many bytes of records the reader has taken from the ring buffer.
 func (s *Sampler) RingBytes() uint64 { return s.ringBytes.Load() }
 
+// RingBufferFull is Counters().RingBufferFull alone: one map read where Counters
+// makes some forty, for a caller that checks it every second.
+func (s *Sampler) RingBufferFull() (uint64, error) {
+	return perCPUSum(s.objs.Counters, uint32(samplerCounterCOUNTER_RINGBUF_FULL))
+}
+
 // Counters sums the kernel-side counters over all CPUs.
 func (s *Sampler) Counters() (Counters, error) {
 	var out Counters

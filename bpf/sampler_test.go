@@ -99,6 +99,9 @@ func TestSamplerFiltersInKernel(t *testing.T) {
 	if c.Samples != uint64(len(rec.samples)) {
 		t.Errorf("kernel counted %d samples, user space read %d", c.Samples, len(rec.samples))
 	}
+	if full, err := s.RingBufferFull(); err != nil || full != c.RingBufferFull {
+		t.Errorf("ring buffer full: %d, %v; the counters say %d", full, err, c.RingBufferFull)
+	}
 	st, err := s.ProgramStats()
 	if err != nil {
 		t.Fatal(err)

@@ -537,14 +537,14 @@ func watchCounters(ctx context.Context, s *bpf.Sampler, log *slog.Logger) {
 			return
 		case <-tick.C:
 		}
-		c, err := s.Counters()
+		dropped, err := s.RingBufferFull()
 		if err != nil {
 			log.Warn("cannot read kernel counters", "err", err)
 			return
 		}
-		if c.RingBufferFull > 0 {
+		if dropped > 0 {
 			log.Warn("ring buffer full: the kernel is dropping samples faster than sonde reads them; lower --frequency or narrow --pid",
-				"dropped", c.RingBufferFull)
+				"dropped", dropped)
 			return
 		}
 	}
