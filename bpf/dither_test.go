@@ -28,9 +28,29 @@ func TestDitherEvery(t *testing.T) {
 	for _, c := range []struct {
 		hz   int
 		want time.Duration
-	}{{19, pollInterval}, {199, 10 * time.Second / 199}, {999, 20 * time.Millisecond}, {0, pollInterval}} {
+	}{{19, 10 * time.Second / 19}, {199, 10 * time.Second / 199}, {999, 20 * time.Millisecond}, {0, 10 * time.Second}} {
 		if got := ditherEvery(c.hz); got != c.want {
 			t.Errorf("ditherEvery(%d) = %v, want %v", c.hz, got, c.want)
 		}
+	}
+}
+
+// A poll that comes before the redraw is due keeps the rate: at 19 Hz the ring is
+// polled every 200 ms, and each redraw interrupts every CPU.
+func TestDitherWaitsItsTurn(t *testing.T) {
+	s := &Sampler{frequency: 19}
+	now := time.Unix(1000, 0)
+	draws := 0
+	for range 100 { // 20 s of polls, 200 ms apart
+		before := s.redrawAt
+		s.ditherPeriod(now)
+		if !s.redrawAt.Equal(before) {
+			draws++
+		}
+		now = now.Add(pollInterval)
+	}
+	// One draw every third poll: ten samples at 19 Hz are 526 ms.
+	if draws < 30 || draws > 40 {
+		t.Errorf("%d draws in 100 polls at 19 Hz, want one every third", draws)
 	}
 }
