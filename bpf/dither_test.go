@@ -35,22 +35,34 @@ func TestDitherEvery(t *testing.T) {
 	}
 }
 
-// A poll that comes before the redraw is due keeps the rate: at 19 Hz the ring is
-// polled every 200 ms, and each redraw interrupts every CPU.
+// A poll that comes before the redraw is due keeps the rate: the kernel wakes the reader
+// early for a full ring or a new process, and each redraw interrupts every CPU.
 func TestDitherWaitsItsTurn(t *testing.T) {
 	s := &Sampler{frequency: 19}
 	now := time.Unix(1000, 0)
 	draws := 0
-	for range 100 { // 20 s of polls, 200 ms apart
+	for range 100 { // 20 s of wake-ups, 200 ms apart
 		before := s.redrawAt
 		s.ditherPeriod(now)
 		if !s.redrawAt.Equal(before) {
 			draws++
 		}
-		now = now.Add(pollInterval)
+		now = now.Add(200 * time.Millisecond)
 	}
-	// One draw every third poll: ten samples at 19 Hz are 526 ms.
+	// One draw every third wake-up: ten samples at 19 Hz are 526 ms.
 	if draws < 30 || draws > 40 {
 		t.Errorf("%d draws in 100 polls at 19 Hz, want one every third", draws)
+	}
+}
+
+// The reader collects the ring at each redraw, at most a second apart.
+func TestPollEvery(t *testing.T) {
+	for _, c := range []struct {
+		hz   int
+		want time.Duration
+	}{{19, 10 * time.Second / 19}, {199, 10 * time.Second / 199}, {5, time.Second}} {
+		if got := pollEvery(c.hz); got != c.want {
+			t.Errorf("pollEvery(%d) = %v, want %v", c.hz, got, c.want)
+		}
 	}
 }

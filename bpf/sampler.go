@@ -20,8 +20,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// pollInterval is how long records may wait in the ring before the reader collects them.
-const pollInterval = 200 * time.Millisecond
+// pollEvery is how long records may wait in the ring before the reader collects them:
+// until the rate's next redraw (ditherEvery), at most maxPoll. The kernel wakes the
+// reader sooner for a full ring, a process it does not know and the processes' events.
+// Each wake-up costs the Go scheduler and its monitor thread more than reading the
+// records: at the host-wide 19 Hz the reader woke every 200 ms, now every 526 ms.
+func pollEvery(frequency int) time.Duration { return min(ditherEvery(frequency), maxPoll) }
+
+const maxPoll = time.Second
 
 // Config holds the load-time settings of the kernel programs.
 type Config struct {
@@ -416,7 +422,7 @@ func (s *Sampler) Run(ctx context.Context, h Handler) error {
 		// The kernel wakes the reader only when the ring fills up or a process it does
 		// not know appears; otherwise records are collected on this poll interval, or
 		// sooner where the sampling rate is redrawn more often.
-		if err := w.wait(min(ditherEvery(s.frequency), pollInterval)); err != nil {
+		if err := w.wait(pollEvery(s.frequency)); err != nil {
 			return fmt.Errorf("wait for ring buffer: %w", err)
 		}
 		s.ditherPeriod(time.Now())
@@ -442,7 +448,7 @@ func (s *Sampler) runBlocking(ctx context.Context, h Handler) error {
 		sample Sample
 	)
 	for {
-		s.ring.SetDeadline(time.Now().Add(pollInterval))
+		s.ring.SetDeadline(time.Now().Add(pollEvery(s.frequency)))
 		err := s.ring.ReadInto(&rec)
 		if err == nil || errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, ringbuf.ErrFlushed) {
 			s.polls.Add(1)
@@ -674,8 +680,8 @@ func (s *Sampler) nextPeriod() uint64 {
 
 // ditherEvery is how often the rate is redrawn: after about ten samples, so that no run of
 // samples at one period is long enough to lock onto a loop, but no more often than every
-// 20 ms. At the host-wide default (19 Hz) that is every third poll (redrawn at every poll,
-// its interrupts were 4 % of an idle agent's CPU); with --pid at 199 Hz, every 50 ms.
+// 20 ms. At the host-wide default (19 Hz) that is every 526 ms (redrawn at every 200 ms
+// poll, its interrupts were 4 % of an idle agent's CPU); with --pid at 199 Hz, every 50 ms.
 func ditherEvery(frequency int) time.Duration {
 	return max(10*time.Second/time.Duration(max(frequency, 1)), 20*time.Millisecond)
 }

@@ -26,7 +26,7 @@ import (
 )
 
 // healthStale is how long the ring buffer may go unread before /healthz says sampling
-// has stopped: the reader polls every 200 ms.
+// has stopped: the reader polls at least every second.
 const healthStale = 5 * time.Second
 
 // health is what /healthz answers from: ready once the programs are attached and the ring
