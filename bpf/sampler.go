@@ -420,8 +420,7 @@ func (s *Sampler) Run(ctx context.Context, h Handler) error {
 			return nil // sampling stopped before the last drain
 		}
 		// The kernel wakes the reader only when the ring fills up or a process it does
-		// not know appears; otherwise records are collected on this poll interval, or
-		// sooner where the sampling rate is redrawn more often.
+		// not know appears; otherwise records are collected at the rate's next redraw.
 		if err := w.wait(pollEvery(s.frequency)); err != nil {
 			return fmt.Errorf("wait for ring buffer: %w", err)
 		}

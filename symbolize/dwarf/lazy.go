@@ -133,7 +133,7 @@ func (l *lazySection) need(off, end uint64) (int64, error) {
 		return 0, nil
 	}
 	before := l.held
-	if first*lazyBlock < l.pos || l.stream == nil || l.jump(first*lazyBlock) {
+	if first*lazyBlock < l.pos || l.stream == nil || !l.all && l.jump(first*lazyBlock) {
 		// A hostile file's references back and forth cost a few decompressions of the
 		// section, not one walk each.
 		if l.inflated-l.thinned > maxWalks*l.size {

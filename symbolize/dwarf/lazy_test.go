@@ -204,3 +204,60 @@ func TestLazySectionBlocks(t *testing.T) {
 		t.Fatalf("thin freed %d of %d bytes, %d held, %d walks", freed, len(plain), l.held, l.walks)
 	}
 }
+
+// A zlib section leaves marks as it is walked: a later need behind the stream starts at
+// the mark before it, a need far ahead jumps to a mark, and what either reads is the
+// section's own bytes.
+func TestLazySectionMarks(t *testing.T) {
+	plain := make([]byte, 3*markEvery+markEvery/2)
+	rng := uint32(1)
+	for i := range plain {
+		rng = rng*1664525 + 1013904223
+		plain[i] = byte(rng>>28) + byte(i/lazyBlock) // compresses, in many blocks
+	}
+	var zb bytes.Buffer
+	zw := zlib.NewWriter(&zb)
+	zw.Write(plain)
+	zw.Close()
+	l := newLazy(zb.Bytes(), compZlib, uint64(len(plain)), nil)
+	defer l.drop()
+	b, err := l.bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	need := func(off uint64) uint64 {
+		t.Helper()
+		before := l.inflated
+		if _, err := l.need(off, off+100); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(b[off:off+100], plain[off:off+100]) {
+			t.Fatalf("[%d, %d) differs from the section decompressed whole", off, off+100)
+		}
+		return l.inflated - before
+	}
+	need(uint64(len(plain)) - 200) // the first walk, from the start: a mark every megabyte
+	if len(l.marks) != 3 {
+		t.Fatalf("%d marks after a walk through %d bytes", len(l.marks), len(plain))
+	}
+	l.thin(true)
+	if d := need(markEvery + markEvery/2); d > markEvery/2+2*lazyBlock {
+		t.Errorf("a need behind the stream decompressed %d bytes: not from the mark before it", d)
+	}
+	if d := need(3*markEvery + markEvery/4); d > markEvery/4+2*lazyBlock {
+		t.Errorf("a need a megabyte ahead decompressed %d bytes: it did not jump to the mark", d)
+	}
+	if l.walks != 0 {
+		t.Errorf("%d walks from the start, with marks before every need", l.walks)
+	}
+	l.thin(true)
+	need(0) // before the first mark: a walk from the start
+	l.all = true
+	need(3*markEvery + markEvery/4) // filling whole reads on, never jumps
+	if blocks := (len(plain) + lazyBlock - 1) / lazyBlock; l.walks != 1 || l.nFilled != blocks {
+		t.Errorf("filling whole: %d walks, %d of %d blocks", l.walks, l.nFilled, blocks)
+	}
+	if held := int64(len(l.marks)) * window; l.held < held {
+		t.Errorf("%d bytes held, the marks alone are %d", l.held, held)
+	}
+}
