@@ -158,16 +158,7 @@ func TestLazySectionBlocks(t *testing.T) {
 	for i := range plain {
 		plain[i] = byte(i*7 + i/lazyBlock)
 	}
-	var zb bytes.Buffer
-	zw := zlib.NewWriter(&zb)
-	zw.Write(plain)
-	zw.Close()
-	l := newLazy(zb.Bytes(), compZlib, uint64(len(plain)), nil)
-	defer l.drop()
-	b, err := l.bytes()
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, b := zlibLazy(t, plain)
 	need := func(off, end uint64) {
 		t.Helper()
 		if _, err := l.need(off, end); err != nil {
@@ -215,16 +206,7 @@ func TestLazySectionMarks(t *testing.T) {
 		rng = rng*1664525 + 1013904223
 		plain[i] = byte(rng>>28) + byte(i/lazyBlock) // compresses, in many blocks
 	}
-	var zb bytes.Buffer
-	zw := zlib.NewWriter(&zb)
-	zw.Write(plain)
-	zw.Close()
-	l := newLazy(zb.Bytes(), compZlib, uint64(len(plain)), nil)
-	defer l.drop()
-	b, err := l.bytes()
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, b := zlibLazy(t, plain)
 	need := func(off uint64) uint64 {
 		t.Helper()
 		before := l.inflated
@@ -260,4 +242,21 @@ func TestLazySectionMarks(t *testing.T) {
 	if held := int64(len(l.marks)) * window; l.held < held {
 		t.Errorf("%d bytes held, the marks alone are %d", l.held, held)
 	}
+}
+
+// zlibLazy is plain compressed with zlib as a section decompressed a block at a time, and
+// the region its blocks are filled into.
+func zlibLazy(t *testing.T, plain []byte) (*lazySection, []byte) {
+	t.Helper()
+	var zb bytes.Buffer
+	zw := zlib.NewWriter(&zb)
+	zw.Write(plain)
+	zw.Close()
+	l := newLazy(zb.Bytes(), compZlib, uint64(len(plain)), nil)
+	t.Cleanup(func() { l.drop() })
+	b, err := l.bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, b
 }
