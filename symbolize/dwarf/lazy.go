@@ -30,8 +30,8 @@ import (
 // markEvery bytes of output where a block begins: the bit it begins at and the 32 KB of
 // output before it. A walk starts at the last mark before the block it needs, or jumps
 // ahead to one, and decompresses under a megabyte instead of up to the whole section:
-// on a host where new C library code keeps being sampled, those walks were a sixth of
-// sonde's steady CPU.
+// beside a program that keeps calling C library code not sampled before (perf), those
+// walks were a sixth of sonde's steady CPU.
 
 // lazyBlock is the granule of what is filled: a page, since a unit of the C library
 // takes 4 KB on average, and a pass's units lie scattered.
