@@ -680,7 +680,7 @@ func (s *Sampler) nextPeriod() uint64 {
 // ditherEvery is how often the rate is redrawn: after about ten samples, so that no run of
 // samples at one period is long enough to lock onto a loop, but no more often than every
 // 20 ms. At the host-wide default (19 Hz) that is every 526 ms (redrawn at every 200 ms
-// poll, its interrupts were 4 % of an idle agent's CPU); with --pid at 199 Hz, every 50 ms.
+// poll, it was 3.5–5.6 % of a steady agent's CPU); with --pid at 199 Hz, every 50 ms.
 func ditherEvery(frequency int) time.Duration {
 	return max(10*time.Second/time.Duration(max(frequency, 1)), 20*time.Millisecond)
 }
