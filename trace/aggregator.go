@@ -96,7 +96,10 @@ type Aggregator struct {
 	agg   traceTable
 	seed  maphash.Seed
 	start time.Time
-	stats Stats
+	// latest is the latest sample time counted in the interval: a flush that waits for
+	// /proc reads keeps counting samples taken after the end it was asked for.
+	latest time.Time
+	stats  Stats
 	// images caches the image each pid was last sampled in, sparing most samples a
 	// lookup in Processes.
 	images map[uint32]*image
@@ -162,6 +165,9 @@ func (a *Aggregator) Add(s RawSample) {
 	// so that every timestamp lies inside its profile.
 	if s.Time.Before(a.start) {
 		s.Time = a.start
+	}
+	if s.Time.After(a.latest) {
+		a.latest = s.Time
 	}
 	img := a.image(s)
 	if len(s.Mappings) > 0 && img != nil {
@@ -368,7 +374,17 @@ func (a *Aggregator) Flush(end time.Time) *Profile {
 	// durations and timestamps disagree by the clocks' drift.
 	end = end.Round(0)
 	a.mu.Lock()
+	// Samples counted while the flush settled may be later than the end asked for: the
+	// interval stretches to hold them, and the next one starts there.
+	if !a.latest.Before(end) {
+		end = a.latest.Add(time.Nanosecond)
+	}
+	// A sample clock ahead of the flush's stretches an interval past the next flush's
+	// end: that one then lasts no time rather than a negative one.
 	agg, start := a.agg, a.start
+	if end.Before(start) {
+		end = start
+	}
 	// The next interval likely sees as many stacks: sizing for them spares the rehashes.
 	a.agg, a.start = newTraceTable(a.agg.n), end
 	a.epoch++

@@ -270,4 +270,25 @@ func TestAggregatorIntervalClock(t *testing.T) {
 	if ts := p2.Samples[0].Timestamps[0]; ts.Before(p2.Start) || !ts.Before(p2.End) {
 		t.Errorf("late sample's time %v outside its interval [%v, %v)", ts, p2.Start, p2.End)
 	}
+
+	// A sample counted while a flush waits for /proc can be later than the end the flush
+	// was asked for: its interval stretches to hold it and the next starts there.
+	asked := p2.End.Add(time.Second)
+	c.Add(RawSample{PID: 1, TID: 1, Time: asked.Add(7 * time.Millisecond), User: []uint64{1}})
+	c.Add(RawSample{PID: 1, TID: 1, Time: asked, User: []uint64{2}})
+	p3 := c.Flush(asked)
+	if !p3.End.After(asked) {
+		t.Errorf("interval ends at %v, before its latest sample at %v", p3.End, asked.Add(7*time.Millisecond))
+	}
+	for _, smp := range p3.Samples {
+		for _, ts := range smp.Timestamps {
+			if ts.Before(p3.Start) || !ts.Before(p3.End) {
+				t.Errorf("sample's time %v outside its interval [%v, %v)", ts, p3.Start, p3.End)
+			}
+		}
+	}
+	p4 := c.Flush(asked.Add(time.Second))
+	if p4.Start != p3.End {
+		t.Errorf("intervals do not abut: %v then %v", p3.End, p4.Start)
+	}
 }

@@ -42,8 +42,9 @@ int main(int argc,char**argv){double end=now()+atof(argv[1]); while(now()<end) a
 var wantChain = []string{"gamma", "beta", "alpha", "main"}
 
 // Consecutive profiles must abut exactly and every timestamp must lie inside its
-// profile: sonde keeps interval bounds on the wall clock only and moves a sample read
-// just after a flush to the start of the interval it is counted in.
+// profile: sonde keeps interval bounds on the wall clock only, moves a sample read
+// just after a flush to the start of the interval it is counted in, and stretches an
+// interval to hold the samples counted while its flush waited for /proc.
 const (
 	clockSkewTolerance = 0
 	lateReadTolerance  = 0
