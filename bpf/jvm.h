@@ -177,9 +177,9 @@ static __always_inline long jvm_stop(struct jvm_walk *w, __u32 end, __u32 unwind
  * interpreter (which pushes the return address of its calls itself, at one of its return
  * entries, and jumps), or after a call instruction: rel32, or indirect through a register
  * or memory. A word that merely points into compiled code rarely passes. */
-static __always_inline int jvm_is_return(struct jvm_proc *p, __u64 a)
+__noinline int jvm_is_return(struct jvm_proc *p, __u64 a)
 {
-	if (!jvm_in_code(p, a))
+	if (!p || !jvm_in_code(p, a))
 		return 0;
 	if (a >= p->interp_start && a < p->interp_end)
 		return 1;
@@ -202,7 +202,7 @@ static __always_inline int jvm_is_return(struct jvm_proc *p, __u64 a)
 /* jvm_epilogue tells whether the instruction at pc is one of a compiled method's last,
  * as it releases its frame: pop rbp, the return poll (cmp rsp, [r15+disp32]; ja),
  * vzeroupper, or ret. */
-static __always_inline int jvm_epilogue(__u64 pc)
+__noinline int jvm_epilogue(__u64 pc)
 {
 	__u8 b[4];
 	if (bpf_probe_read_user(b, sizeof(b), (void *)pc))
@@ -319,6 +319,21 @@ static long jvm_segmap_step(__u32 i, void *ctx)
 	return 0;
 }
 
+/* jvm_blob_block returns where the block holding pc in heap h starts, or a jvm_end
+ * (below JVM_END_MAX) when the segment map leads to none. A global function: the map's
+ * loop is verified once, not at each of the walk's paths to it. */
+__noinline __u64 jvm_blob_block(struct jvm_heap *h, __u64 pc)
+{
+	if (!h || pc < h->low)
+		return JVM_NO_BLOB;
+	__u32 log2 = h->log2_segment & 31;
+	struct jvm_segmap m = {.segmap = h->segmap, .seg = (pc - h->low) >> log2};
+	bpf_loop(JVM_SEGMAP_HOPS, jvm_segmap_step, &m, 0);
+	if (!m.found)
+		return m.end == JVM_COMPLETE ? JVM_NO_BLOB : m.end;
+	return h->low + (m.seg << log2);
+}
+
 static __always_inline __s64 jvm_blob_s32(struct jvm_scratch *s, __u16 off)
 {
 	__u32 o = off;
@@ -352,14 +367,12 @@ static __always_inline long jvm_compiled(struct jvm_walk *w)
 		jvm_emit_code(w, pc, 0);
 		return jvm_stop(w, JVM_NO_HEAP, UNWIND_FP_BROKEN);
 	}
-	__u32 log2 = h->log2_segment & 31;
-	struct jvm_segmap m = {.segmap = h->segmap, .seg = (pc - h->low) >> log2};
-	bpf_loop(JVM_SEGMAP_HOPS, jvm_segmap_step, &m, 0);
-	if (!m.found) {
+	__u64 block = jvm_blob_block(h, pc);
+	if (block < JVM_END_MAX) {
 		jvm_emit_code(w, pc, 0);
-		return jvm_stop(w, m.end == JVM_COMPLETE ? JVM_NO_BLOB : m.end, UNWIND_FP_BROKEN);
+		return jvm_stop(w, (__u32)block, UNWIND_FP_BROKEN);
 	}
-	__u64 blob = h->low + (m.seg << log2) + p->heap_block_size;
+	__u64 blob = block + p->heap_block_size;
 	__u32 n = p->blob_read;
 	if (n > JVM_BLOB_READ)
 		n = JVM_BLOB_READ;
@@ -402,6 +415,19 @@ static __always_inline long jvm_compiled(struct jvm_walk *w)
 	return jvm_by_fp(w);
 }
 
+/* jvm_step records the frame at st->pc, in the code cache, and moves to its caller: it
+ * returns 1 when the walk ends, with the jvm_end above bit 8. A global function, verified
+ * once on its own: inlined into the loop's callback, its many branches were explored at
+ * each of the callback's verified iterations. */
+__noinline long jvm_step(struct unwind_state *st, struct user_frames *frames, struct jvm_proc *p, struct jvm_scratch *s)
+{
+	if (!st || !frames || !p || !s)
+		return 1 | (long)JVM_BAD_READ << 8;
+	struct jvm_walk w = {.st = st, .frames = frames, .p = p, .s = s};
+	long stop = st->pc >= p->interp_start && st->pc < p->interp_end ? jvm_interpreted(&w) : jvm_compiled(&w);
+	return stop | (long)w.end << 8;
+}
+
 static long jvm_frame_step(__u32 i, void *ctx)
 {
 	struct jvm_walk *w = ctx;
@@ -418,9 +444,9 @@ static long jvm_frame_step(__u32 i, void *ctx)
 	}
 	st->frameless = 0;
 	st->in_fp = 0;
-	if (st->pc >= p->interp_start && st->pc < p->interp_end)
-		return jvm_interpreted(w);
-	return jvm_compiled(w);
+	long r = jvm_step(st, w->frames, p, w->s);
+	w->end = (__u32)(r >> 8);
+	return r & 1;
 }
 
 /* jvm_frames walks the Java frames from the frame at st->pc, which lies in the code

@@ -287,23 +287,33 @@ _Static_assert(JVM_RUNTIME > 0 && JVM_RUNTIME <= INTERP_RUNTIME_MAX && JVM_RUNTI
 /* walker_no_table (unwinder.h): a frame of code no table describes is a JIT's whose
  * runtime walks its frames within the native walk (HotSpot's, which keeps no frame
  * pointers), or is walked by frame pointer (V8's frames are rewritten after the walk,
- * from the frame pointers it followed). One lookup per walk tells a process without. */
-static long walker_no_table(struct walk *w)
+ * from the frame pointers it followed). One lookup per walk tells a process without.
+ *
+ * no_table_step is a global function: the verifier checks it once on its own, where
+ * inlined into the loop's callback it was explored at each of the callback's many
+ * verified iterations (a fifth of the sample program's verification). */
+__noinline long no_table_step(struct unwind_state *st, struct user_frames *frames, __u32 pid, __u64 exec_id, __u8 *no_jit)
 {
+	if (!st || !frames || !no_jit)
+		return 1;
 #if defined(__TARGET_ARCH_x86)
-	if (!w->no_jit) {
-		__u32 pid = w->pid;
+	if (!*no_jit) {
 		struct jvm_proc *p = bpf_map_lookup_elem(&jvm_procs, &pid);
-		if (!p || (p->exec_id && p->exec_id != w->exec_id)) {
-			w->no_jit = 1;
-		} else if (jvm_in_code(p, w->st.pc)) {
-			if (w->st.n > 0)
-				w->st.n--; /* recorded again, as Java's */
-			return jvm_frames(&w->st, w->frames, p);
+		if (!p || (p->exec_id && p->exec_id != exec_id)) {
+			*no_jit = 1;
+		} else if (jvm_in_code(p, st->pc)) {
+			if (st->n > 0)
+				st->n--; /* recorded again, as Java's */
+			return jvm_frames(st, frames, p);
 		}
 	}
 #endif
-	return fp_step(&w->st);
+	return fp_step(st);
+}
+
+static long walker_no_table(struct walk *w)
+{
+	return no_table_step(&w->st, w->frames, w->pid, w->exec_id, &w->no_jit);
 }
 #endif
 
