@@ -99,7 +99,7 @@ const (
 	DefaultMaxBytes   = 64 << 20
 	DefaultMaxPending = 4096
 	DefaultRecheck    = 5 * time.Second
-	DefaultMaxIdle    = time.Minute
+	DefaultMaxIdle    = 30 * time.Second
 )
 
 // NamerStats counts what a Namer did.
