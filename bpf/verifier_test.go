@@ -18,8 +18,8 @@ import (
 // program. The kernel's limit is a million; a change that multiplies the verifier's
 // states (a variable holding a map value in one branch and a scalar in another) shows
 // up here as a jump by an order of magnitude long before it reaches that limit, and as
-// a load that takes seconds. Verifying is most of sonde's start-up CPU: 105 000
-// instructions took 98 ms, a fifth of the first five seconds beside the side-by-side
+// a load that takes seconds. Verifying was the largest part of sonde's start-up: 105 000
+// instructions took 98 ms, a third of its CPU in its first 4.5 s beside the side-by-side
 // workloads, until the JIT walk and the frame-pointer step became global functions
 // (16 000 instructions).
 const maxSampleInsns = 40_000

@@ -374,14 +374,14 @@ func (a *Aggregator) Flush(end time.Time) *Profile {
 	// durations and timestamps disagree by the clocks' drift.
 	end = end.Round(0)
 	a.mu.Lock()
+	agg, start := a.agg, a.start
 	// Samples counted while the flush settled may be later than the end asked for: the
-	// interval stretches to hold them, and the next one starts there.
+	// interval stretches to hold them, and the next one starts there. Where that put
+	// start past the end asked for now, the interval lasts no time rather than a
+	// negative one.
 	if !a.latest.Before(end) {
 		end = a.latest.Add(time.Nanosecond)
 	}
-	// A sample clock ahead of the flush's stretches an interval past the next flush's
-	// end: that one then lasts no time rather than a negative one.
-	agg, start := a.agg, a.start
 	if end.Before(start) {
 		end = start
 	}

@@ -37,7 +37,8 @@ const (
 // stacks seen every few intervals stay resolved, short enough that what code compiled
 // without end holds has settled within the first minute. At a minute it settled after
 // the first few: a Node.js program compiling new functions had sonde's live heap at 16
-// MiB after one minute and 23 MiB after four; at 30 s, 17 MiB at both.
+// MiB after one minute and 23 MiB after four and a half; at 30 s, 17 MiB after one
+// minute and after five and a half.
 const chunkIdle = 30 * time.Second
 
 // pipeline is sonde's stages, wired: the sampler feeds the aggregator and the process
