@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/encoding/gzip"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -50,7 +49,7 @@ func newClient(cfg Config, userAgent string) (*client, error) {
 	var callOpts []grpc.CallOption
 	switch cfg.Compression {
 	case CompressionGzip:
-		callOpts = append(callOpts, grpc.UseCompressor(gzip.Name))
+		callOpts = append(callOpts, grpc.UseCompressor(statelessGzip{}.Name()))
 	case CompressionNone:
 	default:
 		return nil, fmt.Errorf("compression %q is neither gzip nor none", cfg.Compression)
