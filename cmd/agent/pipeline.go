@@ -420,7 +420,12 @@ func (p *pipeline) loop(sampled <-chan error) error {
 		select {
 		case <-timer.C:
 			now := time.Now()
-			p.deliver(p.agg.Flush(now))
+			prof := p.agg.Flush(now)
+			p.name(prof)
+			// The release comes between the naming and the export: the first export's
+			// code and data fault in on top of what the release leaves rather than of
+			// what the first naming touched (start-up's peak 28.5–29.3 → 27.1–27.4 MB
+			// beside the side-by-side workloads, three runs each).
 			if first {
 				p.releaseOwnCode(true)
 				dropped = now
@@ -430,6 +435,7 @@ func (p *pipeline) loop(sampled <-chan error) error {
 				}
 				dropped = now
 			}
+			p.send(prof)
 			timer.Reset(jittered(p.cfg.interval))
 		case err := <-sampled:
 			return err
@@ -445,6 +451,12 @@ func (p *pipeline) releaseOwnCode(exact bool) {
 
 // deliver names an interval's locations and hands it to every sink.
 func (p *pipeline) deliver(prof *trace.Profile) {
+	p.name(prof)
+	p.send(prof)
+}
+
+// name names an interval's locations.
+func (p *pipeline) name(prof *trace.Profile) {
 	if len(prof.Samples) > 0 {
 		for _, err := range p.symbolizer.Symbolize(prof) {
 			p.log.Info("cannot symbolize; frames keep addresses and build ids", "err", err)
@@ -452,6 +464,10 @@ func (p *pipeline) deliver(prof *trace.Profile) {
 		st := p.symbolizer.Stats()
 		p.symStats.Store(&st)
 	}
+}
+
+// send hands a named interval to every sink.
+func (p *pipeline) send(prof *trace.Profile) {
 	for _, s := range p.sinks {
 		s.add(prof)
 	}
