@@ -424,8 +424,8 @@ func (p *pipeline) loop(sampled <-chan error) error {
 			p.name(prof)
 			// The release comes between the naming and the export: the first export's
 			// code and data fault in on top of what the release leaves rather than of
-			// what the first naming touched (VmHWM, set in the first interval, 28.5–29.3 → 27.1–27.4 MB
-			// beside the side-by-side workloads, three runs each).
+			// what the first naming touched (VmHWM, set in the first interval: 28.5–29.3
+			// → 27.1–27.4 MB beside the side-by-side workloads, three runs each).
 			if first {
 				p.releaseOwnCode(true)
 				dropped = now
