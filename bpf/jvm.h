@@ -443,7 +443,6 @@ static long jvm_frame_step(__u32 i, void *ctx)
 		return 1;
 	}
 	st->frameless = 0;
-	st->in_fp = 0;
 	long r = jvm_step(st, w->frames, p, w->s);
 	w->end = (__u32)(r >> 8);
 	return r & 1;

@@ -139,6 +139,14 @@ struct {
 	__type(value, struct proc_info);
 } proc_maps SEC(".maps");
 
+/* Each CPU's memo of the rows its walks found (types.h, struct row_memo). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct row_memo);
+} row_memos SEC(".maps");
+
 /* The current self_exec_id of processes that exec'd since sonde started, so user space can
  * tell whether a reading of /proc/PID/maps still belongs to the exec it was made for. */
 struct {
@@ -263,15 +271,6 @@ static __always_inline struct unwind_row *walker_row(void *table, __u32 i)
 #include "unwinder.h"
 #endif
 
-/* Where the sample's user walk followed frame pointers (types.h, struct fp_segments), for
- * the runtimes' walkers. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct fp_segments);
-} fp_segments_map SEC(".maps");
-
 /* The language runtimes' walkers, each in its own header with its own maps; the dispatch
  * below is the only code that knows them all. */
 #include "python.h"
@@ -284,10 +283,15 @@ _Static_assert(JVM_RUNTIME > 0 && JVM_RUNTIME <= INTERP_RUNTIME_MAX && JVM_RUNTI
 	       "runtime numbers fit their 4 bits");
 
 #if ARCH_TABLE_UNWIND
-/* walker_no_table (unwinder.h): a frame of code no table describes is a JIT's whose
- * runtime walks its frames within the native walk (HotSpot's, which keeps no frame
- * pointers), or is walked by frame pointer (V8's frames are rewritten after the walk,
- * from the frame pointers it followed). One lookup per walk tells a process without.
+/* The JITs walker_no_table found a process does not run (struct walk's no_jit). */
+#define NO_JVM 1
+#define NO_V8 2
+
+/* walker_no_table (unwinder.h): a frame of code no table describes, or that its table says
+ * is walked by frame pointer, may be a JIT's whose runtime walks its frames within the
+ * native walk: HotSpot's (which keeps no frame pointers), V8's (whose frames keep their
+ * function by their frame pointer). The rest is walked by frame pointer. One lookup per
+ * walk tells a process without each.
  *
  * no_table_step is a global function: the verifier checks it once on its own, where
  * inlined into the loop's callback it was explored at each of the callback's many
@@ -297,10 +301,10 @@ __noinline long no_table_step(struct unwind_state *st, struct user_frames *frame
 	if (!st || !frames || !no_jit)
 		return 1;
 #if defined(__TARGET_ARCH_x86)
-	if (!*no_jit) {
+	if (!(*no_jit & NO_JVM)) {
 		struct jvm_proc *p = bpf_map_lookup_elem(&jvm_procs, &pid);
 		if (!p || (p->exec_id && p->exec_id != exec_id)) {
-			*no_jit = 1;
+			*no_jit |= NO_JVM;
 		} else if (jvm_in_code(p, st->pc)) {
 			if (st->n > 0)
 				st->n--; /* recorded again, as Java's */
@@ -308,6 +312,16 @@ __noinline long no_table_step(struct unwind_state *st, struct user_frames *frame
 		}
 	}
 #endif
+	if (!(*no_jit & NO_V8)) {
+		struct v8_proc *p = bpf_map_lookup_elem(&v8_procs, &pid);
+		if (!p || (p->exec_id && p->exec_id != exec_id)) {
+			*no_jit |= NO_V8;
+		} else if (v8_in_code(p, st->pc)) {
+			if (st->n > 0)
+				st->n--; /* recorded again, as V8's */
+			return v8_frames(st, frames, p, pid, exec_id);
+		}
+	}
 	return fp_step(st);
 }
 
@@ -362,16 +376,18 @@ static long interp_scan_step(__u32 i, void *ctx)
 }
 
 /* interp_frames hands the sample's n native frames to the walker of each runtime whose
- * code one of them runs, which puts the runtime's frames in, and returns how many frames
- * there are then. A walk that stopped short of the outermost frame (complete 0) may have
- * left a runtime's frames beyond it: every runtime of the process is asked then. Each
+ * frames are found after the walk (Python's, in its interpreter's state) and whose code one
+ * of them runs, which puts the runtime's frames in, and returns how many frames there are
+ * then. A walk that stopped short of the outermost frame (complete 0) may have left a
+ * runtime's frames beyond it: every such runtime of the process is asked then. Each
  * walker is a global function, verified once on its own. */
 static __always_inline __u32 interp_frames(struct sample_event *e, __u32 n, __u32 complete)
 {
 	__u32 pid = e->pid;
 	struct interp_proc *p = bpf_map_lookup_elem(&interp_procs, &pid);
-	/* exec_id 0: user space read the process before it knew its exec. */
-	if (!p || (p->exec_id && p->exec_id != e->exec_id) || n == 0)
+	/* exec_id 0: user space read the process before it knew its exec. The JITs' frames
+	 * are in already: their walkers run within the native walk. */
+	if (!p || (p->exec_id && p->exec_id != e->exec_id) || n == 0 || !(p->runtimes & (1U << PY_RUNTIME)))
 		return n;
 	if (n > MAX_USER_DEPTH)
 		n = MAX_USER_DEPTH;
@@ -381,8 +397,6 @@ static __always_inline __u32 interp_frames(struct sample_event *e, __u32 n, __u3
 		s.hit |= p->runtimes;
 	if (s.hit & (1U << PY_RUNTIME))
 		n = python_frames(e, n, complete);
-	if (s.hit & (1U << V8_RUNTIME))
-		n = v8_frames(e, n, complete);
 	return n;
 }
 #endif
@@ -412,10 +426,9 @@ static __always_inline int unwind_user(struct sample_event *e, struct task_struc
 	__u64 tls = ARCH_THREAD_POINTER(task);
 	__u32 end = UNWIND_INVALID;
 	__u32 zero = 0;
-	struct fp_segments *segs = bpf_map_lookup_elem(&fp_segments_map, &zero);
-	if (segs)
-		segs->count = 0;
-	__u32 n = walk_user((struct user_frames *)e->frames, proc, tgid, e->exec_id, ARCH_PC(&regs), ARCH_SP(&regs), ARCH_FP(&regs), pt_regs, tls, &end, segs);
+	struct row_memo *memo = bpf_map_lookup_elem(&row_memos, &zero);
+	__u32 n = walk_user((struct user_frames *)e->frames, proc, memo, tgid, e->exec_id, ARCH_PC(&regs), ARCH_SP(&regs), ARCH_FP(&regs),
+			    pt_regs, tls, &end);
 	/* A walk that reached the outermost frame, by tables or by frame pointer, leaves no
 	 * runtime's frames over to put at the root. */
 	n = interp_frames(e, n, end == UNWIND_COMPLETE || end == UNWIND_COMPLETE_FP);

@@ -183,6 +183,9 @@ type Sampler struct {
 	offPending atomic.Int64
 	tablesMu   sync.Mutex
 	slots      tableSlots
+	// procGen numbers each writing of a process's mappings (proc_info.gen): what the
+	// kernel's walks remember of the mappings holds only while the number does.
+	procGen atomic.Uint32
 
 	pending     []pendingContext // by CPU; only Run's goroutine touches it
 	pendingVMAs []pendingVMAs    // by CPU, likewise

@@ -394,3 +394,32 @@ func TestGoRuntimeFollowsTable(t *testing.T) {
 		t.Fatalf("after removing both: %+v, %v", st, err)
 	}
 }
+
+// TestSetProcessNumbersEachWriting holds SetProcess to what the walkers' memo of rows
+// (types.h, struct row_memo) relies on: every writing of a process's mappings carries a
+// number no earlier writing had, never 0, so that what a walk remembers from the mappings
+// before is not taken for what the new ones say.
+func TestSetProcessNumbersEachWriting(t *testing.T) {
+	testenv.RequireRoot(t)
+	s, err := Load(Config{Frequency: 19})
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	defer s.Close()
+	seen := map[uint32]bool{}
+	maps := []ExecMapping{{Start: 0x400000, End: 0x401000}}
+	for i := range 4 {
+		pid := uint32(1<<22 + i%2) // beyond pid_max's default: no real process
+		if err := s.SetProcess(pid, 7, maps); err != nil {
+			t.Fatal(err)
+		}
+		var info samplerProcInfo
+		if err := s.objs.ProcMaps.Lookup(pid, &info); err != nil {
+			t.Fatal(err)
+		}
+		if info.Gen == 0 || seen[info.Gen] {
+			t.Fatalf("writing %d of pid %d numbered %d; numbers before: %v", i, pid, info.Gen, seen)
+		}
+		seen[info.Gen] = true
+	}
+}

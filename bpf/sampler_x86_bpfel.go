@@ -97,14 +97,6 @@ const (
 	samplerFpRuleFP_RULE_MAX  samplerFpRule = 5
 )
 
-type samplerFpSegments struct {
-	_     structs.HostLayout
-	Fp    [4]uint64
-	At    [4]uint32
-	Count uint32
-	Pad   uint32
-}
-
 type samplerGoFunc uint32
 
 const (
@@ -291,7 +283,7 @@ type samplerProcInfo struct {
 	_      structs.HostLayout
 	ExecId uint64
 	Count  uint32
-	Pad    uint32
+	Gen    uint32
 	Maps   [256]samplerExecMapping
 }
 
@@ -403,6 +395,20 @@ type samplerRowIndex struct {
 	Pad       uint32
 }
 
+type samplerRowMemo struct {
+	_    structs.HostLayout
+	Slot [256]struct {
+		_       structs.HostLayout
+		Pc      uint64
+		Gen     uint32
+		TableId uint32
+		Row     samplerUnwindRow
+		Kind    uint8
+		Exact   uint8
+		Pad     [6]uint8
+	}
+}
+
 type samplerSampleEvent struct {
 	_         structs.HostLayout
 	Kind      uint32
@@ -508,11 +514,10 @@ type samplerUnwindRow struct {
 type samplerV8End uint32
 
 const (
-	samplerV8EndV8COMPLETE samplerV8End = 0
-	samplerV8EndV8NO_FP    samplerV8End = 1
-	samplerV8EndV8BAD_READ samplerV8End = 2
-	samplerV8EndV8MISMATCH samplerV8End = 3
-	samplerV8EndV8END_MAX  samplerV8End = 4
+	samplerV8EndV8COMPLETE  samplerV8End = 0
+	samplerV8EndV8BAD_READ  samplerV8End = 1
+	samplerV8EndV8TRUNCATED samplerV8End = 2
+	samplerV8EndV8END_MAX   samplerV8End = 3
 )
 
 type samplerV8FrameEncoding uint32
@@ -557,20 +562,15 @@ type samplerV8Proc struct {
 type samplerV8Scratch struct {
 	_  structs.HostLayout
 	St struct {
-		_     structs.HostLayout
-		Fp    uint64
-		Sp    uint64
-		In    uint32
-		N_in  uint32
-		N_out uint32
-		End   uint32
-		FpOk  uint8
-		InV8  uint8
-		Pad   [6]uint8
+		_      structs.HostLayout
+		ExecId uint64
+		Pid    uint32
+		End    uint32
+		InV8   uint8
+		Pad    [7]uint8
 	}
-	Native [256]uint64
-	Slots  [8]uint64
-	Memo   [64]struct {
+	Slots [8]uint64
+	Memo  [64]struct {
 		_      structs.HostLayout
 		Pc     uint64
 		Fn     uint64
@@ -615,7 +615,6 @@ const (
 	samplerMapCounters                  = "counters"
 	samplerMapEvents                    = "events"
 	samplerMapExecIds                   = "exec_ids"
-	samplerMapFpSegmentsMap             = "fp_segments_map"
 	samplerMapGoParked                  = "go_parked"
 	samplerMapGoRuntimes                = "go_runtimes"
 	samplerMapInterpProcs               = "interp_procs"
@@ -629,6 +628,7 @@ const (
 	samplerMapPyProcs                   = "py_procs"
 	samplerMapPyScratchMap              = "py_scratch_map"
 	samplerMapPyThreads                 = "py_threads"
+	samplerMapRowMemos                  = "row_memos"
 	samplerMapScratch                   = "scratch"
 	samplerMapTargetCgroups             = "target_cgroups"
 	samplerMapTargetPids                = "target_pids"
@@ -755,7 +755,6 @@ type samplerMapSpecs struct {
 	Counters         *ebpf.MapSpec `ebpf:"counters"`
 	Events           *ebpf.MapSpec `ebpf:"events"`
 	ExecIds          *ebpf.MapSpec `ebpf:"exec_ids"`
-	FpSegmentsMap    *ebpf.MapSpec `ebpf:"fp_segments_map"`
 	GoParked         *ebpf.MapSpec `ebpf:"go_parked"`
 	GoRuntimes       *ebpf.MapSpec `ebpf:"go_runtimes"`
 	InterpProcs      *ebpf.MapSpec `ebpf:"interp_procs"`
@@ -769,6 +768,7 @@ type samplerMapSpecs struct {
 	PyProcs          *ebpf.MapSpec `ebpf:"py_procs"`
 	PyScratchMap     *ebpf.MapSpec `ebpf:"py_scratch_map"`
 	PyThreads        *ebpf.MapSpec `ebpf:"py_threads"`
+	RowMemos         *ebpf.MapSpec `ebpf:"row_memos"`
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
 	TargetCgroups    *ebpf.MapSpec `ebpf:"target_cgroups"`
 	TargetPids       *ebpf.MapSpec `ebpf:"target_pids"`
@@ -859,7 +859,6 @@ type samplerMaps struct {
 	Counters         *ebpf.Map `ebpf:"counters"`
 	Events           *ebpf.Map `ebpf:"events"`
 	ExecIds          *ebpf.Map `ebpf:"exec_ids"`
-	FpSegmentsMap    *ebpf.Map `ebpf:"fp_segments_map"`
 	GoParked         *ebpf.Map `ebpf:"go_parked"`
 	GoRuntimes       *ebpf.Map `ebpf:"go_runtimes"`
 	InterpProcs      *ebpf.Map `ebpf:"interp_procs"`
@@ -873,6 +872,7 @@ type samplerMaps struct {
 	PyProcs          *ebpf.Map `ebpf:"py_procs"`
 	PyScratchMap     *ebpf.Map `ebpf:"py_scratch_map"`
 	PyThreads        *ebpf.Map `ebpf:"py_threads"`
+	RowMemos         *ebpf.Map `ebpf:"row_memos"`
 	Scratch          *ebpf.Map `ebpf:"scratch"`
 	TargetCgroups    *ebpf.Map `ebpf:"target_cgroups"`
 	TargetPids       *ebpf.Map `ebpf:"target_pids"`
@@ -892,7 +892,6 @@ func (m *samplerMaps) Close() error {
 		m.Counters,
 		m.Events,
 		m.ExecIds,
-		m.FpSegmentsMap,
 		m.GoParked,
 		m.GoRuntimes,
 		m.InterpProcs,
@@ -906,6 +905,7 @@ func (m *samplerMaps) Close() error {
 		m.PyProcs,
 		m.PyScratchMap,
 		m.PyThreads,
+		m.RowMemos,
 		m.Scratch,
 		m.TargetCgroups,
 		m.TargetPids,

@@ -180,6 +180,10 @@ func (s *Sampler) SetProcess(pid uint32, execID uint64, mappings []ExecMapping) 
 	var info samplerProcInfo
 	info.ExecId = execID
 	info.Count = uint32(copy(info.Maps[:], mappings))
+	info.Gen = s.procGen.Add(1)
+	if info.Gen == 0 { // after 2^32 writings: 0 is no writing's
+		info.Gen = s.procGen.Add(1)
+	}
 	if err := s.objs.ProcMaps.Put(pid, &info); err != nil {
 		return fmt.Errorf("set mappings of pid %d: %w", pid, err)
 	}

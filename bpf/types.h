@@ -167,8 +167,37 @@ struct exec_mapping {
 struct proc_info {
 	__u64 exec_id; /* the task's self_exec_id when user space read the mappings */
 	__u32 count;
-	__u32 pad;
+	/* Which writing of the mappings this is: user space numbers each, never 0 and never
+	 * the same twice, so that what was found in them is known to still hold (row_memo). */
+	__u32 gen;
 	struct exec_mapping maps[MAX_PROC_MAPPINGS];
+};
+
+/* What the walker last found for a frame's pc on this CPU: its mapping's row and table,
+ * or that no table covers it, as found in one writing of the process's mappings (gen). Most
+ * samples of a busy program repeat frames earlier samples walked, and a search of a large
+ * table (node's 550 000 rows) touches pages that have left the caches and the TLB since.
+ * Direct-mapped by pc. */
+#define ROW_MEMO_SLOTS 256
+
+enum row_memo_kind {
+	ROW_MEMO_EMPTY = 0,
+	ROW_MEMO_ROW = 1,      /* row and table_id hold */
+	ROW_MEMO_NO_TABLE = 2, /* no mapping with a table covers the pc */
+};
+
+struct row_memo_slot {
+	__u64 pc;
+	__u32 gen;
+	__u32 table_id;
+	struct unwind_row row;
+	__u8 kind;  /* enum row_memo_kind */
+	__u8 exact; /* pc was looked up as itself, not as a return address */
+	__u8 pad[6];
+};
+
+struct row_memo {
+	struct row_memo_slot slot[ROW_MEMO_SLOTS];
 };
 
 struct sample_event {
@@ -186,19 +215,6 @@ struct sample_event {
 	/* user_len bytes of user frames, then kernel_len bytes of kernel frames; the ring
 	 * record ends there, so a shallow stack costs a short record. */
 	__u64 frames[MAX_USER_DEPTH + MAX_STACK_DEPTH];
-};
-
-/* Where the walk of a user stack turned to frame pointers after frames it walked by table,
- * or began with them: the index of the frame and its frame pointer, for the first
- * MAX_FP_SEGMENTS times. A runtime whose frames keep more than a return address by their
- * frame pointer (V8: the function) finds its frames' pointers there. */
-#define MAX_FP_SEGMENTS 4
-
-struct fp_segments {
-	__u64 fp[MAX_FP_SEGMENTS];
-	__u32 at[MAX_FP_SEGMENTS];
-	__u32 count;
-	__u32 pad;
 };
 
 /* A language runtime's frame among a sample's user frames (interpreted code, or code its

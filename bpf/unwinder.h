@@ -53,8 +53,6 @@ struct unwind_state {
 	/* The frame's function was stopped in its prologue before it set up a frame (Go's
 	 * morestack): its return address is at sp. */
 	__u8 frameless;
-	__u8 in_fp; /* the last step followed the frame pointer */
-	struct fp_segments segs;
 };
 
 /* Binary searches run as bpf_loop callbacks: the verifier checks a callback once, where
@@ -268,13 +266,6 @@ static __always_inline long fp_step(struct unwind_state *st)
 {
 	__u64 ra, fp = st->fp;
 	st->used_fp = 1;
-	if (!st->in_fp && st->segs.count < MAX_FP_SEGMENTS) {
-		__u32 k = st->segs.count & (MAX_FP_SEGMENTS - 1);
-		st->segs.fp[k] = st->fp;
-		st->segs.at[k] = st->n - 1;
-		st->segs.count++;
-	}
-	st->in_fp = 1;
 	if (st->frameless) {
 		/* Stopped in its prologue before it set up a frame: the return address is at sp. */
 		st->frameless = 0;
@@ -291,7 +282,8 @@ static __always_inline long fp_step(struct unwind_state *st)
 	return advance(st, st->fp + 16, pair[1], pair[0], 1);
 }
 
-/* walker_step's verdict for a frame without a table: recorded, not yet moved from. */
+/* walker_step's verdict for a frame of code without a table, or one its table says is
+ * walked by frame pointer: recorded, not yet moved from. */
 #define WALK_NO_TABLE 2
 
 /* walker_step records the current frame and moves to its caller; it returns 1 when the
@@ -299,7 +291,8 @@ static __always_inline long fp_step(struct unwind_state *st)
  * any state the walk may be in: inlined into the loop's callback, each of the walk's
  * branches multiplies the states the verifier follows, and a small change to the walker
  * (even to the values of its end codes) takes that from thousands to a million. */
-__attribute__((noinline)) long walker_step(struct unwind_state *st, struct user_frames *frames, struct proc_info *proc)
+__attribute__((noinline)) long walker_step(struct unwind_state *st, struct user_frames *frames, struct proc_info *proc,
+					  struct row_memo *memo)
 {
 	if (!st || !frames)
 		return 1;
@@ -310,20 +303,41 @@ __attribute__((noinline)) long walker_step(struct unwind_state *st, struct user_
 	frames->pc[st->n & (MAX_USER_DEPTH - 1)] = st->pc;
 	st->n++;
 
-	struct unwind_row *row = NULL;
+	struct unwind_row r, *row = NULL;
 	__u32 table_id = 0;
 	if (proc) {
-		struct exec_mapping *m = find_mapping(proc, st->pc);
-		if (m && m->rows_count) {
-			void *table = walker_table(m->table_id);
-			if (!table)
-				return finish(st, UNWIND_TABLE_GONE);
-			/* A return address points after the call; the call itself belongs to the caller's row. */
-			__u64 vaddr = st->pc - m->bias - (st->pc_exact ? 0 : 1);
-			row = find_row(table, m->rows_count, (__u32)vaddr);
-			if (!row)
-				return finish(st, UNWIND_NO_ROW);
-			table_id = m->table_id;
+		__u64 pc = st->pc;
+		struct row_memo_slot *ms = memo ? &memo->slot[(pc ^ (pc >> 8)) & (ROW_MEMO_SLOTS - 1)] : NULL;
+		if (ms && ms->pc == pc && ms->gen == proc->gen && ms->exact == st->pc_exact && ms->kind != ROW_MEMO_EMPTY) {
+			if (ms->kind == ROW_MEMO_ROW) {
+				r = ms->row;
+				row = &r;
+				table_id = ms->table_id;
+			}
+		} else {
+			struct exec_mapping *m = find_mapping(proc, pc);
+			if (m && m->rows_count) {
+				void *table = walker_table(m->table_id);
+				if (!table)
+					return finish(st, UNWIND_TABLE_GONE);
+				/* A return address points after the call; the call itself belongs to the caller's row. */
+				__u64 vaddr = pc - m->bias - (st->pc_exact ? 0 : 1);
+				struct unwind_row *found = find_row(table, m->rows_count, (__u32)vaddr);
+				if (!found)
+					return finish(st, UNWIND_NO_ROW);
+				r = *found;
+				row = &r;
+				table_id = m->table_id;
+			}
+			if (ms) {
+				ms->pc = pc;
+				ms->gen = proc->gen;
+				ms->exact = st->pc_exact;
+				ms->kind = row ? ROW_MEMO_ROW : ROW_MEMO_NO_TABLE;
+				ms->table_id = table_id;
+				if (row)
+					ms->row = r;
+			}
 		}
 	}
 	/* Code without a table: a runtime's JIT may know its frames (walker_no_table); a
@@ -333,11 +347,14 @@ __attribute__((noinline)) long walker_step(struct unwind_state *st, struct user_
 	__u32 rule = row->cfa_rule;
 	if (rule == CFA_GO && !st->pc_exact)
 		return go_step(st, row->cfa_reg, table_id);
+	/* Code walked by frame pointer: a runtime's (V8's builtins in node's text) whose walker
+	 * may know more of its frames than a return address. */
+	if (rule == CFA_FRAME_POINTER)
+		return WALK_NO_TABLE;
 	/* A Go switch interrupted in itself rather than returned to: its frame pointer leads on. */
-	if (rule == CFA_GO || rule == CFA_FRAME_POINTER)
+	if (rule == CFA_GO)
 		return fp_step(st);
 	st->frameless = 0;
-	st->in_fp = 0;
 
 	__u64 cfa, ra, fp = st->fp, v, x;
 	__u32 err;
@@ -429,22 +446,23 @@ __attribute__((noinline)) long walker_step(struct unwind_state *st, struct user_
 struct walk {
 	struct user_frames *frames;
 	struct proc_info *proc; /* looked up once per sample; NULL: walk by frame pointer */
+	struct row_memo *memo;  /* this CPU's, or NULL */
 	__u64 exec_id;          /* whose stack it is, for walker_no_table */
 	__u32 pid;
-	__u8 no_jit;            /* walker_no_table found no JIT of the process's to ask */
+	__u8 no_jit;            /* walker_no_table's: the JITs it found the process does not run */
 	__u8 pad[3];
 	struct unwind_state st;
 };
 
-/* walker_no_table moves from a frame of code without a table, which walker_step recorded:
- * the includer defines it, to hand a JIT's code to its runtime's walker and the rest to
- * fp_step. It returns what walker_step would. */
+/* walker_no_table moves from a frame of code without a table (or walked by frame pointer),
+ * which walker_step recorded: the includer defines it, to hand a JIT's code to its
+ * runtime's walker and the rest to fp_step. It returns what walker_step would. */
 static long walker_no_table(struct walk *w);
 
 static long unwind_step(__u32 i, void *ctx)
 {
 	struct walk *w = ctx;
-	long r = walker_step(&w->st, w->frames, w->proc);
+	long r = walker_step(&w->st, w->frames, w->proc, w->memo);
 	if (r == WALK_NO_TABLE)
 		r = walker_no_table(w);
 	return r ? 1 : 0;
@@ -453,14 +471,14 @@ static long unwind_step(__u32 i, void *ctx)
 /* walk_user walks a user stack of process pid (as of its exec exec_id) from its leaf
  * registers into frames and returns how many it wrote; *end says how the walk ended. regs
  * is the address of the task's pt_regs, for the leaf's other registers; tls its thread
- * pointer. segs, when not NULL, gets where the walk followed frame pointers. */
-static __always_inline __u32 walk_user(struct user_frames *frames, struct proc_info *proc, __u32 pid, __u64 exec_id,
-				       __u64 pc, __u64 sp, __u64 fp, __u64 regs, __u64 tls, __u32 *end,
-				       struct fp_segments *segs)
+ * pointer; memo, when not NULL, this CPU's memo of rows found (struct row_memo). */
+static __always_inline __u32 walk_user(struct user_frames *frames, struct proc_info *proc, struct row_memo *memo, __u32 pid,
+				       __u64 exec_id, __u64 pc, __u64 sp, __u64 fp, __u64 regs, __u64 tls, __u32 *end)
 {
 	struct walk w = {
 		.frames = frames,
 		.proc = proc,
+		.memo = memo,
 		.exec_id = exec_id,
 		.pid = pid,
 		.st =
@@ -480,8 +498,6 @@ static __always_inline __u32 walk_user(struct user_frames *frames, struct proc_i
 	else if (w.st.end == UNWIND_COMPLETE && w.st.used_fp)
 		w.st.end = UNWIND_COMPLETE_FP;
 	*end = w.st.end;
-	if (segs)
-		*segs = w.st.segs;
 	return w.st.n < MAX_USER_DEPTH ? w.st.n : MAX_USER_DEPTH;
 }
 

@@ -29,23 +29,20 @@ const (
 type V8End uint32
 
 const (
-	V8Complete = V8End(samplerV8EndV8COMPLETE)
-	V8NoFP     = V8End(samplerV8EndV8NO_FP)
-	V8BadRead  = V8End(samplerV8EndV8BAD_READ)
-	V8Mismatch = V8End(samplerV8EndV8MISMATCH)
-	V8EndCount = int(samplerV8EndV8END_MAX)
+	V8Complete  = V8End(samplerV8EndV8COMPLETE)
+	V8BadRead   = V8End(samplerV8EndV8BAD_READ)
+	V8Truncated = V8End(samplerV8EndV8TRUNCATED)
+	V8EndCount  = int(samplerV8EndV8END_MAX)
 )
 
 func (e V8End) String() string {
 	switch e {
 	case V8Complete:
 		return "complete"
-	case V8NoFP:
-		return "native_leaf"
 	case V8BadRead:
 		return "bad_read"
-	case V8Mismatch:
-		return "mismatch"
+	case V8Truncated:
+		return "truncated"
 	default:
 		return "unknown"
 	}

@@ -1,17 +1,15 @@
-/* V8 (Node.js) frames, put in place of the native frames of V8's generated code.
+/* V8 (Node.js) frames, walked within the native walk.
  *
  * V8 keeps frame pointers in the code it generates (interpreter, baseline, Maglev and
  * TurboFan code, and its builtins): each JavaScript frame holds its context at
  * fp+off_fp_context and its JSFunction at fp+off_fp_function; each other frame (entry,
  * exit, stub, builtin frames) holds a frame type marker, a small integer with the Smi tag,
- * where a JavaScript frame holds its context. The native walk found those frames by frame
- * pointer too (V8's code has no unwind tables; node's file's table says its builtins are
- * walked so), so its return addresses are the chain v8_frames follows, from the frame
- * pointer the native walk had where it turned to frame pointers (struct fp_segments: at the
- * leaf, or where C++ called V8), checking each saved return address against the native
- * walk's. Where the chain leaves V8's code (at the entry frame
- * into C++, or where a check fails), the native frames are kept as they are, so node's and
- * libuv's frames below stay complete.
+ * where a JavaScript frame holds its context. V8's code has no unwind tables (node's
+ * file's table says its builtins are walked by frame pointer): the native walk hands a
+ * frame of it to v8_frames (through walker_no_table), which walks V8's frames by frame
+ * pointer, reading each frame's words and its caller's in one read, and hands the walk
+ * back at the first frame outside V8's code (the entry frame's caller in C++), so that
+ * node's and libuv's frames below stay complete.
  *
  * A JavaScript frame is recorded for user space to name:
  * - interpreted code (the pc lies in the embedded builtins: the bytecode handlers) as its
@@ -45,9 +43,8 @@ enum v8_frame_encoding {
 /* How a walk of V8 frames ended. */
 enum v8_end {
 	V8_COMPLETE = 0,  /* the chain was followed until it left V8's code */
-	V8_NO_FP = 1,     /* V8's frames whose frame pointer is not known were kept native */
-	V8_BAD_READ = 2,  /* reading a frame failed */
-	V8_MISMATCH = 3,  /* a saved return address is not the native walk's: the rest kept native */
+	V8_BAD_READ = 1,  /* reading a frame failed: the stack ends there */
+	V8_TRUNCATED = 2, /* MAX_USER_DEPTH frames */
 	V8_END_MAX,
 };
 
@@ -98,16 +95,13 @@ struct {
 
 /* The walk's state, in a per-CPU map rather than on the stack (see python.h). */
 struct v8_state {
-	__u64 fp;     /* the frame pointer of native frame in; valid while fp_ok */
-	__u64 sp;     /* the interrupted stack pointer */
-	__u32 in, n_in;
-	__u32 n_out;
-	__u32 end;    /* enum v8_end */
-	__u8 fp_ok;
+	__u64 exec_id; /* whose frames: the sample's process, for v8_note_function */
+	__u32 pid;
+	__u32 end;     /* enum v8_end */
 	/* the previous frame was V8's and not its entry: its caller is V8's too, wherever its
 	 * code lies (JIT code on pages the host has not seen yet) */
 	__u8 in_v8;
-	__u8 pad[6];
+	__u8 pad[7];
 };
 
 /* What v8_note_function last found for a frame of compiled code, so that the same code
@@ -129,7 +123,6 @@ struct v8_memo {
 
 struct v8_scratch {
 	struct v8_state st;
-	__u64 native[MAX_USER_DEPTH];
 	__u64 slots[8]; /* fp-48 .. fp+8 */
 	struct v8_memo memo[V8_MEMO_SLOTS];
 };
@@ -166,20 +159,38 @@ static __always_inline void v8_forget(__u32 tgid)
 #if ARCH_TABLE_UNWIND
 
 struct v8_walk {
-	struct v8_proc *proc;
+	struct unwind_state *st;
+	struct user_frames *frames;
+	struct v8_proc *p;
 	struct v8_scratch *s;
-	struct fp_segments *segs; /* where the native walk followed frame pointers; or NULL */
-	__u64 *out;
-	__u64 exec_id;
-	__u32 pid;
 };
+
+static __always_inline int v8_in_builtins(struct v8_proc *p, __u64 pc)
+{
+	return (pc >= p->builtins_start && pc <= p->builtins_end) || (pc >= p->remap_start && pc <= p->remap_end);
+}
+
+/* v8_in_code tells whether pc lies in V8's code: its builtins or its JIT's. A return
+ * address points after its call, which may be the region's last byte. */
+static __always_inline int v8_in_code(struct v8_proc *p, __u64 pc)
+{
+	return v8_in_builtins(p, pc) || (pc >= p->jit_start && pc <= p->jit_end);
+}
 
 static __always_inline void v8_emit(struct v8_walk *w, __u64 v)
 {
-	struct v8_state *st = &w->s->st;
-	if (st->n_out < MAX_USER_DEPTH)
-		w->out[st->n_out & (MAX_USER_DEPTH - 1)] = v;
-	st->n_out++;
+	struct unwind_state *st = w->st;
+	if (st->n >= MAX_USER_DEPTH)
+		return;
+	w->frames->pc[st->n & (MAX_USER_DEPTH - 1)] = v;
+	st->n++;
+}
+
+/* v8_emit_jit records a frame of compiled code by its pc. */
+static __always_inline void v8_emit_jit(struct v8_walk *w, __u64 pc, int ret)
+{
+	__u64 r = ret ? 1ULL << V8_RETURN_BIT : 0;
+	v8_emit(w, INTERP_FRAME(V8_RUNTIME, (__u64)V8_KIND_JIT << V8_KIND_SHIFT | r | (pc & ((1ULL << 47) - 1))));
 }
 
 /* v8_slot returns the frame's word at fp+off, off within [-48, 8]. */
@@ -199,9 +210,9 @@ static __always_inline __u64 v8_slot(struct v8_scratch *s, __s16 off)
  * bytecode handlers run in the interpreter's frame and return to builtins). *ra gets it. */
 static __always_inline int v8_frameless_caller(struct v8_walk *w, __u64 *ra)
 {
-	struct v8_proc *p = w->proc;
+	struct v8_proc *p = w->p;
 	__u64 v = 0;
-	if (bpf_probe_read_user(&v, sizeof(v), (void *)w->s->st.sp))
+	if (bpf_probe_read_user(&v, sizeof(v), (void *)w->st->sp))
 		return 0;
 	if (v < p->jit_start || v > p->jit_end)
 		return 0;
@@ -222,162 +233,130 @@ static __always_inline int v8_frameless_caller(struct v8_walk *w, __u64 *ra)
  * user space finds at the pc when it reads it later. Written only when it changed. */
 static __always_inline void v8_note_function(struct v8_walk *w, __u64 fn, __u64 pc)
 {
+	struct v8_state *vs = &w->s->st;
 	struct v8_memo *m = &w->s->memo[(pc ^ (pc >> 6) ^ (fn >> 3)) & (V8_MEMO_SLOTS - 1)];
-	if (m->pc == pc && m->fn == fn && m->pid == w->pid && m->exec_id == w->exec_id && m->uses < V8_MEMO_USES) {
+	if (m->pc == pc && m->fn == fn && m->pid == vs->pid && m->exec_id == vs->exec_id && m->uses < V8_MEMO_USES) {
 		m->uses++;
 		return;
 	}
 	__u64 sfi = 0;
-	if (bpf_probe_read_user(&sfi, sizeof(sfi), (void *)(fn - 1 + w->proc->function_shared)) || (sfi & 3) != 1)
+	if (bpf_probe_read_user(&sfi, sizeof(sfi), (void *)(fn - 1 + w->p->function_shared)) || (sfi & 3) != 1)
 		return;
-	struct v8_jit_key k = {.pid = w->pid, .pc = pc};
+	struct v8_jit_key k = {.pid = vs->pid, .pc = pc};
 	__u64 *old = bpf_map_lookup_elem(&v8_jit_functions, &k);
 	if (!old || *old != sfi)
 		bpf_map_update_elem(&v8_jit_functions, &k, &sfi, BPF_ANY);
 	m->pc = pc;
 	m->fn = fn;
-	m->exec_id = w->exec_id;
-	m->pid = w->pid;
+	m->exec_id = vs->exec_id;
+	m->pid = vs->pid;
 	m->uses = 0;
 }
 
-static long v8_step(__u32 i, void *ctx)
+/* v8_step records the frame at st->pc, V8's code, and moves to its caller by the frame
+ * pointer: one read takes the frame's marker or function and the caller's frame pointer
+ * and return address. It returns 1 when the walk ends. A global function, verified once
+ * on its own. */
+__noinline long v8_step(struct unwind_state *st, struct user_frames *frames, struct v8_proc *p, struct v8_scratch *s)
 {
-	struct v8_walk *w = ctx;
-	struct v8_proc *p = w->proc;
-	struct v8_scratch *s = w->s;
-	struct v8_state *st = &s->st;
-	if (st->in >= st->n_in || st->n_out >= MAX_USER_DEPTH)
+	if (!st || !frames || !p || !s)
 		return 1;
-	__u32 in = st->in++;
-	__u64 pc = s->native[in & (MAX_USER_DEPTH - 1)];
-	int builtin = (pc >= p->builtins_start && pc <= p->builtins_end) || (pc >= p->remap_start && pc <= p->remap_end);
-	int jit = (pc >= p->jit_start && pc <= p->jit_end) || (st->fp_ok && st->in_v8 && !builtin);
-	if (!st->fp_ok && (builtin || jit) && w->segs) {
-		/* Where the native walk turned to frame pointers, it says which: V8's frames
-		 * called from C++, or under a C++ leaf. */
-		for (__u32 k = 0; k < MAX_FP_SEGMENTS; k++) {
-			if (k < w->segs->count && w->segs->at[k] == in) {
-				st->fp = w->segs->fp[k];
-				st->fp_ok = 1;
-			}
-		}
+	struct v8_walk w = {.st = st, .frames = frames, .p = p, .s = s};
+	struct v8_state *vs = &s->st;
+	__u64 pc = st->pc, fp = st->fp;
+	int builtin = v8_in_builtins(p, pc);
+	/* The interrupted frame itself, not one a signal interrupted. */
+	int leaf = st->pc_exact && st->n == 0;
+	st->used_fp = 1;
+	st->frameless = 0;
+	if (fp == 0) {
+		v8_emit(&w, pc);
+		return finish(st, UNWIND_COMPLETE);
 	}
-	if (!st->fp_ok || (!builtin && !jit)) {
-		if (!st->fp_ok && (builtin || jit) && st->end == V8_COMPLETE)
-			st->end = V8_NO_FP;
-		v8_emit(w, pc);
-		st->fp_ok = 0;
-		st->in_v8 = 0;
-		return 0;
-	}
-	st->in_v8 = 1;
-	__u64 fp = st->fp;
 	if (fp < 48 || fp >> 47 || bpf_probe_read_user(s->slots, sizeof(s->slots), (void *)(fp - 48))) {
-		st->end = V8_BAD_READ;
-		v8_emit(w, pc);
-		st->fp_ok = 0;
-		return 0;
+		vs->end = V8_BAD_READ;
+		v8_emit(&w, pc);
+		return finish(st, UNWIND_FP_BROKEN);
 	}
 	__u64 next_fp = s->slots[6], ret = s->slots[7];
 	__u64 marker = v8_slot(s, p->off_fp_context);
-	__u8 caller_native = 0;
+	vs->in_v8 = 1;
 	if (!(marker & 1)) {
-		/* A typed frame: a builtin's or a stub's; its address names it. */
+		/* A typed frame: a builtin's or a stub's; its address names it. An entry frame's
+		 * caller is C++. */
 		__u64 type = marker >> 1;
 		if (type == p->type_entry || type == p->type_construct_entry)
-			caller_native = 1;
-		v8_emit(w, pc);
+			vs->in_v8 = 0;
+		v8_emit(&w, pc);
 	} else {
 		__u64 fn = v8_slot(s, p->off_fp_function), caller = 0;
 		if ((fn & 3) != 1 || fn >> 47) {
-			v8_emit(w, pc);
-		} else if (builtin && in == 0 && v8_frameless_caller(w, &caller)) {
+			v8_emit(&w, pc);
+		} else if (builtin && leaf && v8_frameless_caller(&w, &caller)) {
 			/* A builtin that set up no frame of its own, interrupted: the frame is its
-			 * caller's, compiled code, whose pc is the return address at sp. The native
-			 * walk, by frame pointer, skipped that frame: it goes in here. */
-			v8_emit(w, pc);
-			v8_note_function(w, fn, caller);
-			v8_emit(w, INTERP_FRAME(V8_RUNTIME, (__u64)V8_KIND_JIT << V8_KIND_SHIFT | 1ULL << V8_RETURN_BIT |
-								    (caller & ((1ULL << 47) - 1))));
+			 * caller's, compiled code, whose pc is the return address at sp; the frame
+			 * pointer leads past it. */
+			v8_emit(&w, pc);
+			v8_note_function(&w, fn, caller);
+			v8_emit_jit(&w, caller, 1);
 		} else if (builtin) {
 			/* Interpreted: the frame holds its bytecode offset; the function its code. */
 			__u64 sfi = 0;
 			if (bpf_probe_read_user(&sfi, sizeof(sfi), (void *)(fn - 1 + p->function_shared)) || (sfi & 3) != 1 ||
 			    sfi >> 47) {
-				v8_emit(w, pc);
+				v8_emit(&w, pc);
 			} else {
 				__s64 off = (__s64)v8_slot(s, p->off_fp_bytecode_offset) >> (p->smi_shift & 63);
 				__u64 o = off < 0 ? 0 : (__u64)off;
 				if (o > V8_OFFSET_MASK)
 					o = V8_OFFSET_MASK;
-				v8_emit(w, INTERP_FRAME(V8_RUNTIME, (__u64)V8_KIND_BYTECODE << V8_KIND_SHIFT |
-									    ((sfi >> V8_SFI_SHIFT) & ((1ULL << 44) - 1)) << V8_OFFSET_BITS | o));
+				v8_emit(&w, INTERP_FRAME(V8_RUNTIME, (__u64)V8_KIND_BYTECODE << V8_KIND_SHIFT |
+									     ((sfi >> V8_SFI_SHIFT) & ((1ULL << 44) - 1)) << V8_OFFSET_BITS | o));
 			}
 		} else {
-			v8_note_function(w, fn, pc);
-			__u64 ra = in > 0 ? 1ULL << V8_RETURN_BIT : 0;
-			v8_emit(w, INTERP_FRAME(V8_RUNTIME, (__u64)V8_KIND_JIT << V8_KIND_SHIFT | ra | (pc & ((1ULL << 47) - 1))));
+			v8_note_function(&w, fn, pc);
+			v8_emit_jit(&w, pc, !st->pc_exact);
 		}
 	}
-	/* The caller: V8's frames keep the chain; the native walk must agree on its return
-	 * address, or the chain is not what it took. */
-	if (caller_native) {
-		st->fp_ok = 0;
-		st->in_v8 = 0;
-		return 0;
-	}
-	if (next_fp <= fp || (st->in < st->n_in && s->native[st->in & (MAX_USER_DEPTH - 1)] != ret)) {
-		st->end = V8_MISMATCH;
-		st->fp_ok = 0;
-		return 0;
-	}
-	st->fp = next_fp;
-	return 0;
+	return advance(st, fp + 16, ret, next_fp, 1);
 }
 
-/* v8_frames rewrites the sample's n user frames: the frames of V8's code become V8 frames,
- * and returns how many there are. The dispatch calls it when a native frame lies in V8's
- * code. */
-__noinline int v8_frames(struct sample_event *e, __u32 n, __u32 complete)
+static long v8_frame_step(__u32 i, void *ctx)
 {
-	/* complete is not needed: V8's frames are found from the leaf, not past the native
-	 * walk's end. Used, so that the compiler passes it as the dispatch expects. */
-	barrier_var(complete);
-	if (!e)
-		return 0;
-	if (n > MAX_USER_DEPTH)
-		n = MAX_USER_DEPTH;
-	__u32 pid = e->pid;
-	struct v8_proc *p = bpf_map_lookup_elem(&v8_procs, &pid);
-	if (!p || (p->exec_id && p->exec_id != e->exec_id) || n == 0)
-		return n;
+	struct v8_walk *w = ctx;
+	struct unwind_state *st = w->st;
+	if (st->done)
+		return 1;
+	if (!w->s->st.in_v8 && !v8_in_code(w->p, st->pc))
+		return 1; /* native code again: the native walk goes on */
+	if (st->n >= MAX_USER_DEPTH) {
+		w->s->st.end = V8_TRUNCATED;
+		finish(st, UNWIND_TRUNCATED);
+		return 1;
+	}
+	return v8_step(st, w->frames, w->p, w->s) ? 1 : 0;
+}
+
+/* v8_frames walks V8's frames from the frame at st->pc, which lies in V8's code (not yet
+ * recorded), records them, and leaves st at the first frame outside it. It returns 1
+ * when the walk ends there, as walker_step does. A global function, verified once on its
+ * own. */
+__noinline long v8_frames(struct unwind_state *st, struct user_frames *frames, struct v8_proc *p, __u32 pid, __u64 exec_id)
+{
+	if (!st || !frames || !p)
+		return 1;
 	__u32 zero = 0;
 	struct v8_scratch *s = bpf_map_lookup_elem(&v8_scratch_map, &zero);
 	if (!s)
-		return n;
-	if (bpf_probe_read_kernel(s->native, n * sizeof(__u64), e->frames))
-		return n;
-	struct arch_regs regs;
-	struct task_struct *task = bpf_get_current_task_btf();
-	if (bpf_probe_read_kernel(&regs, sizeof(regs), (void *)bpf_task_pt_regs(task)))
-		return n;
-	struct v8_state *st = &s->st;
-	__builtin_memset(st, 0, sizeof(*st));
-	st->n_in = n;
-	/* The interrupted frame's frame pointer is the only one known: a sample whose leaf is
-	 * C++ code keeps V8's frames below it native. */
-	st->fp = ARCH_FP(&regs);
-	st->sp = ARCH_SP(&regs);
-	st->fp_ok = s->native[0] == ARCH_PC(&regs);
-	struct v8_walk w = {.proc = p, .s = s, .out = e->frames, .pid = pid, .exec_id = e->exec_id};
-	w.segs = bpf_map_lookup_elem(&fp_segments_map, &zero);
-	bpf_loop(MAX_USER_DEPTH, v8_step, &w, 0);
-	__u32 out = st->n_out;
-	if (out > MAX_USER_DEPTH)
-		out = MAX_USER_DEPTH;
-	v8_count(st->end);
-	return out;
+		return 1;
+	s->st.pid = pid;
+	s->st.exec_id = exec_id;
+	s->st.end = V8_COMPLETE;
+	s->st.in_v8 = 0;
+	struct v8_walk w = {.st = st, .frames = frames, .p = p, .s = s};
+	bpf_loop(MAX_USER_DEPTH, v8_frame_step, &w, 0);
+	v8_count(s->st.end);
+	return st->done;
 }
 
 #endif /* ARCH_TABLE_UNWIND */

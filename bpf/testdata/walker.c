@@ -123,6 +123,11 @@ static long walker_no_table(struct walk *w)
 }
 
 static struct proc_info proc;
+/* Kept across runs, as a CPU's is across samples; each run's mappings are a new writing
+ * (gen), as SetProcess numbers them. Cases put other rows at the same addresses, so a
+ * memo that outlived its writing shows as a disagreement with the model. */
+static struct row_memo memo;
+static __u32 gen;
 static struct user_frames frames;
 static struct arch_regs ptregs;
 
@@ -275,7 +280,8 @@ int main(void)
 		} else if (!strncmp(line, "run", 3)) {
 			__u32 end = UNWIND_END_MAX;
 			memset(&frames, 0, sizeof(frames));
-			__u32 n = walk_user(&frames, noproc ? NULL : &proc, 0, 0, pc, sp, fp, (__u64)(uintptr_t)&ptregs, tls, &end, NULL);
+			proc.gen = ++gen;
+			__u32 n = walk_user(&frames, noproc ? NULL : &proc, &memo, 0, 0, pc, sp, fp, (__u64)(uintptr_t)&ptregs, tls, &end);
 			printf("end %u frames", end);
 			for (__u32 i = 0; i < n && i < MAX_USER_DEPTH; i++)
 				printf(" %#llx", (unsigned long long)frames.pc[i]);
