@@ -19,8 +19,9 @@
  * Other frames keep their native address: builtins are named by node's symbols.
  *
  * Offsets are V8's own postmortem metadata (v8dbg_* in the node binary), read by package
- * interp/node. Everything read here is the process's, which can lie: reads are checked and
- * the walk bounded by the native frames. A global function, verified once on its own. */
+ * interp/node. Everything read here is the process's, which can lie: reads are checked, each
+ * caller's frame must lie above its callee's, and the walk keeps MAX_USER_DEPTH. v8_frames
+ * and v8_step are global functions, each verified once on its own. */
 #ifndef SONDE_V8_H
 #define SONDE_V8_H
 
