@@ -317,9 +317,57 @@ func builtins(f *elf.File) ([2]uint64, error) {
 	return span, nil
 }
 
-// BuiltinsCode finds V8's embedded builtins in a file that carries V8's metadata: code
-// that keeps frame pointers and has no call frame information, which the native walk
-// crosses by frame pointer (unwind.RegisterFramePointerCode).
+// stackScanTrampoline is V8's assembly function that pushes the callee-saved registers
+// before its collector scans the stack (heap::base::Stack): every garbage collection on
+// the main thread runs under it, and it has no call frame information.
+const stackScanTrampoline = "PushAllRegistersAndIterateStack"
+
+// trampoline finds stackScanTrampoline in f (x86-64): a local function of size 0 in the
+// symbol table, which sets up a frame pointer first (push rbp; mov rbp, rsp) and ends at
+// its first ret. The bytes are checked, so that another function of the name is not
+// walked by a frame pointer it does not keep.
+func trampoline(f *elf.File) ([2]uint64, bool) {
+	if f.Machine != elf.EM_X86_64 {
+		return [2]uint64{}, false
+	}
+	syms, err := objfile.OpenSymbols(f, elf.SHT_SYMTAB)
+	if err != nil || syms == nil {
+		return [2]uint64{}, false
+	}
+	var at uint64
+	syms.Each(func(i int, name []byte) bool {
+		if string(name) != stackScanTrampoline {
+			return true
+		}
+		if s := syms.At(i); elf.ST_TYPE(s.Info) == elf.STT_FUNC {
+			at = s.Value
+		}
+		return false
+	})
+	if at == 0 {
+		return [2]uint64{}, false
+	}
+	const window = 64
+	for _, p := range f.Progs {
+		if p.Type != elf.PT_LOAD || p.Flags&elf.PF_X == 0 || at < p.Vaddr || at+window > p.Vaddr+p.Filesz {
+			continue
+		}
+		b, err := objfile.ProgData(p, at-p.Vaddr, window)
+		if err != nil || len(b) != window || !bytes.HasPrefix(b, []byte{0x55, 0x48, 0x89, 0xe5}) {
+			return [2]uint64{}, false
+		}
+		if end := bytes.IndexByte(b, 0xc3); end > 0 {
+			return [2]uint64{at, at + uint64(end) + 1}, true
+		}
+	}
+	return [2]uint64{}, false
+}
+
+// BuiltinsCode finds, in a file that carries V8's metadata, the code that keeps frame
+// pointers and has no call frame information, which the native walk crosses by frame
+// pointer (unwind.RegisterFramePointerCode): V8's embedded builtins, and the trampoline
+// under its collector's stack scan, without which a sample taken in a collection ends
+// there, short of the JavaScript that allocated.
 func BuiltinsCode(f *elf.File) (ranges [][2]uint64) {
 	defer func() {
 		if recover() != nil {
@@ -335,7 +383,11 @@ func BuiltinsCode(f *elf.File) (ranges [][2]uint64) {
 	if err != nil {
 		return nil
 	}
-	return [][2]uint64{span}
+	ranges = [][2]uint64{span}
+	if t, ok := trampoline(f); ok {
+		ranges = append(ranges, t)
+	}
+	return ranges
 }
 
 func init() { unwind.RegisterFramePointerCode(BuiltinsCode) }

@@ -64,8 +64,13 @@ func TestInspectNode(t *testing.T) {
 	if v.Builtins[0] == 0 || v.Builtins[1] <= v.Builtins[0] {
 		t.Errorf("builtins %#x", v.Builtins)
 	}
-	if got := BuiltinsCode(e); len(got) != 1 || got[0] != v.Builtins {
-		t.Errorf("frame-pointer code %#x, want the builtins %#x", got, v.Builtins)
+	got := BuiltinsCode(e)
+	if len(got) != 2 || got[0] != v.Builtins {
+		t.Fatalf("frame-pointer code %#x, want the builtins %#x and the stack scan's trampoline", got, v.Builtins)
+	}
+	// The trampoline: push rbp, mov rbp, rsp, the registers, its call and return.
+	if tr := got[1]; tr[0] == 0 || tr[1]-tr[0] < 8 || tr[1]-tr[0] > 64 || (tr[0] < v.Builtins[1] && tr[1] > v.Builtins[0]) {
+		t.Errorf("the stack scan's trampoline at %#x, the builtins at %#x", tr, v.Builtins)
 	}
 	// A file without V8.
 	sh, _ := filepath.EvalSymlinks("/bin/sh")
