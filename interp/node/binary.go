@@ -121,7 +121,7 @@ func Inspect(f *elf.File) (v *V8, err error) {
 		return nil, ErrNotV8
 	}
 	v = &V8{}
-	if v.Builtins, err = builtins(f); err != nil {
+	if v.Builtins, _, err = builtins(f); err != nil {
 		return nil, err
 	}
 	var missing []string
@@ -290,15 +290,21 @@ func symbolValue(f *elf.File, s elf.Symbol) int64 {
 	return 0
 }
 
-// builtins finds the embedded builtins' span among the file's Builtins_* functions.
-func builtins(f *elf.File) ([2]uint64, error) {
-	var span [2]uint64
+// builtins finds the embedded builtins' span among the file's Builtins_* functions, and
+// in the same pass the address of stackScanTrampoline, or 0.
+func builtins(f *elf.File) (span [2]uint64, trampoline uint64, err error) {
 	syms, err := objfile.OpenSymbols(f, elf.SHT_SYMTAB)
 	if err != nil {
-		return span, fmt.Errorf("read symbols: %w", err)
+		return span, 0, fmt.Errorf("read symbols: %w", err)
 	}
 	if syms != nil {
 		syms.Each(func(i int, name []byte) bool {
+			if string(name) == stackScanTrampoline {
+				if s := syms.At(i); elf.ST_TYPE(s.Info) == elf.STT_FUNC {
+					trampoline = s.Value
+				}
+				return true
+			}
 			if !bytes.HasPrefix(name, []byte("Builtins_")) {
 				return true
 			}
@@ -312,9 +318,9 @@ func builtins(f *elf.File) ([2]uint64, error) {
 		})
 	}
 	if span[0] == 0 {
-		return span, errors.New("v8 without Builtins_* symbols: its builtins cannot be told")
+		return span, 0, errors.New("v8 without Builtins_* symbols: its builtins cannot be told")
 	}
-	return span, nil
+	return span, trampoline, nil
 }
 
 // stackScanTrampoline is V8's assembly function that pushes the callee-saved registers
@@ -322,29 +328,12 @@ func builtins(f *elf.File) ([2]uint64, error) {
 // the main thread runs under it, and it has no call frame information.
 const stackScanTrampoline = "PushAllRegistersAndIterateStack"
 
-// trampoline finds stackScanTrampoline in f (x86-64): a local function of size 0 in the
-// symbol table, which sets up a frame pointer first (push rbp; mov rbp, rsp) and ends at
-// its first ret. The bytes are checked, so that another function of the name is not
-// walked by a frame pointer it does not keep.
-func trampoline(f *elf.File) ([2]uint64, bool) {
-	if f.Machine != elf.EM_X86_64 {
-		return [2]uint64{}, false
-	}
-	syms, err := objfile.OpenSymbols(f, elf.SHT_SYMTAB)
-	if err != nil || syms == nil {
-		return [2]uint64{}, false
-	}
-	var at uint64
-	syms.Each(func(i int, name []byte) bool {
-		if string(name) != stackScanTrampoline {
-			return true
-		}
-		if s := syms.At(i); elf.ST_TYPE(s.Info) == elf.STT_FUNC {
-			at = s.Value
-		}
-		return false
-	})
-	if at == 0 {
+// trampolineCode returns the code of stackScanTrampoline at at (x86-64): a local function
+// of size 0 in the symbol table, which sets up a frame pointer first (push rbp; mov rbp,
+// rsp) and ends at its first ret. The bytes are checked, so that another function of the
+// name is not walked by a frame pointer it does not keep.
+func trampolineCode(f *elf.File, at uint64) ([2]uint64, bool) {
+	if f.Machine != elf.EM_X86_64 || at == 0 {
 		return [2]uint64{}, false
 	}
 	const window = 64
@@ -379,12 +368,12 @@ func BuiltinsCode(f *elf.File) (ranges [][2]uint64) {
 	if !hasDynamicSymbol(f, "v8dbg_off_fp_function") {
 		return nil
 	}
-	span, err := builtins(f)
+	span, at, err := builtins(f)
 	if err != nil {
 		return nil
 	}
 	ranges = [][2]uint64{span}
-	if t, ok := trampoline(f); ok {
+	if t, ok := trampolineCode(f, at); ok {
 		ranges = append(ranges, t)
 	}
 	return ranges
