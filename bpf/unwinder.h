@@ -239,7 +239,17 @@ static __always_inline long go_step(struct unwind_state *st, __u32 kind, __u32 t
 	if (walker_read_user(&sp, sched + rt->gobuf_sp) || walker_read_user(&fp, sched + rt->gobuf_bp))
 		return finish(st, UNWIND_GO_SWITCH);
 	if (kind == GO_FUNC_SYSTEMSTACK) {
-		/* systemstack has no frame of its own: its return address is where sched.sp points. */
+		/* The assembler gives systemstack a frame pointer of its own (it makes calls), and
+		 * it saves its registers in sched right after: sched.bp is then sched.sp, where its
+		 * caller's frame pointer lies, below the return address. A build where it had no
+		 * frame left the caller's frame pointer in sched.bp, and the return address at
+		 * sched.sp. */
+		if (sp == fp) {
+			__u64 pair[2];
+			if (walker_read_pair(pair, fp))
+				return finish(st, UNWIND_GO_SWITCH);
+			return advance(st, fp + 16, pair[1], pair[0], 0);
+		}
 		if (walker_read_user(&ra, sp))
 			return finish(st, UNWIND_GO_SWITCH);
 		return advance(st, sp + 8, ra, fp, 0);

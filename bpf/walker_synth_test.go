@@ -597,6 +597,20 @@ func (g *synth) goFrame(kind unwind.GoFunc, rt *unwind.KernelGoRuntime) bool {
 	switch kind {
 	case unwind.GoFuncSystemstack:
 		ra := g.returnAddress()
+		bp, bpSet := g.words[bpSlot]
+		if bpSet && bp == sp || !bpSet && g.r.IntN(2) == 0 {
+			// systemstack with a frame of its own: sched.bp is sched.sp, which holds the
+			// caller's frame pointer, the return address above it.
+			g.words[bpSlot] = sp
+			g.words[sp+8] = ra
+			g.next(ra, sp+16, false)
+			if v, ok := g.words[sp]; ok {
+				g.fp, g.fpFree = v, false
+			} else {
+				g.fpSlot, g.fpFree = sp, true
+			}
+			return true
+		}
 		g.words[sp] = ra
 		g.next(ra, sp+8, false)
 	case unwind.GoFuncMorestack:

@@ -277,6 +277,15 @@ func (w *walker) goStep(kind GoFunc, tableID uint32) (End, bool) {
 	}
 	switch kind {
 	case GoFuncSystemstack:
+		if sp == fp {
+			// systemstack's own frame: the caller's frame pointer, then the return address.
+			callerFP, ok1 := read(fp)
+			ra, ok2 := read(fp + 8)
+			if !ok1 || !ok2 {
+				return EndGoSwitch, true
+			}
+			return w.advance(Regs{PC: ra, SP: fp + 16, FP: callerFP}, false)
+		}
 		ra, ok := read(sp)
 		if !ok {
 			return EndGoSwitch, true

@@ -60,7 +60,9 @@ func outermost(s *profile.Sample) string {
 
 // A Go program whose garbage collector takes a third of its CPU runs much of it on g0
 // stacks: through runtime.systemstack, morestack and mcall. Nearly every sample must
-// still end at a thread's root, with today's Go and with an older release.
+// still end at a thread's root, with today's Go and with an older release, and a
+// sample through systemstack must go on from it to the function that called it, not to
+// a word of systemstack's own frame read as a return address.
 func TestGoStackSwitches(t *testing.T) {
 	testenv.RequireRoot(t)
 	for _, toolchain := range []string{"", "go1.23.4"} {
@@ -69,11 +71,20 @@ func TestGoStackSwitches(t *testing.T) {
 			// 600 samples: a share of 0.99 means something from 100 on, and a third in the
 			// collector is then known to within ±0.04 (two standard errors).
 			p, stderr := profileFor(t, 600, bin, "120")
-			var total, rooted, gc int64
+			var total, rooted, gc, switched, switchedNamed int64
 			roots := map[string]int64{}
+			callers := map[string]int64{}
 			for _, s := range p.Sample {
 				n := s.Value[0]
 				total += n
+				if caller, ok := systemstackCaller(s); ok {
+					switched += n
+					if caller != "" {
+						switchedNamed += n
+					} else {
+						callers[fmt.Sprintf("%#x", s.Location[slices.IndexFunc(s.Location, isSystemstack)+1].Address)] += n
+					}
+				}
 				root := outermost(s)
 				if goThreadRoots[root] {
 					rooted += n
@@ -98,12 +109,35 @@ func TestGoStackSwitches(t *testing.T) {
 			if share < 0.99 {
 				t.Errorf("%.4f of %d samples end at a thread's root, want 0.99; the others end at %v", share, total, roots)
 			}
+			// The mark workers run on g0 through systemstack for all of their time.
+			if switched < 20 {
+				t.Errorf("only %d samples through runtime.systemstack", switched)
+			} else if share := float64(switchedNamed) / float64(switched); share < 0.99 {
+				t.Errorf("%.4f of %d samples through runtime.systemstack go on to a named caller, want 0.99; others to %v", share, switched, callers)
+			}
 			if m := regexp.MustCompile(`unwind_failed=(\d+)`).FindStringSubmatch(stderr); m == nil {
 				t.Errorf("no unwind outcomes in the summary:\n%s", stderr)
 			}
-			t.Logf("%d samples, %.4f rooted, %.3f in the garbage collector; not rooted: %v", total, share, gcShare, roots)
+			t.Logf("%d samples, %.4f rooted, %.3f in the garbage collector, %d through systemstack (%d to a named caller); not rooted: %v", total, share, gcShare, switched, switchedNamed, roots)
 		})
 	}
+}
+
+func isSystemstack(l *profile.Location) bool {
+	return len(l.Line) > 0 && l.Line[len(l.Line)-1].Function.Name == "runtime.systemstack"
+}
+
+// systemstackCaller names the frame a sample reads after runtime.systemstack, on the
+// goroutine's stack: "" when that frame is not named; false when the sample did not switch.
+func systemstackCaller(s *profile.Sample) (string, bool) {
+	i := slices.IndexFunc(s.Location, isSystemstack)
+	if i < 0 || i+1 >= len(s.Location) {
+		return "", false
+	}
+	if next := s.Location[i+1]; len(next.Line) > 0 {
+		return next.Line[0].Function.Name, true
+	}
+	return "", true
 }
 
 // Go's signal handler runs on the thread's signal stack; its samples read through
