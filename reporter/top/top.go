@@ -33,6 +33,7 @@ type Table struct {
 	period     time.Duration
 	start, end time.Time
 	seen       map[string]bool
+	names      []string // a location's frame names, reused from one to the next
 }
 
 // NewTable returns an empty table.
@@ -55,7 +56,8 @@ func (t *Table) Add(p *trace.Profile) {
 			if l == nil {
 				continue
 			}
-			for _, name := range frameNames(l) {
+			t.names = appendFrameNames(t.names[:0], l)
+			for _, name := range t.names {
 				if first {
 					t.row(name).Self += s.Count
 					first = false
@@ -132,19 +134,19 @@ func (t *Table) Span() time.Duration {
 // Period is the CPU time one sample stands for; zero when unknown.
 func (t *Table) Period() time.Duration { return t.period }
 
-// frameNames names a location's frames innermost first, made printable; unnamed code
-// shows its address and file, as in the flame graphs and folded stacks.
-func frameNames(l *trace.Location) []string {
+// appendFrameNames appends the names of a location's frames to names, innermost first,
+// made printable; unnamed code shows its address and file, as in the flame graphs and
+// folded stacks.
+func appendFrameNames(names []string, l *trace.Location) []string {
 	if len(l.Lines) == 0 {
-		return []string{frames.Clean(frames.Unnamed(l))}
+		return append(names, frames.Clean(frames.Unnamed(l)))
 	}
-	names := make([]string, len(l.Lines))
-	for i, line := range l.Lines {
+	for _, line := range l.Lines {
 		name := line.Function
 		if name == "" {
 			name = frames.Unnamed(l)
 		}
-		names[i] = frames.Clean(name)
+		names = append(names, frames.Clean(name))
 	}
 	return names
 }
