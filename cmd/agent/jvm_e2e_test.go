@@ -356,13 +356,10 @@ func TestJavaRecord(t *testing.T) {
 // The goal: within 1.5 times the native cost.
 func BenchmarkJavaSample(b *testing.B) {
 	testenv.RequireRoot(b)
-	b.Run("native", func(b *testing.B) {
-		measureBPFPerSample(b, buildWorkload(b, "depth", depthC, "-O2", "-fomit-frame-pointer"), "60", "20")
-	})
+	ws := []sampleWorkload{{"native", []string{buildWorkload(b, "depth", depthC, "-O2", "-fomit-frame-pointer"), "60", "20"}}}
 	for _, jdk := range testenv.JDKs {
-		b.Run("jdk-"+strconv.Itoa(jdk.Major), func(b *testing.B) {
-			testenv.RequireJDK(b, jdk)
-			measureBPFPerSample(b, jdk.Java(), "-cp", javaWorkload(b), "JvmWorkload", "chain", "60")
-		})
+		testenv.RequireJDK(b, jdk)
+		ws = append(ws, sampleWorkload{"jdk-" + strconv.Itoa(jdk.Major), []string{jdk.Java(), "-cp", javaWorkload(b), "JvmWorkload", "chain", "60"}})
 	}
+	compareBPFPerSample(b, ws)
 }

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -303,37 +304,71 @@ func TestNodeRecord(t *testing.T) {
 // the same native depth. The goal: within 1.5 times the native cost.
 func BenchmarkNodeSample(b *testing.B) {
 	testenv.RequireRoot(b)
-	b.Run("native", func(b *testing.B) {
-		measureBPFPerSample(b, buildWorkload(b, "depth", depthC, "-O2", "-fomit-frame-pointer"), "60", "20")
-	})
+	ws := []sampleWorkload{{"native", []string{buildWorkload(b, "depth", depthC, "-O2", "-fomit-frame-pointer"), "60", "20"}}}
 	for _, node := range testenv.Nodes(b) {
-		b.Run("node-"+node.Version, func(b *testing.B) {
-			measureBPFPerSample(b, node.Path, nodeWorkload(b), "chain", "60")
-		})
+		ws = append(ws, sampleWorkload{"node-" + node.Version, []string{node.Path, nodeWorkload(b), "chain", "60"}})
+	}
+	compareBPFPerSample(b, ws)
+}
+
+// sampleWorkload is a program whose kernel cost per sample a benchmark measures.
+type sampleWorkload struct {
+	name string
+	argv []string
+}
+
+// compareBPFPerSample measures the kernel's cost per sample (bpf_stats) of each workload,
+// each alone as sonde profiles it at 99 Hz, the workloads in turn in every round
+// (-benchtime Nx: N rounds). It reports each one's median and, for the others, their
+// median over the first one's. The goals are about that ratio; runs taken in turn share
+// the host's slower and faster minutes, where one workload's runs after another's
+// measured the host's drift as much as the walkers (single runs on this kind of machine
+// spread by half).
+func compareBPFPerSample(b *testing.B, ws []sampleWorkload) {
+	runs := make([][]float64, len(ws))
+	for b.Loop() {
+		for i, w := range ws {
+			runs[i] = append(runs[i], bpfPerSample(b, w.argv...))
+		}
+	}
+	base := median(runs[0])
+	for i, w := range ws {
+		m := median(runs[i])
+		b.ReportMetric(m, w.name+"-bpf-ns/sample")
+		if i > 0 {
+			b.ReportMetric(m/base, w.name+"/"+ws[0].name)
+		}
+		b.Logf("%s: %.0f ns per sample, median of %v", w.name, m, runs[i])
 	}
 }
 
-// measureBPFPerSample runs a workload and reports the kernel's cost per sample of it
-// (bpf_stats) as sonde profiles it at 99 Hz.
-func measureBPFPerSample(b *testing.B, args ...string) {
+func median(v []float64) float64 {
+	s := slices.Sorted(slices.Values(v))
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// bpfPerSample starts a workload, profiles it for 4 s at 99 Hz once it is past its
+// start-up, stops it, and returns the kernel's cost per sample of it (bpf_stats).
+func bpfPerSample(b *testing.B, args ...string) float64 {
 	w := exec.Command(args[0], args[1:]...)
 	if err := w.Start(); err != nil {
 		b.Fatal(err)
 	}
 	defer func() { w.Process.Kill(); w.Wait() }()
 	testenv.WaitCPU(b, w.Process.Pid, time.Second) // optimized by then
-	for b.Loop() {
-		_, stderr, err := runSonde(b, "--pid", strconv.Itoa(w.Process.Pid), "--frequency", "99", "--duration", "4s", "--bpf-stats", "--top", "0")
-		if err != nil {
-			b.Fatalf("sonde: %v\n%s", err, stderr)
-		}
-		m := regexp.MustCompile(`bpf_ns_per_sample=(\d+)`).FindStringSubmatch(stderr)
-		if m == nil {
-			b.Fatalf("no bpf stats in:\n%s", stderr)
-		}
-		ns, _ := strconv.ParseFloat(m[1], 64)
-		b.ReportMetric(ns, "bpf-ns/sample")
+	_, stderr, err := runSonde(b, "--pid", strconv.Itoa(w.Process.Pid), "--frequency", "99", "--duration", "4s", "--bpf-stats", "--top", "0")
+	if err != nil {
+		b.Fatalf("sonde: %v\n%s", err, stderr)
 	}
+	m := regexp.MustCompile(`bpf_ns_per_sample=(\d+)`).FindStringSubmatch(stderr)
+	if m == nil {
+		b.Fatalf("no bpf stats in:\n%s", stderr)
+	}
+	ns, _ := strconv.ParseFloat(m[1], 64)
+	return ns
 }
 
 // compileChurnJS compiles a new function with source of its own, runs it a while and drops
