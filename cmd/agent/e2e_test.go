@@ -99,6 +99,17 @@ func startWorkload(t testing.TB, bin string, secs float64) *exec.Cmd {
 	return cmd
 }
 
+// bpfStats profiles pid for 4 s with the kernel's statistics on (args add flags) and
+// returns its cost per sample (bpf_stats), and sonde's stderr for more of the summary.
+func bpfStats(b *testing.B, pid int, args ...string) (nsPerSample float64, stderr string) {
+	b.Helper()
+	_, stderr, err := runSonde(b, append([]string{"--pid", strconv.Itoa(pid), "--duration", "4s", "--bpf-stats", "--top", "0"}, args...)...)
+	if err != nil {
+		b.Fatalf("sonde: %v\n%s", err, stderr)
+	}
+	return float64(summaryCount(b, stderr, "kernel.bpf_ns_per_sample")), stderr
+}
+
 // runSonde runs the agent and returns its stdout and stderr.
 func runSonde(t testing.TB, args ...string) (stdout, stderr string, err error) {
 	t.Helper()

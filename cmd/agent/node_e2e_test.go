@@ -359,15 +359,7 @@ func bpfPerSample(b *testing.B, args ...string) float64 {
 	}
 	defer func() { w.Process.Kill(); w.Wait() }()
 	testenv.WaitCPU(b, w.Process.Pid, time.Second) // optimized by then
-	_, stderr, err := runSonde(b, "--pid", strconv.Itoa(w.Process.Pid), "--frequency", "99", "--duration", "4s", "--bpf-stats", "--top", "0")
-	if err != nil {
-		b.Fatalf("sonde: %v\n%s", err, stderr)
-	}
-	m := regexp.MustCompile(`bpf_ns_per_sample=(\d+)`).FindStringSubmatch(stderr)
-	if m == nil {
-		b.Fatalf("no bpf stats in:\n%s", stderr)
-	}
-	ns, _ := strconv.ParseFloat(m[1], 64)
+	ns, _ := bpfStats(b, w.Process.Pid, "--frequency", "99")
 	return ns
 }
 

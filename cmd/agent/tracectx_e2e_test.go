@@ -60,16 +60,7 @@ func BenchmarkTraceContext(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/context=%v", w.name, on), func(b *testing.B) {
 				pid := startUntilReady(b, w.cmd())
 				for b.Loop() {
-					_, stderr, err := runSonde(b, "--pid", strconv.Itoa(pid), "--duration", "4s", "--bpf-stats", "--top", "0",
-						"--trace-context="+strconv.FormatBool(on))
-					if err != nil {
-						b.Fatalf("sonde: %v\n%s", err, stderr)
-					}
-					m := regexp.MustCompile(`bpf_ns_per_sample=(\d+)`).FindStringSubmatch(stderr)
-					if m == nil {
-						b.Fatalf("no bpf stats in:\n%s", stderr)
-					}
-					ns, _ := strconv.ParseFloat(m[1], 64)
+					ns, stderr := bpfStats(b, pid, "--trace-context="+strconv.FormatBool(on))
 					b.ReportMetric(ns, "bpf-ns/sample")
 					if on {
 						// Timed inside the program around the context read alone: what

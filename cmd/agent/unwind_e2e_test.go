@@ -303,16 +303,7 @@ func BenchmarkUnwindDepth(b *testing.B) {
 				}
 				defer func() { w.Process.Kill(); w.Wait() }()
 				for b.Loop() {
-					_, stderr, err := runSonde(b, "--pid", strconv.Itoa(w.Process.Pid), "--duration", "4s", "--unwind", mode,
-						"--bpf-stats", "--top", "0")
-					if err != nil {
-						b.Fatalf("sonde: %v\n%s", err, stderr)
-					}
-					m := regexp.MustCompile(`bpf_ns_per_sample=(\d+)`).FindStringSubmatch(stderr)
-					if m == nil {
-						b.Fatalf("no bpf stats in:\n%s", stderr)
-					}
-					ns, _ := strconv.ParseFloat(m[1], 64)
+					ns, _ := bpfStats(b, w.Process.Pid, "--unwind", mode)
 					b.ReportMetric(ns, "bpf-ns/sample")
 				}
 			})
