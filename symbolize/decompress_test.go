@@ -162,7 +162,7 @@ func TestSectionsNeededAgainStayLonger(t *testing.T) {
 // decompressed where a pass's new units lie, and what a pass decompressed goes when it
 // ends: passes hold a small part of it. A file whose passes keep decoding new units, the
 // fourth within the idle time, keeps its sections whole, and the passes after it
-// decompress nothing more.
+// decompress nothing more. Once idle, it keeps only the marks its streams are entered at.
 func TestLibcPassesHoldWhatTheyNeed(t *testing.T) {
 	lib, id := libcWithDebugFile(t)
 	var funcs []uint64
@@ -226,7 +226,8 @@ func TestLibcPassesHoldWhatTheyNeed(t *testing.T) {
 	}
 	now = now.Add(dwarfIdleMin)
 	s.Symbolize(&trace.Profile{Locations: []*trace.Location{{Kind: trace.FrameKernel, Address: 0xffffffff81000000}}})
-	if st := s.Stats(); st.DecompressedBytes != 0 {
-		t.Errorf("%d bytes held after %v idle", st.DecompressedBytes, dwarfIdleMin)
+	// What stays is the marks into the zlib streams, a few 32 KB windows.
+	if st := s.Stats(); st.DecompressedBytes == 0 || st.DecompressedBytes > 256<<10 {
+		t.Errorf("%d bytes held after %v idle, want the marks alone, 256 KB at most", st.DecompressedBytes, dwarfIdleMin)
 	}
 }

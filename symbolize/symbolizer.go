@@ -872,7 +872,8 @@ func (obj *objFile) releasePages() {
 // decompression: a distribution's debug file of libc decompresses to 8.6 MB, and walking
 // its .debug_info costs about 20 ms. Each time the sections are needed again after they
 // went, the file keeps them twice as long, so that a file whose new units keep coming
-// decompresses a few times in all, never once an interval. The bound on them across
+// decompresses a few times in all, never once an interval, and each time from the mark
+// before its new units (dwarf.Table.Trim keeps a few marks). The bound on them across
 // files (Options.MaxDecompressedBytes) keeps what they hold in check meanwhile. Lookups in
 // units decoded already read no section.
 const (

@@ -317,7 +317,25 @@ func (l *lazySection) thin(unpin bool) int64 {
 	return l.dropRange(0, (l.size+lazyBlock-1)/lazyBlock)
 }
 
-// drop lets go of the region and the stream.
+// markBytes is what the marks hold.
+func (l *lazySection) markBytes() int64 {
+	var n int64
+	for _, m := range l.marks {
+		n += int64(len(m.hist))
+	}
+	return n
+}
+
+// dropKeepingMarks is drop but for the marks, which stay to enter the stream near
+// what a later need wants. It returns the bytes freed.
+func (l *lazySection) dropKeepingMarks() int64 {
+	marks, kept := l.marks, l.markBytes()
+	freed := l.drop()
+	l.marks, l.held = marks, kept
+	return freed - kept
+}
+
+// drop lets go of the region, the stream and the marks.
 func (l *lazySection) drop() int64 {
 	freed := l.held
 	l.closeStream()

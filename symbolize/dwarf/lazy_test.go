@@ -141,13 +141,35 @@ func TestLazySectionsMatchWhole(t *testing.T) {
 	if d := total() - before; d > int64(maxWalks+1)*big {
 		t.Errorf("lookups decompressed %d bytes: more than %d walks of %d", d, maxWalks+1, big)
 	}
-	lazy.Trim()
-	if got := c.Decompressed().Bytes; got != 0 {
-		t.Errorf("%d bytes held after Trim", got)
+	marks := markSize(lazy)
+	if marks == 0 || marks > maxKeptMarks {
+		t.Fatalf("marks of %d bytes: not the file this test needs", marks)
 	}
-	// After Trim, everything decodes again from the sections.
+	lazy.Trim()
+	if got := c.Decompressed().Bytes; got != marks {
+		t.Errorf("%d bytes held after Trim, want the %d of the marks", got, marks)
+	}
+	// After Trim, everything decodes again from the sections, and the last unit from
+	// the mark before it rather than from the start.
 	c.Shed()
+	before = total()
+	same([]uint64{late})
+	if d := total() - before; d > 3*markEvery || d == 0 {
+		t.Errorf("the last unit decompressed %d bytes after Trim; from the marks kept, at most a megabyte a section", d)
+	}
 	same(addrs[:40])
+	lazy.Thin()
+	if got := c.Decompressed().Bytes; got != wholeSize(lazy)+marks {
+		t.Errorf("%d bytes held after Thin, want the %d of the sections decompressed whole and the %d of the marks",
+			got, wholeSize(lazy), marks)
+	}
+	// The bound's need for room takes the marks too.
+	lazy.mu.Lock()
+	lazy.dropScratch()
+	lazy.mu.Unlock()
+	if got := c.Decompressed().Bytes; got != 0 || markSize(lazy) != 0 {
+		t.Errorf("%d bytes held and %d of marks after the copies were dropped", got, markSize(lazy))
+	}
 }
 
 // A section decompressed a block at a time holds what was asked for and what is

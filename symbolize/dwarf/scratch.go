@@ -130,20 +130,46 @@ func (c *Cache) touchLocked(t *Table) {
 }
 
 // dropScratch lets go of t's decompressed copies. The caller holds t.mu or owns t.
-func (t *Table) dropScratch() {
-	var freed int64
+func (t *Table) dropScratch() { t.dropScratchKeeping(false) }
+
+// maxKeptMarks bounds the marks a table keeps when its copies go for being idle: the C
+// library's debug file has six (192 KB), and without them the first new unit after
+// each idle time walked its .debug_info from the start, 5.6 MB and 38 ms of CPU. A file
+// with more (a browser's tens of megabytes) walks from the start again rather than hold
+// megabytes for it.
+const maxKeptMarks = 256 << 10
+
+// dropScratchKeeping is dropScratch, keeping the lazy sections' marks when keepMarks
+// and they are few (maxKeptMarks). The marks stay accounted, and go when the bound
+// needs their room.
+func (t *Table) dropScratchKeeping(keepMarks bool) {
+	if keepMarks {
+		var marks int64
+		for i := range t.secs {
+			if l := t.secs[i].lazy; l != nil {
+				marks += l.markBytes()
+			}
+		}
+		keepMarks = marks <= maxKeptMarks
+	}
+	var freed, kept int64
 	for i := range t.secs {
 		sec := &t.secs[i]
 		if sec.scratch != nil {
 			freed += int64(sec.size)
 			sec.drop()
 		}
-		if sec.lazy != nil {
-			freed += sec.lazy.drop()
+		if l := sec.lazy; l != nil {
+			if keepMarks {
+				freed += l.dropKeepingMarks()
+				kept += l.held
+			} else {
+				freed += l.drop()
+			}
 		}
 	}
 	t.hold = false
-	if freed > 0 {
-		t.cache.release(t, freed, true)
+	if freed > 0 || kept == 0 {
+		t.cache.release(t, freed, kept == 0)
 	}
 }

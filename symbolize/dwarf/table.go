@@ -604,12 +604,13 @@ func (r *releasingReader) giveBack() {
 }
 
 // Trim lets go of the decompressed copies of compressed sections; the next lookup
-// that decodes a unit decompresses them again. Uncompressed sections stay where
-// they are, in the mapping.
+// that decodes a unit decompresses them again, entering a zlib stream at the mark
+// before its unit where the marks were few enough to keep (maxKeptMarks).
+// Uncompressed sections stay where they are, in the mapping.
 func (t *Table) Trim() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.dropScratch()
+	t.dropScratchKeeping(true)
 }
 
 // Close drops the table's units from the cache and its sections. The table must
