@@ -123,10 +123,14 @@ type pressure struct {
 	peakRSS atomic.Int64
 }
 
-// run checks every interval until ctx ends.
-func (p *pressure) run(ctx context.Context, every time.Duration) {
+// run checks every interval until ctx ends, and runs also (when not nil) at each check:
+// one ticker for the watches of sonde itself, since each wake-up of an otherwise idle
+// agent costs Go's scheduler and its monitor thread more than the checks themselves.
+func (p *pressure) run(ctx context.Context, every time.Duration, also func()) {
 	t := time.NewTicker(every)
 	defer t.Stop()
+	var statm residentReader
+	defer statm.close()
 	next, warned := 0, false
 	for {
 		select {
@@ -134,7 +138,10 @@ func (p *pressure) run(ctx context.Context, every time.Duration) {
 			return
 		case <-t.C:
 		}
-		rss := residentBytes()
+		if also != nil {
+			also()
+		}
+		rss := statm.bytes()
 		if rss > p.peakRSS.Load() {
 			p.peakRSS.Store(rss)
 		}
@@ -155,16 +162,49 @@ func (p *pressure) run(ctx context.Context, every time.Duration) {
 	}
 }
 
-// residentBytes is the process's resident set size.
-func residentBytes() int64 {
-	b, err := os.ReadFile("/proc/self/statm")
-	if err != nil {
+// residentReader reads the resident set size from /proc/self/statm kept open: a read at
+// offset 0 produces the file afresh, one system call a check rather than four.
+type residentReader struct {
+	f   *os.File
+	buf [128]byte
+}
+
+func (r *residentReader) bytes() int64 {
+	if r.f == nil {
+		f, err := os.Open("/proc/self/statm")
+		if err != nil {
+			return 0
+		}
+		r.f = f
+	}
+	n, err := r.f.ReadAt(r.buf[:], 0)
+	if n == 0 && err != nil {
 		return 0
 	}
+	return statmResident(r.buf[:n])
+}
+
+func (r *residentReader) close() {
+	if r.f != nil {
+		r.f.Close()
+	}
+}
+
+// statmResident is the resident set size in bytes that statm's contents give.
+func statmResident(b []byte) int64 {
 	fields := strings.Fields(string(b))
 	if len(fields) < 2 {
 		return 0
 	}
 	pages, _ := strconv.ParseInt(fields[1], 10, 64)
 	return pages * int64(os.Getpagesize())
+}
+
+// residentBytes is the process's resident set size.
+func residentBytes() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	return statmResident(b)
 }

@@ -311,7 +311,8 @@ func (p *pipeline) run(ctx context.Context) error {
 	for _, r := range p.runtimes {
 		stages.Go(func() { r.rt.Run(stageCtx) })
 	}
-	stages.Go(func() { p.pressure.run(stageCtx, time.Second) })
+	ring := &ringWatch{sampler: p.sampler, log: p.log}
+	stages.Go(func() { p.pressure.run(stageCtx, time.Second, ring.check) })
 	if p.debuginfod != nil {
 		stages.Go(func() { p.debuginfod.Run(stageCtx) })
 	}
@@ -354,7 +355,6 @@ func (p *pipeline) run(ctx context.Context) error {
 		p.log.Info("every target process exited; stopping")
 		cancel()
 	}
-	stages.Go(func() { watchCounters(ctx, p.sampler, p.log) })
 	sampled := make(chan error, 1)
 	go func() { sampled <- p.sampler.Run(ctx, p) }()
 
@@ -557,26 +557,27 @@ func waitBounded(wg *sync.WaitGroup, d time.Duration) {
 	}
 }
 
-// watchCounters warns once when the ring buffer overflows; the totals appear in the summary.
-func watchCounters(ctx context.Context, s *bpf.Sampler, log *slog.Logger) {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		dropped, err := s.RingBufferFull()
-		if err != nil {
-			log.Warn("cannot read kernel counters", "err", err)
-			return
-		}
-		if dropped > 0 {
-			log.Warn("ring buffer full: the kernel is dropping samples faster than sonde reads them; lower --frequency or narrow --pid",
-				"dropped", dropped)
-			return
-		}
+// ringWatch warns once when the ring buffer overflows; the totals appear in the summary.
+type ringWatch struct {
+	sampler *bpf.Sampler
+	log     *slog.Logger
+	done    bool
+}
+
+func (w *ringWatch) check() {
+	if w.done {
+		return
+	}
+	dropped, err := w.sampler.RingBufferFull()
+	if err != nil {
+		w.log.Warn("cannot read kernel counters", "err", err)
+		w.done = true
+		return
+	}
+	if dropped > 0 {
+		w.log.Warn("ring buffer full: the kernel is dropping samples faster than sonde reads them; lower --frequency or narrow --pid",
+			"dropped", dropped)
+		w.done = true
 	}
 }
 
