@@ -374,15 +374,19 @@ func (p *pipeline) run(ctx context.Context) error {
 	return errors.Join(runErr, err)
 }
 
-// largeTableRows is where the rows of a table read (24 bytes each in the heap, and
-// their encoding for the kernel) are worth a collection of their own once written.
-const largeTableRows = 1 << 17
+// largeTableRows is where the rows a process's new tables read (24 bytes each in the
+// heap, and their encoding for the kernel) are worth a collection of their own once
+// written.
+const largeTableRows = 1 << 14
 
-// freeLargeTables gives the memory of a large table's rows back at once. Node's
+// freeLargeTables gives the memory of large tables' rows back at once. Node's
 // executable has 550 000 rows: 13 MB that, with the heap's goal raised by them, stayed
 // until the first naming pass allocated on top of them (peak 62 MB beside a busy Node.js;
-// measured 2026-11-26). A collection and the return of its pages cost a few
-// milliseconds, once per large binary.
+// measured 2026-11-26). A CPython starting (libpython has 64 000 rows) added 3.6 MB to
+// sonde's resident set that stayed for seconds, then half of it for a minute; with the
+// collection, it is gone 0.4 s after the exec (measured 2026-11-27, 131 072 rows the
+// bound before). A collection and the return of its pages cost a few milliseconds, once
+// per process whose files are new.
 func freeLargeTables(rows int) {
 	if rows >= largeTableRows {
 		debug.FreeOSMemory()
