@@ -136,6 +136,13 @@ type Handler interface {
 	HandleProcessEvent(ProcessEvent)
 }
 
+// Poller is a Handler that is also told when the reader has drained the ring, with the
+// time: work due every so often can ride on the reader's wake-ups instead of adding its
+// own, each of which costs an idle agent's Go scheduler more than the work.
+type Poller interface {
+	Polled(now time.Time)
+}
+
 // Counters are the kernel-side counts, summed over CPUs.
 type Counters struct {
 	Samples, RingBufferFull, UserStackErrors, KernelStackErrors, ProcessEvents uint64
@@ -405,6 +412,7 @@ func (s *Sampler) Run(ctx context.Context, h Handler) error {
 		rec    ringbuf.Record
 		sample Sample
 	)
+	poller, _ := h.(Poller)
 	for {
 		for {
 			err := s.ring.ReadInto(&rec)
@@ -417,10 +425,14 @@ func (s *Sampler) Run(ctx context.Context, h Handler) error {
 			s.ringBytes.Add(uint64(len(rec.RawSample)))
 			s.dispatch(rec.RawSample, &sample, h)
 		}
+		now := time.Now()
 		s.polls.Add(1)
-		s.lastPoll.Store(time.Now().UnixNano())
+		s.lastPoll.Store(now.UnixNano())
 		if ctx.Err() != nil {
 			return nil // sampling stopped before the last drain
+		}
+		if poller != nil {
+			poller.Polled(now)
 		}
 		// The kernel wakes the reader only when the ring fills up or a process it does
 		// not know appears; otherwise records are collected at the rate's next redraw.
@@ -449,7 +461,11 @@ func (s *Sampler) runBlocking(ctx context.Context, h Handler) error {
 		rec    ringbuf.Record
 		sample Sample
 	)
+	poller, _ := h.(Poller)
 	for {
+		if poller != nil {
+			poller.Polled(time.Now()) // every record: the deadline passes only when none come
+		}
 		s.ring.SetDeadline(time.Now().Add(pollEvery(s.frequency)))
 		err := s.ring.ReadInto(&rec)
 		if err == nil || errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, ringbuf.ErrFlushed) {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"log/slog"
 	"math/bits"
 	"os"
@@ -9,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"github.com/sonde-profiler/sonde/bpf"
@@ -121,44 +119,35 @@ type pressure struct {
 	log     *slog.Logger
 	shed    atomic.Uint64
 	peakRSS atomic.Int64
+
+	// Owned by check's caller.
+	statm  residentReader
+	next   int  // the shed to run next
+	warned bool // since the resident set went over the budget
 }
 
-// run checks every interval until ctx ends, and runs also (when not nil) at each check:
-// one ticker for the watches of sonde itself, since each wake-up of an otherwise idle
-// agent costs Go's scheduler and its monitor thread more than the checks themselves.
-func (p *pressure) run(ctx context.Context, every time.Duration, also func()) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	var statm residentReader
-	defer statm.close()
-	next, warned := 0, false
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if also != nil {
-			also()
-		}
-		rss := statm.bytes()
-		if rss > p.peakRSS.Load() {
-			p.peakRSS.Store(rss)
-		}
-		if rss <= p.limit {
-			next, warned = 0, false
-			continue
-		}
-		if !warned {
-			p.log.Warn("memory over budget: dropping caches, then queued intervals; sampling goes on", "rss_bytes", rss, "budget_bytes", p.limit)
-			warned = true
-		}
-		if next < len(p.sheds) {
-			p.sheds[next]()
-			p.shed.Add(1)
-			next++
-			debug.FreeOSMemory()
-		}
+// check reads the resident set and, above the budget, sheds the next cache. The
+// ring buffer's reader calls it about once a second, after a poll (pipeline.Polled):
+// each wake-up of an otherwise idle agent costs Go's scheduler and its monitor thread
+// more than the check itself, so it adds none of its own.
+func (p *pressure) check() {
+	rss := p.statm.bytes()
+	if rss > p.peakRSS.Load() {
+		p.peakRSS.Store(rss)
+	}
+	if rss <= p.limit {
+		p.next, p.warned = 0, false
+		return
+	}
+	if !p.warned {
+		p.log.Warn("memory over budget: dropping caches, then queued intervals; sampling goes on", "rss_bytes", rss, "budget_bytes", p.limit)
+		p.warned = true
+	}
+	if p.next < len(p.sheds) {
+		p.sheds[p.next]()
+		p.shed.Add(1)
+		p.next++
+		debug.FreeOSMemory()
 	}
 }
 

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"context"
 	"io"
 	"log/slog"
-	"sync"
-	"sync/atomic"
+	"slices"
 	"testing"
 	"time"
 )
@@ -47,34 +45,48 @@ func TestStatmResident(t *testing.T) {
 	}
 }
 
-// Over the budget, each check sheds the next cache, least valuable first, and the
-// watches that share the ticker run at every check.
-func TestPressureShedsInOrderAndRunsTheOtherWatches(t *testing.T) {
-	var mu sync.Mutex
+// Over the budget, each check sheds the next cache, least valuable first; under it, the
+// order starts again.
+func TestPressureShedsInOrder(t *testing.T) {
 	var order []int
-	var checks atomic.Int64
 	p := &pressure{limit: 1, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	defer p.statm.close()
 	for i := range 3 {
-		p.sheds = append(p.sheds, func() { mu.Lock(); order = append(order, i); mu.Unlock() })
+		p.sheds = append(p.sheds, func() { order = append(order, i) })
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { p.run(ctx, 5*time.Millisecond, func() { checks.Add(1) }); close(done) }()
-	deadline := time.Now().Add(time.Minute)
-	for p.shed.Load() < 3 || checks.Load() < 4 {
-		if time.Now().After(deadline) {
-			t.Fatalf("after a minute: %d sheds, %d checks", p.shed.Load(), checks.Load())
-		}
-		time.Sleep(5 * time.Millisecond)
+	for range 5 {
+		p.check()
 	}
-	cancel()
-	<-done
-	mu.Lock()
-	defer mu.Unlock()
-	if len(order) != 3 || order[0] != 0 || order[1] != 1 || order[2] != 2 {
-		t.Errorf("shed in order %v, want [0 1 2], each once", order)
+	if !slices.Equal(order, []int{0, 1, 2}) || p.shed.Load() != 3 {
+		t.Errorf("shed %v (%d counted), want [0 1 2], each once", order, p.shed.Load())
 	}
 	if p.peakRSS.Load() <= 0 {
 		t.Errorf("peak resident set %d", p.peakRSS.Load())
+	}
+	p.limit = 1 << 50
+	p.check()
+	p.limit = 1
+	p.check()
+	if !slices.Equal(order, []int{0, 1, 2, 0}) {
+		t.Errorf("shed %v after the resident set went under the budget and over again, want [0 1 2 0]", order)
+	}
+}
+
+// The checks ride on the ring reader's polls, which come every 50 ms to 1 s: they run
+// about once a second, whatever the polls' rate.
+func TestPolledChecksAboutOnceASecond(t *testing.T) {
+	checks := 0
+	p := &pipeline{pressure: &pressure{limit: 1, log: slog.New(slog.NewTextHandler(io.Discard, nil))}, ringWatch: ringWatch{done: true}}
+	for range 10 {
+		p.pressure.sheds = append(p.pressure.sheds, func() { checks++ })
+	}
+	defer p.pressure.statm.close()
+	now := time.Unix(1_000_000, 0)
+	for range 60 { // three seconds of polls every 50 ms
+		p.Polled(now)
+		now = now.Add(50 * time.Millisecond)
+	}
+	if checks < 3 || checks > 4 { // every 0.9 s: a poll may come a little early
+		t.Errorf("%d checks in 3 s of polls every 50 ms, want 3 or 4", checks)
 	}
 }

@@ -46,7 +46,10 @@ const chunkIdle = 30 * time.Second
 // profile is symbolized and handed to the sinks.
 type pipeline struct {
 	// vmas is reused for the kernel's naming of a sample's mappings (ring reader only).
-	vmas       []trace.SampledMapping
+	vmas []trace.SampledMapping
+	// The ring reader's too: when Polled last checked, and its watch of the ring.
+	watchedAt  time.Time
+	ringWatch  ringWatch
 	cfg        *config
 	log        *slog.Logger
 	budget     budget
@@ -242,6 +245,7 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 	p.symbolizer = symbolize.New(symOpts)
 	p.sinks = p.makeSinks()
 	p.pressure = &pressure{limit: p.budget.rss, log: log, sheds: p.shedders()}
+	p.ringWatch = ringWatch{sampler: p.sampler, log: log}
 	p.targets = newTargets(cfg.pids)
 	p.health = &health{sampler: p.sampler}
 	if cfg.metricsAddr != "" {
@@ -311,8 +315,6 @@ func (p *pipeline) run(ctx context.Context) error {
 	for _, r := range p.runtimes {
 		stages.Go(func() { r.rt.Run(stageCtx) })
 	}
-	ring := &ringWatch{sampler: p.sampler, log: p.log}
-	stages.Go(func() { p.pressure.run(stageCtx, time.Second, ring.check) })
 	if p.debuginfod != nil {
 		stages.Go(func() { p.debuginfod.Run(stageCtx) })
 	}
@@ -671,4 +673,20 @@ func (p *pipeline) namers() map[uint8]symbolize.InterpNamer {
 		out[r.number] = r.rt
 	}
 	return out
+}
+
+// watchEvery is how often the reader's polls check sonde's memory and the kernel's
+// counters (Polled).
+const watchEvery = time.Second
+
+// Polled runs, about once a second, the checks of sonde itself, on the ring buffer
+// reader's wake-ups: the memory budget (pressure) and the ring's overflow (ringWatch).
+// It implements bpf.Poller.
+func (p *pipeline) Polled(now time.Time) {
+	if now.Sub(p.watchedAt) < watchEvery*9/10 { // a poll may come a little early
+		return
+	}
+	p.watchedAt = now
+	p.pressure.check()
+	p.ringWatch.check()
 }
