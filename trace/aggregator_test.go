@@ -292,3 +292,49 @@ func TestAggregatorIntervalClock(t *testing.T) {
 		t.Errorf("intervals do not abut: %v then %v", p3.End, p4.Start)
 	}
 }
+
+// A live process no sample showed stays tracked for IdleFor, its mappings read once,
+// and is forgotten after; with no IdleFor, at the flush after the interval it was last
+// sampled in.
+func TestIdleProcessesKeptForIdleFor(t *testing.T) {
+	dir := t.TempDir()
+	bin := testprog.BuildC(t, helloC, "-O1")
+	var st syscall.Stat_t
+	syscall.Stat(bin, &st)
+	procfs := filepath.Join(dir, "proc")
+	fakeProc(t, procfs, 7, "rare", bin, fmt.Sprintf("1000-2000 r-xp 00000000 %02x:%02x %d %s\n", unixMajor(st.Dev), unixMinor(st.Dev), st.Ino, bin))
+	for _, idleFor := range []time.Duration{0, 30 * time.Second} {
+		now := time.Now()
+		c, procs := newAggregator(t, ProcessConfig{ProcFS: procfs, IdleFor: idleFor}, Config{}, now)
+		tracked := func() int { return procs.Stats().Processes }
+		sample := func() {
+			c.Add(RawSample{PID: 7, TID: 7, ExecID: 1, Comm: "rare", Time: now, User: []uint64{0x1010}})
+			procs.Settle(context.Background())
+		}
+		// Sampled in the first interval, then every 25 s: the flushes come every 5 s.
+		sample()
+		var forgottenAt time.Duration
+		for at := 5 * time.Second; at <= 90*time.Second; at += 5 * time.Second {
+			now = now.Add(5 * time.Second)
+			c.Flush(now)
+			if tracked() == 0 && forgottenAt == 0 {
+				forgottenAt = at
+			}
+			if at == 25*time.Second || at == 50*time.Second {
+				sample()
+			}
+		}
+		reads := procs.Stats().MapsReads
+		switch idleFor {
+		case 0:
+			if forgottenAt != 10*time.Second || reads != 3 {
+				t.Errorf("no IdleFor: forgotten %v after the start, %d reads of its mappings; want at 10 s, 3 reads (one a sample)", forgottenAt, reads)
+			}
+		default:
+			// Last sampled in the interval from 50 s: kept through the one from 80 s.
+			if forgottenAt != 90*time.Second || reads != 1 {
+				t.Errorf("IdleFor %v: forgotten %v after the start, %d reads of its mappings; want at 90 s, 1 read", idleFor, forgottenAt, reads)
+			}
+		}
+	}
+}

@@ -38,6 +38,11 @@ type ProcessConfig struct {
 	ExecIDs ExecIDs
 	// Pinned processes are kept however idle: the targets named on the command line.
 	Pinned []uint32
+	// IdleFor is how long a live process no sample showed stays tracked: at least until
+	// the end of the interval after its last sample, when 0. A process that runs once in a
+	// while (a collector receiving an export, an agent's own flush) is then not read
+	// again, its mappings sent to the kernel again, each time it comes back.
+	IdleFor time.Duration
 	// MaxProcesses bounds the processes tracked at once; 0 means DefaultMaxProcesses.
 	MaxProcesses int
 	// MaxPendingReads bounds the reads of /proc waiting to be done; 0 means
@@ -194,6 +199,8 @@ type image struct {
 	described atomic.Bool // the Describer said all it could
 	requested atomic.Bool // a read is queued or running
 	createdAt time.Time
+	// sampledIn is the start of the last interval that sampled the image (sweep only).
+	sampledIn time.Time
 	// ctx is what was read of the image's trace context; nil until the first look.
 	// ctxCheckAt is when it was last looked at (Run's goroutine only).
 	ctx        atomic.Pointer[tracectx.State]
@@ -733,17 +740,26 @@ func (p *Processes) file(dir string, l mapsLine, hostRoot bool) *objfile.File {
 	return f
 }
 
-// sweep forgets processes: those that exited, and those not sampled since the interval
-// began (seen lists the sampled ones) unless pinned or new. Files no remaining process
-// maps go too, so memory follows what is running now rather than everything ever seen.
+// sweep forgets processes: those that exited, and those not sampled for IdleFor before
+// the interval began (seen lists the ones sampled in it) unless pinned or new. Files no
+// remaining process maps go too, so memory follows what is running now rather than
+// everything ever seen.
 //
 // It returns the interning spaces of the images it forgot, and of those execs replaced
 // since the last sweep: no sample can name them again.
 func (p *Processes) sweep(seen map[*image]bool, intervalStart time.Time) (spaces map[uint64]bool) {
 	var gone []uint32
 	p.mu.Lock()
+	horizon := intervalStart.Add(-p.cfg.IdleFor)
 	for pid, img := range p.images {
-		idle := !seen[img] && !p.pinned[pid] && img.createdAt.Before(intervalStart)
+		if seen[img] {
+			img.sampledIn = intervalStart
+		}
+		last := img.sampledIn
+		if last.IsZero() {
+			last = img.createdAt
+		}
+		idle := !seen[img] && !p.pinned[pid] && last.Before(horizon)
 		if img.exited.Load() || idle {
 			img.forgotten.Store(true)
 			delete(p.images, pid)

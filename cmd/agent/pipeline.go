@@ -214,6 +214,10 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 		ExecIDs:      p.sampler,
 		Pinned:       cfg.pids,
 		MaxProcesses: p.budget.maxProcesses,
+		// As long as the chunks of its stacks stay: beside the side-by-side workloads, the
+		// collector, the peer, the shell and sonde itself, each sampled every few
+		// intervals, had their mappings read and sent to the kernel again each time.
+		IdleFor: chunkIdle,
 	})
 	kernel, err := trace.KernelMapping("/sys/kernel/notes")
 	if err != nil {
