@@ -294,8 +294,8 @@ func TestAggregatorIntervalClock(t *testing.T) {
 }
 
 // A live process no sample showed stays tracked for IdleFor, its mappings read once,
-// and is forgotten after; with no IdleFor, at the flush after the interval it was last
-// sampled in.
+// and is forgotten after; with no IdleFor, or near MaxProcesses, at the flush after the
+// interval it was last sampled in.
 func TestIdleProcessesKeptForIdleFor(t *testing.T) {
 	dir := t.TempDir()
 	bin := testprog.BuildC(t, helloC, "-O1")
@@ -303,9 +303,16 @@ func TestIdleProcessesKeptForIdleFor(t *testing.T) {
 	syscall.Stat(bin, &st)
 	procfs := filepath.Join(dir, "proc")
 	fakeProc(t, procfs, 7, "rare", bin, fmt.Sprintf("1000-2000 r-xp 00000000 %02x:%02x %d %s\n", unixMajor(st.Dev), unixMinor(st.Dev), st.Ino, bin))
-	for _, idleFor := range []time.Duration{0, 30 * time.Second} {
+	for _, tc := range []struct {
+		idleFor time.Duration
+		max     int
+	}{{0, 0}, {30 * time.Second, 0}, {30 * time.Second, 1}} {
+		idleFor := tc.idleFor
+		if tc.max > 0 {
+			idleFor = 0 // as good as none: the one process is the bound's three quarters
+		}
 		now := time.Now()
-		c, procs := newAggregator(t, ProcessConfig{ProcFS: procfs, IdleFor: idleFor}, Config{}, now)
+		c, procs := newAggregator(t, ProcessConfig{ProcFS: procfs, IdleFor: tc.idleFor, MaxProcesses: tc.max}, Config{}, now)
 		tracked := func() int { return procs.Stats().Processes }
 		sample := func() {
 			c.Add(RawSample{PID: 7, TID: 7, ExecID: 1, Comm: "rare", Time: now, User: []uint64{0x1010}})
@@ -328,7 +335,8 @@ func TestIdleProcessesKeptForIdleFor(t *testing.T) {
 		switch idleFor {
 		case 0:
 			if forgottenAt != 10*time.Second || reads != 3 {
-				t.Errorf("no IdleFor: forgotten %v after the start, %d reads of its mappings; want at 10 s, 3 reads (one a sample)", forgottenAt, reads)
+				t.Errorf("IdleFor %v, MaxProcesses %d: forgotten %v after the start, %d reads of its mappings; want at 10 s, 3 reads (one a sample)",
+					tc.idleFor, tc.max, forgottenAt, reads)
 			}
 		default:
 			// Last sampled in the interval from 50 s: kept through the one from 80 s.

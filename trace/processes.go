@@ -41,7 +41,8 @@ type ProcessConfig struct {
 	// IdleFor is how long a live process no sample showed stays tracked: at least until
 	// the end of the interval after its last sample, when 0. A process that runs once in a
 	// while (a collector receiving an export, an agent's own flush) is then not read
-	// again, its mappings sent to the kernel again, each time it comes back.
+	// again, its mappings sent to the kernel again, each time it comes back. With three
+	// quarters of MaxProcesses tracked, idle processes go after one interval again.
 	IdleFor time.Duration
 	// MaxProcesses bounds the processes tracked at once; 0 means DefaultMaxProcesses.
 	MaxProcesses int
@@ -751,6 +752,10 @@ func (p *Processes) sweep(seen map[*image]bool, intervalStart time.Time) (spaces
 	var gone []uint32
 	p.mu.Lock()
 	horizon := intervalStart.Add(-p.cfg.IdleFor)
+	if len(p.images) >= p.cfg.MaxProcesses*3/4 {
+		// Near the bound, the idle make room for processes not tracked yet.
+		horizon = intervalStart
+	}
 	for pid, img := range p.images {
 		if seen[img] {
 			img.sampledIn = intervalStart
