@@ -197,3 +197,21 @@ func residentBytes() int64 {
 	}
 	return statmResident(b)
 }
+
+// highWaterBytes is the process's peak resident set size (VmHWM), 0 when unknown.
+func highWaterBytes() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			fields := strings.Fields(rest)
+			if len(fields) == 2 && fields[1] == "kB" {
+				kb, _ := strconv.ParseInt(fields[0], 10, 64)
+				return kb << 10
+			}
+		}
+	}
+	return 0
+}

@@ -32,6 +32,16 @@ func TestResidentReaderFollowsMemory(t *testing.T) {
 	mem[len(mem)-1] = 2
 }
 
+// The high-water mark is at least what is resident now.
+func TestHighWaterBytes(t *testing.T) {
+	var r residentReader
+	defer r.close()
+	now, peak := r.bytes(), highWaterBytes()
+	if now <= 0 || peak < now {
+		t.Errorf("resident %d bytes, high-water mark %d", now, peak)
+	}
+}
+
 func TestStatmResident(t *testing.T) {
 	for in, want := range map[string]int64{
 		"2000 300 100 50 0 900 0\n": 300 * 4096,
