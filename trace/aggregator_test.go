@@ -39,6 +39,18 @@ __attribute__((noinline)) int work(int n){int s=0;for(int i=0;i<n;i++)s+=i*i;ret
 int main(int argc,char**argv){printf("%d\n",work(argc*1000));return 0;}
 `
 
+// helloProc builds helloC and fakes a proc file system whose process 7, named comm,
+// maps its code at 0x1000; it returns the file system's root and the program's identity.
+func helloProc(t *testing.T, comm string) (string, objfile.Key) {
+	t.Helper()
+	bin := testprog.BuildC(t, helloC, "-O1")
+	var st syscall.Stat_t
+	syscall.Stat(bin, &st)
+	procfs := filepath.Join(t.TempDir(), "proc")
+	fakeProc(t, procfs, 7, comm, bin, fmt.Sprintf("1000-2000 r-xp 00000000 %02x:%02x %d %s\n", unixMajor(st.Dev), unixMinor(st.Dev), st.Ino, bin))
+	return procfs, objfile.Key{Dev: st.Dev, Inode: st.Ino}
+}
+
 // newAggregator starts a process tracker with pcfg and an aggregator over it with cfg.
 func newAggregator(t testing.TB, pcfg ProcessConfig, cfg Config, start time.Time) (*Aggregator, *Processes) {
 	t.Helper()
@@ -209,18 +221,12 @@ func TestAggregatorExecAndExit(t *testing.T) {
 // A process gone before its maps could be read still has its leaf resolved, to a file
 // another process's reading identified, through the mapping the kernel named.
 func TestAggregatorKernelMappings(t *testing.T) {
-	dir := t.TempDir()
-	bin := testprog.BuildC(t, helloC, "-O1")
-	var st syscall.Stat_t
-	syscall.Stat(bin, &st)
-	procfs := filepath.Join(dir, "proc")
-	fakeProc(t, procfs, 7, "first", bin, fmt.Sprintf("1000-2000 r-xp 00000000 %02x:%02x %d %s\n", unixMajor(st.Dev), unixMinor(st.Dev), st.Ino, bin))
+	procfs, key := helloProc(t, "first")
 	now := time.Now()
 	c, procs := newAggregator(t, ProcessConfig{ProcFS: procfs}, Config{}, now)
 	c.Add(RawSample{PID: 7, TID: 7, Comm: "first", Time: now, User: []uint64{0x1010}})
 	procs.Settle(context.Background())
 
-	key := objfile.Key{Dev: st.Dev, Inode: st.Ino}
 	// Process 8 has no /proc entry: it exited before any reading.
 	c.Add(RawSample{PID: 8, TID: 8, Comm: "gone", Time: now, User: []uint64{0x9010, 0x12345},
 		Mappings: []SampledMapping{{Start: 0x9000, End: 0xa000, File: key}, {Start: 0x20000, End: 0x21000, File: objfile.Key{Dev: 1, Inode: 99}}}})
@@ -297,12 +303,7 @@ func TestAggregatorIntervalClock(t *testing.T) {
 // and is forgotten after; with no IdleFor, or near MaxProcesses, at the flush after the
 // interval it was last sampled in.
 func TestIdleProcessesKeptForIdleFor(t *testing.T) {
-	dir := t.TempDir()
-	bin := testprog.BuildC(t, helloC, "-O1")
-	var st syscall.Stat_t
-	syscall.Stat(bin, &st)
-	procfs := filepath.Join(dir, "proc")
-	fakeProc(t, procfs, 7, "rare", bin, fmt.Sprintf("1000-2000 r-xp 00000000 %02x:%02x %d %s\n", unixMajor(st.Dev), unixMinor(st.Dev), st.Ino, bin))
+	procfs, _ := helloProc(t, "rare")
 	for _, tc := range []struct {
 		idleFor time.Duration
 		max     int

@@ -17,9 +17,7 @@ func markSize(t *Table) int64 {
 	var n int64
 	for i := range t.secs {
 		if l := t.secs[i].lazy; l != nil {
-			for _, m := range l.marks {
-				n += int64(len(m.hist))
-			}
+			n += l.markBytes()
 		}
 	}
 	return n
