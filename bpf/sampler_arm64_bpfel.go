@@ -511,6 +511,13 @@ type samplerUnwindRow struct {
 	CfaPost   int16
 }
 
+type samplerV8CodeKey struct {
+	_    structs.HostLayout
+	Pid  uint32
+	Pad  uint32
+	Code uint64
+}
+
 type samplerV8End uint32
 
 const (
@@ -523,22 +530,16 @@ const (
 type samplerV8FrameEncoding uint32
 
 const (
-	samplerV8FrameEncodingV8RUNTIME       samplerV8FrameEncoding = 3
-	samplerV8FrameEncodingV8KIND_SHIFT    samplerV8FrameEncoding = 56
-	samplerV8FrameEncodingV8KIND_JIT      samplerV8FrameEncoding = 0
-	samplerV8FrameEncodingV8KIND_BYTECODE samplerV8FrameEncoding = 1
-	samplerV8FrameEncodingV8RETURN_BIT    samplerV8FrameEncoding = 47
-	samplerV8FrameEncodingV8SFI_SHIFT     samplerV8FrameEncoding = 3
-	samplerV8FrameEncodingV8OFFSET_BITS   samplerV8FrameEncoding = 12
-	samplerV8FrameEncodingV8OFFSET_MASK   samplerV8FrameEncoding = 4095
+	samplerV8FrameEncodingV8RUNTIME             samplerV8FrameEncoding = 3
+	samplerV8FrameEncodingV8KIND_SHIFT          samplerV8FrameEncoding = 56
+	samplerV8FrameEncodingV8KIND_JIT            samplerV8FrameEncoding = 0
+	samplerV8FrameEncodingV8KIND_BYTECODE       samplerV8FrameEncoding = 1
+	samplerV8FrameEncodingV8KIND_BYTECODE_ARRAY samplerV8FrameEncoding = 2
+	samplerV8FrameEncodingV8RETURN_BIT          samplerV8FrameEncoding = 47
+	samplerV8FrameEncodingV8SFI_SHIFT           samplerV8FrameEncoding = 3
+	samplerV8FrameEncodingV8OFFSET_BITS         samplerV8FrameEncoding = 12
+	samplerV8FrameEncodingV8OFFSET_MASK         samplerV8FrameEncoding = 4095
 )
-
-type samplerV8JitKey struct {
-	_   structs.HostLayout
-	Pid uint32
-	Pad uint32
-	Pc  uint64
-}
 
 type samplerV8Proc struct {
 	_                   structs.HostLayout
@@ -549,14 +550,19 @@ type samplerV8Proc struct {
 	RemapEnd            uint64
 	JitStart            uint64
 	JitEnd              uint64
+	EntryStart          uint32
+	EntryEnd            uint32
+	HandlersStart       uint32
+	HandlersEnd         uint32
 	OffFpContext        int16
 	OffFpFunction       int16
 	OffFpBytecodeOffset int16
+	OffFpBytecodeArray  int16
 	FunctionShared      uint16
 	SmiShift            uint8
 	TypeEntry           uint8
 	TypeConstructEntry  uint8
-	Pad                 [5]uint8
+	Pad                 [3]uint8
 }
 
 type samplerV8Scratch struct {
@@ -637,7 +643,7 @@ const (
 	samplerMapTracectxScratch           = "tracectx_scratch"
 	samplerMapUnwindTables              = "unwind_tables"
 	samplerMapV8Counters                = "v8_counters"
-	samplerMapV8JitFunctions            = "v8_jit_functions"
+	samplerMapV8Functions               = "v8_functions"
 	samplerMapV8Procs                   = "v8_procs"
 	samplerMapV8ScratchMap              = "v8_scratch_map"
 	samplerMapVmaScratch                = "vma_scratch"
@@ -777,7 +783,7 @@ type samplerMapSpecs struct {
 	TracectxScratch  *ebpf.MapSpec `ebpf:"tracectx_scratch"`
 	UnwindTables     *ebpf.MapSpec `ebpf:"unwind_tables"`
 	V8Counters       *ebpf.MapSpec `ebpf:"v8_counters"`
-	V8JitFunctions   *ebpf.MapSpec `ebpf:"v8_jit_functions"`
+	V8Functions      *ebpf.MapSpec `ebpf:"v8_functions"`
 	V8Procs          *ebpf.MapSpec `ebpf:"v8_procs"`
 	V8ScratchMap     *ebpf.MapSpec `ebpf:"v8_scratch_map"`
 	VmaScratch       *ebpf.MapSpec `ebpf:"vma_scratch"`
@@ -881,7 +887,7 @@ type samplerMaps struct {
 	TracectxScratch  *ebpf.Map `ebpf:"tracectx_scratch"`
 	UnwindTables     *ebpf.Map `ebpf:"unwind_tables"`
 	V8Counters       *ebpf.Map `ebpf:"v8_counters"`
-	V8JitFunctions   *ebpf.Map `ebpf:"v8_jit_functions"`
+	V8Functions      *ebpf.Map `ebpf:"v8_functions"`
 	V8Procs          *ebpf.Map `ebpf:"v8_procs"`
 	V8ScratchMap     *ebpf.Map `ebpf:"v8_scratch_map"`
 	VmaScratch       *ebpf.Map `ebpf:"vma_scratch"`
@@ -914,7 +920,7 @@ func (m *samplerMaps) Close() error {
 		m.TracectxScratch,
 		m.UnwindTables,
 		m.V8Counters,
-		m.V8JitFunctions,
+		m.V8Functions,
 		m.V8Procs,
 		m.V8ScratchMap,
 		m.VmaScratch,

@@ -14,15 +14,17 @@ type V8Proc = samplerV8Proc
 // V8Runtime is V8's number among the runtimes; its frames' 58 bits hold a kind in bits
 // 57-56: V8KindJIT, a pc (bits 46-0) and whether it is a return address (bit 47);
 // V8KindBytecode, a SharedFunctionInfo's address >> V8SFIShift above a bytecode offset in
-// V8OffsetBits (v8.h, enum v8_frame_encoding).
+// V8OffsetBits; V8KindBytecodeArray, the same with a BytecodeArray's address (v8.h, enum
+// v8_frame_encoding).
 const (
-	V8Runtime      = uint8(samplerV8FrameEncodingV8RUNTIME)
-	V8KindShift    = uint(samplerV8FrameEncodingV8KIND_SHIFT)
-	V8KindJIT      = uint64(samplerV8FrameEncodingV8KIND_JIT)
-	V8KindBytecode = uint64(samplerV8FrameEncodingV8KIND_BYTECODE)
-	V8ReturnBit    = uint(samplerV8FrameEncodingV8RETURN_BIT)
-	V8SFIShift     = uint(samplerV8FrameEncodingV8SFI_SHIFT)
-	V8OffsetBits   = uint(samplerV8FrameEncodingV8OFFSET_BITS)
+	V8Runtime           = uint8(samplerV8FrameEncodingV8RUNTIME)
+	V8KindShift         = uint(samplerV8FrameEncodingV8KIND_SHIFT)
+	V8KindJIT           = uint64(samplerV8FrameEncodingV8KIND_JIT)
+	V8KindBytecode      = uint64(samplerV8FrameEncodingV8KIND_BYTECODE)
+	V8KindBytecodeArray = uint64(samplerV8FrameEncodingV8KIND_BYTECODE_ARRAY)
+	V8ReturnBit         = uint(samplerV8FrameEncodingV8RETURN_BIT)
+	V8SFIShift          = uint(samplerV8FrameEncodingV8SFI_SHIFT)
+	V8OffsetBits        = uint(samplerV8FrameEncodingV8OFFSET_BITS)
 )
 
 // V8End says how a walk of V8 frames ended (enum v8_end).
@@ -48,23 +50,24 @@ func (e V8End) String() string {
 	}
 }
 
-// v8JITFunctions sizes the kernel's record of the functions of compiled code's pcs: an
-// LRU (about 100 bytes an entry), read by user space within moments of the samples that
-// wrote it.
-const v8JITFunctions = 32768
+// v8Functions sizes the kernel's record of the functions that ran code (compiled code's
+// pcs, interpreted frames' BytecodeArrays): an LRU (about 100 bytes an entry), read by
+// user space within moments of the samples that wrote it.
+const v8Functions = 32768
 
 func init() {
 	kernelRuntimes = append(kernelRuntimes, kernelRuntime{size: func(spec *ebpf.CollectionSpec, maxProcs uint32) {
 		spec.Maps["v8_procs"].MaxEntries = maxProcs
-		spec.Maps["v8_jit_functions"].MaxEntries = v8JITFunctions
+		spec.Maps["v8_functions"].MaxEntries = v8Functions
 	}})
 }
 
-// V8Function returns the SharedFunctionInfo (tagged) the kernel last found in the frame of
-// a pc of compiled code, if it still has it.
-func (s *Sampler) V8Function(pid uint32, pc uint64) (uint64, bool) {
+// V8Function returns the SharedFunctionInfo (tagged) the kernel last found in a frame
+// running code at code (a pc of compiled code, or a tagged BytecodeArray), if it still has
+// it.
+func (s *Sampler) V8Function(pid uint32, code uint64) (uint64, bool) {
 	var sfi uint64
-	if err := s.objs.V8JitFunctions.Lookup(samplerV8JitKey{Pid: pid, Pc: pc}, &sfi); err != nil {
+	if err := s.objs.V8Functions.Lookup(samplerV8CodeKey{Pid: pid, Code: code}, &sfi); err != nil {
 		return 0, false
 	}
 	return sfi, true

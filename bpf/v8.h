@@ -12,8 +12,11 @@
  * node's and libuv's frames below stay complete.
  *
  * A JavaScript frame is recorded for user space to name:
- * - interpreted code (the pc lies in the embedded builtins: the bytecode handlers) as its
- *   SharedFunctionInfo and the bytecode offset the frame holds;
+ * - interpreted code (the pc lies in the interpreter: its entry trampoline or a bytecode
+ *   handler) as the BytecodeArray and the bytecode offset the frame holds, the function
+ *   that ran it noted beside (v8_functions);
+ * - other builtins' JavaScript frames (the pc lies elsewhere in the embedded builtins) as
+ *   their SharedFunctionInfo;
  * - code V8 compiled (baseline, Maglev, TurboFan: the pc lies in the JIT's code) as its pc,
  *   from which user space finds the code object, its inlined functions and source position.
  * Other frames keep their native address: builtins are named by node's symbols.
@@ -29,12 +32,14 @@
  * names. Bits 57-56 say the kind. V8_KIND_JIT: bit 47 says the pc is a return address (not
  * the interrupted instruction), bits 46-0 the pc. V8_KIND_BYTECODE: the SharedFunctionInfo's
  * address >> V8_SFI_SHIFT (tagged objects are 8-byte aligned; user addresses below 2^47:
- * 44 bits) above the bytecode offset, saturated at V8_OFFSET_MASK. */
+ * 44 bits) above the bytecode offset, saturated at V8_OFFSET_MASK. V8_KIND_BYTECODE_ARRAY:
+ * the same with the BytecodeArray's address. */
 enum v8_frame_encoding {
 	V8_RUNTIME = 3,
 	V8_KIND_SHIFT = 56,
 	V8_KIND_JIT = 0,
 	V8_KIND_BYTECODE = 1,
+	V8_KIND_BYTECODE_ARRAY = 2,
 	V8_RETURN_BIT = 47,
 	V8_SFI_SHIFT = 3,
 	V8_OFFSET_BITS = 12,
@@ -55,13 +60,18 @@ struct v8_proc {
 	__u64 builtins_start, builtins_end;   /* the embedded builtins in the binary's text */
 	__u64 remap_start, remap_end;         /* their copy V8 maps beside its code (short builtin calls), or 0, 0 */
 	__u64 jit_start, jit_end;             /* the anonymous executable mappings, as one span */
+	/* The interpreter's code, as offsets into the builtins (either copy): its entry
+	 * trampolines and its bytecode handlers; empty ones when not known. */
+	__u32 entry_start, entry_end;
+	__u32 handlers_start, handlers_end;
 	__s16 off_fp_context;                 /* context or frame type marker, from fp */
 	__s16 off_fp_function;                /* JSFunction */
 	__s16 off_fp_bytecode_offset;         /* an interpreted frame's bytecode offset (a Smi) */
+	__s16 off_fp_bytecode_array;          /* its BytecodeArray; 0: not within the frame's read */
 	__u16 function_shared;                /* JSFunction: shared, from the untagged object */
 	__u8 smi_shift;                       /* Smi value shift: 32 without pointer compression, 1 with */
 	__u8 type_entry, type_construct_entry; /* frame types whose caller is C++ */
-	__u8 pad[5];
+	__u8 pad[3];
 };
 
 /* For bpf2go -type. */
@@ -77,22 +87,24 @@ struct {
 	__type(value, struct v8_proc);
 } v8_procs SEC(".maps");
 
-/* The function (SharedFunctionInfo) the frame of a pc of compiled code held: user space
- * names baseline code (Sparkplug), which does not say its function, by it, and checks
- * optimized code's outermost function against it, so that code that took the place of the
- * sampled code is not named in its stead. */
-struct v8_jit_key {
+/* The function (SharedFunctionInfo) a frame running some code held, by the code's address:
+ * a pc of compiled code, or an interpreted frame's BytecodeArray. User space names
+ * baseline code (Sparkplug), which does not say its function, and interpreted frames by
+ * it, once the function's bytecode is the frame's; it checks optimized code's outermost
+ * function against it. So code that took the place of the sampled code, or a function at
+ * the address of one gone, is not named in its stead. */
+struct v8_code_key {
 	__u32 pid;
 	__u32 pad;
-	__u64 pc;
+	__u64 code;
 };
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 1);
-	__type(key, struct v8_jit_key);
+	__type(key, struct v8_code_key);
 	__type(value, __u64);
-} v8_jit_functions SEC(".maps");
+} v8_functions SEC(".maps");
 
 /* The walk's state, in a per-CPU map rather than on the stack (see python.h). */
 struct v8_state {
@@ -105,15 +117,14 @@ struct v8_state {
 	__u8 pad[7];
 };
 
-/* What v8_note_function last found for a frame of compiled code, so that the same code
- * run by the same function on this CPU skips its read of the function and its map lookup:
- * most samples of a busy program show frames earlier ones did. A frame of compiled code is
- * keyed by its pc and its JSFunction: a reused address of either gives another key or, for
- * both at once, a function user space checks against the code it finds at the pc. An
- * entry serves V8_MEMO_USES times, then is looked up again, so that an entry the LRU map
- * let go is written again soon. Interpreted frames are not memoized: their pc says
- * nothing of the function, and a JSFunction's address alone is reused by the young
- * generation's collections within milliseconds. */
+/* What v8_note_function last found for a frame's code, so that the same code run by the
+ * same function on this CPU skips its read of the function (the V8 heap, seldom in the
+ * caches) and its map lookup: most samples of a busy program show frames earlier ones did.
+ * A frame is keyed by its code (pc or BytecodeArray) and its JSFunction: a reused address
+ * of either gives another key or, for both at once, a function user space checks against
+ * the code it finds at that address (a JSFunction's address alone is reused by the young
+ * generation's collections within milliseconds). An entry serves V8_MEMO_USES times, then
+ * is looked up again, so that an entry the LRU map let go is written again soon. */
 #define V8_MEMO_SLOTS 64
 #define V8_MEMO_USES 32
 
@@ -171,6 +182,14 @@ static __always_inline int v8_in_builtins(struct v8_proc *p, __u64 pc)
 	return (pc >= p->builtins_start && pc <= p->builtins_end) || (pc >= p->remap_start && pc <= p->remap_end);
 }
 
+/* v8_in_interpreter tells whether pc, in the builtins, lies in the interpreter's code: a
+ * frame there is an interpreted function's, which holds its BytecodeArray. */
+static __always_inline int v8_in_interpreter(struct v8_proc *p, __u64 pc)
+{
+	__u64 off = pc >= p->remap_start && pc <= p->remap_end ? pc - p->remap_start : pc - p->builtins_start;
+	return (off >= p->entry_start && off <= p->entry_end) || (off >= p->handlers_start && off <= p->handlers_end);
+}
+
 /* v8_in_code tells whether pc lies in V8's code: its builtins or its JIT's. A return
  * address points after its call, which may be the region's last byte. */
 static __always_inline int v8_in_code(struct v8_proc *p, __u64 pc)
@@ -206,6 +225,14 @@ static __always_inline __u64 v8_slot(struct v8_scratch *s, __s16 off)
 	return s->slots[i];
 }
 
+/* v8_bytecode_offset returns the frame's bytecode offset, saturated at V8_OFFSET_MASK. */
+static __always_inline __u64 v8_bytecode_offset(struct v8_proc *p, struct v8_scratch *s)
+{
+	__s64 off = (__s64)v8_slot(s, p->off_fp_bytecode_offset) >> (p->smi_shift & 63);
+	__u64 o = off < 0 ? 0 : (__u64)off;
+	return o > V8_OFFSET_MASK ? V8_OFFSET_MASK : o;
+}
+
 /* v8_frameless_caller tells whether the interrupted builtin runs in its caller's frame:
  * the word at sp, its return address, lies in compiled code (an interpreted caller's
  * bytecode handlers run in the interpreter's frame and return to builtins). *ra gets it. */
@@ -229,9 +256,10 @@ static __always_inline int v8_frameless_caller(struct v8_walk *w, __u64 *ra)
 	return 1;
 }
 
-/* v8_note_function remembers the function a frame of compiled code holds, by its pc, for
- * user space (v8_jit_functions): the identity of what ran there, checked against the code
- * user space finds at the pc when it reads it later. Written only when it changed. */
+/* v8_note_function remembers the function fn a frame running code (a pc of compiled code,
+ * or a BytecodeArray) holds, by the code's address, for user space (v8_functions): the
+ * identity of what ran there, checked against the code user space finds at that address
+ * when it reads it later. Written only when it changed. */
 static __always_inline void v8_note_function(struct v8_walk *w, __u64 fn, __u64 pc)
 {
 	struct v8_state *vs = &w->s->st;
@@ -243,10 +271,10 @@ static __always_inline void v8_note_function(struct v8_walk *w, __u64 fn, __u64 
 	__u64 sfi = 0;
 	if (bpf_probe_read_user(&sfi, sizeof(sfi), (void *)(fn - 1 + w->p->function_shared)) || (sfi & 3) != 1)
 		return;
-	struct v8_jit_key k = {.pid = vs->pid, .pc = pc};
-	__u64 *old = bpf_map_lookup_elem(&v8_jit_functions, &k);
+	struct v8_code_key k = {.pid = vs->pid, .code = pc};
+	__u64 *old = bpf_map_lookup_elem(&v8_functions, &k);
 	if (!old || *old != sfi)
-		bpf_map_update_elem(&v8_jit_functions, &k, &sfi, BPF_ANY);
+		bpf_map_update_elem(&v8_functions, &k, &sfi, BPF_ANY);
 	m->pc = pc;
 	m->fn = fn;
 	m->exec_id = vs->exec_id;
@@ -300,19 +328,29 @@ __noinline long v8_step(struct unwind_state *st, struct user_frames *frames, str
 			v8_emit(&w, pc);
 			v8_note_function(&w, fn, caller);
 			v8_emit_jit(&w, caller, 1);
+		} else if (builtin && p->off_fp_bytecode_array && v8_in_interpreter(p, pc)) {
+			/* Interpreted: the frame holds its BytecodeArray and its offset in it. The
+			 * array is the frame's record; its function is noted beside, read only when
+			 * this CPU has not seen the pair lately. */
+			__u64 bc = v8_slot(s, p->off_fp_bytecode_array);
+			if ((bc & 3) != 1 || bc >> 47) {
+				v8_emit(&w, pc);
+			} else {
+				v8_note_function(&w, fn, bc);
+				v8_emit(&w, INTERP_FRAME(V8_RUNTIME, (__u64)V8_KIND_BYTECODE_ARRAY << V8_KIND_SHIFT |
+									     ((bc >> V8_SFI_SHIFT) & ((1ULL << 44) - 1)) << V8_OFFSET_BITS |
+									     v8_bytecode_offset(p, s)));
+			}
 		} else if (builtin) {
-			/* Interpreted: the frame holds its bytecode offset; the function its code. */
+			/* A builtin's JavaScript frame: its function names it. */
 			__u64 sfi = 0;
 			if (bpf_probe_read_user(&sfi, sizeof(sfi), (void *)(fn - 1 + p->function_shared)) || (sfi & 3) != 1 ||
 			    sfi >> 47) {
 				v8_emit(&w, pc);
 			} else {
-				__s64 off = (__s64)v8_slot(s, p->off_fp_bytecode_offset) >> (p->smi_shift & 63);
-				__u64 o = off < 0 ? 0 : (__u64)off;
-				if (o > V8_OFFSET_MASK)
-					o = V8_OFFSET_MASK;
 				v8_emit(&w, INTERP_FRAME(V8_RUNTIME, (__u64)V8_KIND_BYTECODE << V8_KIND_SHIFT |
-									     ((sfi >> V8_SFI_SHIFT) & ((1ULL << 44) - 1)) << V8_OFFSET_BITS | o));
+									     ((sfi >> V8_SFI_SHIFT) & ((1ULL << 44) - 1)) << V8_OFFSET_BITS |
+									     v8_bytecode_offset(p, s)));
 			}
 		} else {
 			v8_note_function(&w, fn, pc);

@@ -126,6 +126,11 @@ func (k kernelV8) SetV8(pid uint32, st *node.KernelState) error {
 		OffFpContext:        st.FPContext,
 		OffFpFunction:       st.FPFunction,
 		OffFpBytecodeOffset: st.FPBytecodeOffset,
+		OffFpBytecodeArray:  st.FPBytecodeArray,
+		EntryStart:          st.Entry[0],
+		EntryEnd:            st.Entry[1],
+		HandlersStart:       st.Handlers[0],
+		HandlersEnd:         st.Handlers[1],
 		FunctionShared:      st.FunctionShared,
 		SmiShift:            st.SmiShift,
 		TypeEntry:           st.FrameEntry,
@@ -135,8 +140,10 @@ func (k kernelV8) SetV8(pid uint32, st *node.KernelState) error {
 
 func (k kernelV8) DeleteV8(pid uint32) error { return k.s.DeleteV8(pid) }
 
-// FunctionAt is the function the kernel found in a baseline frame at pc.
-func (k kernelV8) FunctionAt(pid uint32, pc uint64) (uint64, bool) { return k.s.V8Function(pid, pc) }
+// FunctionAt is the function the kernel last found in a frame running code at code.
+func (k kernelV8) FunctionAt(pid uint32, code uint64) (uint64, bool) {
+	return k.s.V8Function(pid, code)
+}
 
 // WalkEnds counts the kernel's walks of V8 frames by how they ended.
 func (k kernelV8) WalkEnds() (map[string]uint64, error) {

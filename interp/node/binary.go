@@ -2,10 +2,12 @@ package node
 
 import (
 	"bytes"
+	"cmp"
 	"debug/elf"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/sonde-profiler/sonde/internal/objfile"
@@ -65,6 +67,9 @@ type V8 struct {
 	Meta Metadata
 	// Builtins is the embedded builtins' [start, end), ELF virtual addresses.
 	Builtins [2]uint64
+	// Interpreter is the interpreter's code among them: its entry trampolines and its
+	// bytecode handlers, [start, end) each; zero when the symbols do not tell them.
+	Interpreter struct{ Entry, Handlers [2]uint64 }
 	// Unnamed says why V8's frames are walked but its functions not named (its metadata
 	// lacks what naming reads, or its layout is not one sonde reads): they are named
 	// [v8], and counted. Nil: named.
@@ -121,9 +126,12 @@ func Inspect(f *elf.File) (v *V8, err error) {
 		return nil, ErrNotV8
 	}
 	v = &V8{}
-	if v.Builtins, _, err = builtins(f); err != nil {
+	b, err := builtins(f)
+	if err != nil {
 		return nil, err
 	}
+	v.Builtins = b.span
+	v.Interpreter.Entry, v.Interpreter.Handlers = b.entry, b.handlers
 	var missing []string
 	get := func(name string) int64 {
 		s, ok := dbg[name]
@@ -290,37 +298,93 @@ func symbolValue(f *elf.File, s elf.Symbol) int64 {
 	return 0
 }
 
-// builtins finds the embedded builtins' span among the file's Builtins_* functions, and
-// in the same pass the address of stackScanTrampoline, or 0.
-func builtins(f *elf.File) (span [2]uint64, trampoline uint64, err error) {
+// builtinsLayout is what node's Builtins_* symbols tell of the embedded builtins.
+type builtinsLayout struct {
+	span      [2]uint64 // all of them
+	stackScan uint64    // stackScanTrampoline's address, or 0
+	// The interpreter's entry trampolines and its bytecode handlers, or zero.
+	entry, handlers [2]uint64
+}
+
+// Symbols of the interpreter's code: frames there are interpreted functions'.
+const (
+	entryTrampoline = "Builtins_InterpreterEntryTrampoline"
+	// Ldar is a bytecode every V8 has; its handler lies among the others.
+	ldarHandler = "Builtins_LdarHandler"
+)
+
+// builtins reads the embedded builtins' layout from the file's Builtins_* functions. The
+// bytecode handlers (Builtins_<Bytecode>Handler, with Wide and ExtraWide forms) are found
+// as the run of *Handler functions, in address order, around Ldar's: V8 lists them
+// together and the embedded blob keeps that order; a build that scattered them has no
+// run to find, and its interpreted frames are read the slower way.
+func builtins(f *elf.File) (b builtinsLayout, err error) {
 	syms, err := objfile.OpenSymbols(f, elf.SHT_SYMTAB)
 	if err != nil {
-		return span, 0, fmt.Errorf("read symbols: %w", err)
+		return b, fmt.Errorf("read symbols: %w", err)
 	}
+	type builtin struct {
+		start, end uint64
+		handler    bool
+		tag        byte // 'e': an entry trampoline; 'l': Ldar's handler
+	}
+	var list []builtin
 	if syms != nil {
 		syms.Each(func(i int, name []byte) bool {
 			if string(name) == stackScanTrampoline {
 				if s := syms.At(i); elf.ST_TYPE(s.Info) == elf.STT_FUNC {
-					trampoline = s.Value
+					b.stackScan = s.Value
 				}
 				return true
 			}
 			if !bytes.HasPrefix(name, []byte("Builtins_")) {
 				return true
 			}
-			if s := syms.At(i); s.Value != 0 && elf.ST_TYPE(s.Info) == elf.STT_FUNC {
-				if span[0] == 0 || s.Value < span[0] {
-					span[0] = s.Value
-				}
-				span[1] = max(span[1], s.Value+max(s.Size, 1))
+			s := syms.At(i)
+			if s.Value == 0 || elf.ST_TYPE(s.Info) != elf.STT_FUNC {
+				return true
 			}
+			e := builtin{start: s.Value, end: s.Value + max(s.Size, 1), handler: bytes.HasSuffix(name, []byte("Handler"))}
+			switch {
+			case string(name) == ldarHandler:
+				e.tag = 'l'
+			case bytes.HasPrefix(name, []byte(entryTrampoline)): // and ...ForProfiling
+				e.tag = 'e'
+			}
+			list = append(list, e)
 			return true
 		})
 	}
-	if span[0] == 0 {
-		return span, 0, errors.New("v8 without Builtins_* symbols: its builtins cannot be told")
+	if len(list) == 0 {
+		return b, errors.New("v8 without Builtins_* symbols: its builtins cannot be told")
 	}
-	return span, trampoline, nil
+	slices.SortFunc(list, func(x, y builtin) int { return cmp.Compare(x.start, y.start) })
+	b.span = [2]uint64{list[0].start, list[0].end}
+	for _, e := range list {
+		b.span[1] = max(b.span[1], e.end)
+	}
+	// Each of the two spans is a run of neighbours in address order, so that no other
+	// builtin lies within it.
+	run := func(at int, in func(builtin) bool) [2]uint64 {
+		lo, hi := at, at
+		for lo > 0 && in(list[lo-1]) {
+			lo--
+		}
+		for hi+1 < len(list) && in(list[hi+1]) {
+			hi++
+		}
+		return [2]uint64{list[lo].start, list[hi].end}
+	}
+	if i := slices.IndexFunc(list, func(e builtin) bool { return e.tag == 'l' }); i >= 0 {
+		b.handlers = run(i, func(e builtin) bool { return e.handler })
+	}
+	if i := slices.IndexFunc(list, func(e builtin) bool { return e.tag == 'e' }); i >= 0 {
+		b.entry = run(i, func(e builtin) bool { return e.tag == 'e' })
+	}
+	if b.handlers == [2]uint64{} || b.entry == [2]uint64{} {
+		b.entry, b.handlers = [2]uint64{}, [2]uint64{}
+	}
+	return b, nil
 }
 
 // stackScanTrampoline is V8's assembly function that pushes the callee-saved registers
@@ -368,12 +432,12 @@ func BuiltinsCode(f *elf.File) (ranges [][2]uint64) {
 	if !hasDynamicSymbol(f, "v8dbg_off_fp_function") {
 		return nil
 	}
-	span, at, err := builtins(f)
+	b, err := builtins(f)
 	if err != nil {
 		return nil
 	}
-	ranges = [][2]uint64{span}
-	if t, ok := trampolineCode(f, at); ok {
+	ranges = [][2]uint64{b.span}
+	if t, ok := trampolineCode(f, b.stackScan); ok {
 		ranges = append(ranges, t)
 	}
 	return ranges

@@ -15,10 +15,14 @@
 // mappings (the JIT's code space) are V8's code, where the kernel walker takes over
 // (bpf/v8.h).
 //
-// The kernel records an interpreted frame as its SharedFunctionInfo and bytecode offset,
-// a frame of compiled code as its pc; for baseline code, whose code does not say its
-// function, it also keeps the function it found in the frame (FunctionFinder), which
-// is used once its bytecode is checked to be the code's. A Namer reads the rest from the process with
+// The kernel records an interpreted frame as its BytecodeArray and bytecode offset (where
+// the interpreter's code is known: its entry trampolines and bytecode handlers, read from
+// the symbols; else as its SharedFunctionInfo), a frame of compiled code as its pc. For
+// both it keeps, by that address, the function it found in the frame (FunctionFinder),
+// reading it from the V8 heap only when its CPU has not seen the pair of function and
+// code lately: an interpreted frame is named by it once the function's bytecode is
+// checked to be the frame's, a frame of baseline code (which does not say its function)
+// once it is the code's. A Namer reads the rest from the process with
 // process_vm_readv: for a pc, the InstructionStream holding it (found backwards from the pc
 // by its map, checked by the Code object's pointer back to its instructions), its Code, the
 // source position at the pc and, through the deoptimization data's inlining positions and

@@ -241,6 +241,43 @@ func TestInterpretedFrame(t *testing.T) {
 	}
 }
 
+// TestInterpretedFrameByBytecode: an interpreted frame the kernel records by its
+// BytecodeArray is named by the function the kernel found running it, only while that
+// function's bytecode is the array: a function at the address of one collected, or one
+// whose array was collected and its address given to another's, names nothing.
+func TestInterpretedFrameByBytecode(t *testing.T) {
+	f := newFakeHeap()
+	src := "// head\nfunction a() {\n  x();\n  y();\n  z();\n  w();\n  v();\n}\n"
+	script := f.object(node20.TypeScript, f.str(src), f.str("/app/y.js"), 0, 0, 0, 0, f.object(5))
+	sfi := f.function("a", script, 8)
+	other := f.function("other", script, 8)
+	bytecode := binary.LittleEndian.Uint64(f.mem[sfi-1+uint64(node20.SFIFunction)-f.base:])
+	frame := payloadOf(t, EncodeBytecodeArrayFrame(bytecode, uint32(node20.BytecodeHeader-1+5)))
+	for _, c := range []struct {
+		what  string
+		fns   FunctionFinder
+		named bool
+	}{
+		{"the kernel's function runs the array", fakeFunctions{bytecode: sfi}, true},
+		{"the kernel's function has other bytecode", fakeFunctions{bytecode: other}, false},
+		{"the kernel's function is not one", fakeFunctions{bytecode: script}, false},
+		{"the kernel has no function for the array", fakeFunctions{}, false},
+		{"no kernel", nil, false},
+	} {
+		n := NewNamer(NamerConfig{Images: fixedImage{}, Memory: func(uint32) Memory { return f }, Functions: c.fns})
+		code, off := DecodeFrame(frame)
+		lines, ok := n.Name(&trace.Location{Interp: &trace.InterpFrame{PID: 1, Image: 1, Code: code, Offset: off}})
+		// Offset 5 is past the entry at 4: script offset 8+40, on line 6.
+		named := ok && len(lines) == 1 && lines[0] == (trace.Line{Function: "a", SystemName: "a", File: "/app/y.js", Line: 6})
+		if named != c.named || ok && !named {
+			t.Errorf("%s: named %v, %v; want named %v", c.what, lines, ok, c.named)
+		}
+		if st := n.Stats(); !c.named && st.Unnamed != 1 {
+			t.Errorf("%s: stats %+v, want the frame counted unnamed", c.what, st)
+		}
+	}
+}
+
 func payloadOf(t *testing.T, frame uint64) uint64 {
 	rt, payload, ok := trace.DecodeInterpFrame(frame)
 	if !ok || rt != Number {
@@ -257,6 +294,10 @@ func TestDecodeFrame(t *testing.T) {
 	code, off = DecodeFrame(payloadOf(t, EncodeBytecodeFrame(0x3a0012345679, 77)))
 	if code != 0x3a0012345678 || off != 77 {
 		t.Errorf("bytecode frame decoded as %#x, %d", code, off)
+	}
+	code, off = DecodeFrame(payloadOf(t, EncodeBytecodeArrayFrame(0x3a0012345679, 78)))
+	if code != arrayFlag|0x3a0012345678 || off != 78 {
+		t.Errorf("bytecode array frame decoded as %#x, %d", code, off)
 	}
 	if _, off = DecodeFrame(payloadOf(t, EncodeBytecodeFrame(0x3a0012345679, 1<<20))); off != offsetMask {
 		t.Errorf("a bytecode offset past the bits saturates at %d, got %d", offsetMask, off)
@@ -353,8 +394,8 @@ func TestNamerIdle(t *testing.T) {
 
 type fakeFunctions map[uint64]uint64
 
-func (f fakeFunctions) FunctionAt(pid uint32, pc uint64) (uint64, bool) {
-	v, ok := f[pc]
+func (f fakeFunctions) FunctionAt(pid uint32, code uint64) (uint64, bool) {
+	v, ok := f[code]
 	return v, ok
 }
 

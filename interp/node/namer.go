@@ -16,29 +16,39 @@ import (
 
 // How the kernel packs a frame's 58 bits (bpf/v8.h, enum v8_frame_encoding).
 const (
-	kindShift    = 56
-	kindJIT      = 0
-	kindBytecode = 1
-	returnBit    = 47
-	sfiShift     = 3
-	offsetBits   = 12
-	offsetMask   = 1<<offsetBits - 1
-	pcMask       = 1<<47 - 1
-	sfiBits      = 44
+	kindShift         = 56
+	kindJIT           = 0
+	kindBytecode      = 1
+	kindBytecodeArray = 2
+	returnBit         = 47
+	sfiShift          = 3
+	offsetBits        = 12
+	offsetMask        = 1<<offsetBits - 1
+	pcMask            = 1<<47 - 1
+	sfiBits           = 44
 )
 
 // A frame's code identity as DecodeFrame gives it: a pc of compiled code carries jitFlag
-// (and retFlag for a return address), which no address has; else it is a
-// SharedFunctionInfo's untagged address.
+// (and retFlag for a return address), an interpreted frame's BytecodeArray arrayFlag
+// (its untagged address), which no address has; else it is a SharedFunctionInfo's
+// untagged address.
 const (
-	jitFlag = 1 << 62
-	retFlag = 1 << 61
+	jitFlag   = 1 << 62
+	retFlag   = 1 << 61
+	arrayFlag = 1 << 60
 )
 
 // EncodeBytecodeFrame writes an interpreted frame as the kernel does, for tests: the
 // SharedFunctionInfo's tagged address and the frame's raw bytecode offset.
 func EncodeBytecodeFrame(sfi uint64, offset uint32) uint64 {
 	return trace.EncodeInterpFrame(Number, kindBytecode<<kindShift|(sfi>>sfiShift&(1<<sfiBits-1))<<offsetBits|uint64(min(offset, offsetMask)))
+}
+
+// EncodeBytecodeArrayFrame writes an interpreted frame as the kernel does where it knows
+// the interpreter's code, for tests: the BytecodeArray's tagged address and the frame's
+// raw bytecode offset.
+func EncodeBytecodeArrayFrame(bytecode uint64, offset uint32) uint64 {
+	return trace.EncodeInterpFrame(Number, kindBytecodeArray<<kindShift|(bytecode>>sfiShift&(1<<sfiBits-1))<<offsetBits|uint64(min(offset, offsetMask)))
 }
 
 // EncodeJITFrame writes a frame of compiled code as the kernel does, for tests.
@@ -52,8 +62,12 @@ func EncodeJITFrame(pc uint64, ret bool) uint64 {
 
 // DecodeFrame splits a frame's payload into its code identity and offset.
 func DecodeFrame(payload uint64) (code uint64, offset uint32) {
-	if payload>>kindShift&3 == kindBytecode {
-		return (payload >> offsetBits & (1<<sfiBits - 1)) << sfiShift, uint32(payload & offsetMask)
+	addr := (payload >> offsetBits & (1<<sfiBits - 1)) << sfiShift
+	switch payload >> kindShift & 3 {
+	case kindBytecode:
+		return addr, uint32(payload & offsetMask)
+	case kindBytecodeArray:
+		return arrayFlag | addr, uint32(payload & offsetMask)
 	}
 	code = jitFlag | payload&pcMask
 	if payload>>returnBit&1 != 0 {
@@ -315,9 +329,12 @@ func (n *Namer) read(pid uint32, k codeKey) *entry {
 	h := img.heap(n.cfg.Memory(pid))
 	defer img.keep(h)
 	var err error
-	if k.code&jitFlag != 0 {
+	switch {
+	case k.code&jitFlag != 0:
 		e.lines, err = n.jitLines(h, pid, k.image, k.code&pcMask, k.code&retFlag != 0)
-	} else {
+	case k.code&arrayFlag != 0:
+		e.fn, err = n.interpreted(h, pid, k.image, k.code&^arrayFlag)
+	default:
 		e.fn, err = n.function(h, k.image, k.code)
 	}
 	n.count(func(s *NamerStats) {
@@ -344,6 +361,25 @@ func (n *Namer) function(h *heap, image, sfi uint64) (*function, error) {
 		n.mu.Unlock()
 		return ends, file, err
 	})
+}
+
+// interpreted names an interpreted frame by its BytecodeArray: by the function the kernel
+// last found running it, once that function's bytecode is still the array. An array at
+// the address of one collected, run by another function, is the new function's bytecode,
+// not the old one's, so the frame is named by what runs it or not at all.
+func (n *Namer) interpreted(h *heap, pid uint32, image, bytecode uint64) (*function, error) {
+	if n.cfg.Functions == nil {
+		return nil, errors.New("an interpreted frame's function, which only the kernel has")
+	}
+	tagged, ok := n.cfg.Functions.FunctionAt(pid, bytecode+1)
+	if !ok {
+		return nil, errors.New("an interpreted frame whose function the kernel no longer has")
+	}
+	sfi, ok := untag(tagged)
+	if !ok || h.bytecode(sfi) != bytecode {
+		return nil, errors.New("an interpreted frame whose function's bytecode is other code's")
+	}
+	return n.function(h, image, sfi)
 }
 
 // jitLines names the functions at a pc of compiled code, innermost first.

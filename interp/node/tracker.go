@@ -22,11 +22,15 @@ type KernelState struct {
 	// Remapped is where V8 mapped its builtins again, beside its code so that calls to
 	// them are short, or zero.
 	Remapped [2]uint64
-	// Frame slots from the frame pointer.
-	FPContext, FPFunction, FPBytecodeOffset int16
-	FunctionShared                          uint16 // JSFunction: shared
-	SmiShift                                uint8
-	FrameEntry, FrameConstructEntry         uint8 // frame types whose caller is C++
+	// The interpreter's entry trampolines and bytecode handlers, [start, end) as offsets
+	// into the builtins (either copy).
+	Entry, Handlers [2]uint32
+	// Frame slots from the frame pointer. FPBytecodeArray is 0 where the interpreter's
+	// code is not known: interpreted frames are then told by their function.
+	FPContext, FPFunction, FPBytecodeOffset, FPBytecodeArray int16
+	FunctionShared                                           uint16 // JSFunction: shared
+	SmiShift                                                 uint8
+	FrameEntry, FrameConstructEntry                          uint8 // frame types whose caller is C++
 }
 
 // Kernel is where the tracker writes: bpf.Sampler behind an adapter, or a fake in tests.
@@ -36,10 +40,11 @@ type Kernel interface {
 }
 
 // FunctionFinder is a Kernel that remembers the function (a tagged SharedFunctionInfo) it
-// found in the frame of a pc of compiled code: how a frame of baseline code is named, and
-// what optimized code found at the pc must belong to.
+// last found in a frame running code at an address: a pc of compiled code, or an
+// interpreted frame's (tagged) BytecodeArray. It is how frames of baseline code and
+// interpreted frames are named, and what optimized code found at the pc must belong to.
 type FunctionFinder interface {
-	FunctionAt(pid uint32, pc uint64) (uint64, bool)
+	FunctionAt(pid uint32, code uint64) (uint64, bool)
 }
 
 // Image is V8 as one exec of a process maps it.
@@ -226,6 +231,13 @@ func (t *Tracker) ProcessMappings(pid uint32, execID uint64, mappings []*trace.M
 			FrameConstructEntry: uint8(md.FrameConstructEntry),
 		}
 		state.Remapped = remapped(v, m.File, bias, mappings)
+		if in := v.Interpreter; in.Handlers[1] != 0 {
+			off := func(r [2]uint64) [2]uint32 {
+				return [2]uint32{uint32(r[0] - v.Builtins[0]), uint32(r[1] - v.Builtins[0])}
+			}
+			state.Entry, state.Handlers = off(in.Entry), off(in.Handlers)
+			state.FPBytecodeArray = int16(md.FPBytecodeArray)
+		}
 		t.mu.Lock()
 		old := t.procs[pid]
 		if old != nil && old.bias == bias && old.execID == execID && old.state == state {

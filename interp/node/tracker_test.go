@@ -64,6 +64,7 @@ func TestInspectNode(t *testing.T) {
 	if v.Builtins[0] == 0 || v.Builtins[1] <= v.Builtins[0] {
 		t.Errorf("builtins %#x", v.Builtins)
 	}
+	checkInterpreter(t, e, v)
 	got := BuiltinsCode(e)
 	if len(got) != 2 || got[0] != v.Builtins {
 		t.Fatalf("frame-pointer code %#x, want the builtins %#x and the stack scan's trampoline", got, v.Builtins)
@@ -154,7 +155,17 @@ func TestTracker(t *testing.T) {
 // positions: its functions are named, those slots told by type; a copy whose metadata
 // lacks a field naming reads is walked and named [v8].
 func TestInspectNode22(t *testing.T) {
-	v := inspectELF(t, testenv.Node22(t).Path)
+	path, err := filepath.EvalSymlinks(testenv.Node22(t).Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := inspectELF(t, path)
+	e, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	checkInterpreter(t, e, v)
 	m := v.Meta
 	if v.Unnamed != nil || m.SFINameOrScopeInfo == 0 || m.SFIScript == 0 || m.SFIFunction != 0 || m.CodeDeoptData != 0 ||
 		m.CodeNamedFrom <= 8 || m.BytecodePositions != 0 || m.BytecodeNamedTo == 0 || m.TypeTrustedByteArray < 0 {
@@ -163,6 +174,42 @@ func TestInspectNode22(t *testing.T) {
 	v = inspectELF(t, testenv.NodeWithoutNaming(t).Path)
 	if !errors.Is(v.Unnamed, ErrNoMetadata) || v.Meta.FPFunction != -16 || v.Meta.FunctionShared == 0 {
 		t.Errorf("without naming metadata: unnamed %v, metadata %+v", v.Unnamed, v.Meta)
+	}
+}
+
+// checkInterpreter checks the interpreter's code found among the builtins: the entry
+// trampolines, and the bytecode handlers from the first (Wide) to the last (Abort's
+// ExtraWide), with Ldar's between and no other builtin.
+func checkInterpreter(t *testing.T, e *elf.File, v *V8) {
+	t.Helper()
+	at := func(name string) uint64 {
+		s, ok, err := objfile.FindSymbol(e, elf.SHT_SYMTAB, name, true)
+		if !ok || err != nil {
+			t.Fatalf("%s: %v, %v", name, ok, err)
+		}
+		return s.Value
+	}
+	in := v.Interpreter
+	for _, c := range []struct {
+		span [2]uint64
+		name string
+		at   uint64
+	}{
+		{in.Entry, "entry", at("Builtins_InterpreterEntryTrampoline")},
+		{in.Entry, "entry", at("Builtins_InterpreterEntryTrampolineForProfiling")},
+		{in.Handlers, "handlers", at("Builtins_WideHandler")},
+		{in.Handlers, "handlers", at("Builtins_LdarHandler")},
+		{in.Handlers, "handlers", at("Builtins_AbortExtraWideHandler")},
+	} {
+		if c.at < c.span[0] || c.at >= c.span[1] || c.span[0] < v.Builtins[0] || c.span[1] > v.Builtins[1] {
+			t.Errorf("the interpreter's %s %#x, the builtins %#x: %#x outside", c.name, c.span, v.Builtins, c.at)
+		}
+	}
+	// Builtins on either side of the handlers.
+	for _, name := range []string{"Builtins_InterpreterPushArgsThenCall", "Builtins_ArrayPrototypePush", "Builtins_JSEntry"} {
+		if a := at(name); a >= in.Handlers[0] && a < in.Handlers[1] || a >= in.Entry[0] && a < in.Entry[1] {
+			t.Errorf("%s at %#x, within the interpreter's code %#x", name, a, in)
+		}
 	}
 }
 
