@@ -405,8 +405,11 @@ type samplerRowMemo struct {
 		Row     samplerUnwindRow
 		Kind    uint8
 		Exact   uint8
-		Pad     [6]uint8
+		Pad     [2]uint8
+		Used    uint32
 	}
+	Clock uint32
+	Pad   uint32
 }
 
 type samplerSampleEvent struct {
@@ -576,14 +579,18 @@ type samplerV8Scratch struct {
 		Pad    [7]uint8
 	}
 	Slots [8]uint64
-	Memo  [64]struct {
+	Memo  [128]struct {
 		_      structs.HostLayout
 		Pc     uint64
 		Fn     uint64
 		ExecId uint64
 		Pid    uint32
 		Uses   uint32
+		Used   uint32
+		Pad    uint32
 	}
+	Clock uint32
+	Pad   uint32
 }
 
 type samplerVmaEvent struct {

@@ -177,8 +177,14 @@ struct proc_info {
  * or that no table covers it, as found in one writing of the process's mappings (gen). Most
  * samples of a busy program repeat frames earlier samples walked, and a search of a large
  * table (node's 550 000 rows) touches pages that have left the caches and the TLB since.
- * Direct-mapped by pc. */
-#define ROW_MEMO_SLOTS 256
+ * Four ways a set, by pc, the entry of a set used least lately making room: in a memo
+ * mapped directly by pc, two of a stack's two dozen frames often share a slot (node 20's
+ * _start and v8::Function::Call did), and then each evicts the other at every sample; and
+ * a frame seen once (a leaf in compiled code, whose pc varies) must not push out the frames
+ * every sample shows. */
+#define ROW_MEMO_WAYS 4
+#define ROW_MEMO_SETS 64
+#define ROW_MEMO_SLOTS (ROW_MEMO_WAYS * ROW_MEMO_SETS)
 
 enum row_memo_kind {
 	ROW_MEMO_EMPTY = 0,
@@ -193,11 +199,16 @@ struct row_memo_slot {
 	struct unwind_row row;
 	__u8 kind;  /* enum row_memo_kind */
 	__u8 exact; /* pc was looked up as itself, not as a return address */
-	__u8 pad[6];
+	__u8 pad[2];
+	__u32 used; /* the memo's clock when last found or written; 0: never */
 };
 
 struct row_memo {
 	struct row_memo_slot slot[ROW_MEMO_SLOTS];
+	/* Counts lookups, for the slots' used. Where it wraps, after billions of lookups,
+	 * entries used lately look old for a while: a few misses, no wrong row. */
+	__u32 clock;
+	__u32 pad;
 };
 
 struct sample_event {

@@ -317,8 +317,24 @@ __attribute__((noinline)) long walker_step(struct unwind_state *st, struct user_
 	__u32 table_id = 0;
 	if (proc) {
 		__u64 pc = st->pc;
-		struct row_memo_slot *ms = memo ? &memo->slot[(pc ^ (pc >> 8)) & (ROW_MEMO_SLOTS - 1)] : NULL;
-		if (ms && ms->pc == pc && ms->gen == proc->gen && ms->exact == st->pc_exact && ms->kind != ROW_MEMO_EMPTY) {
+		/* The set's entry for the pc, if any, up to date or not; else the one to replace. */
+		struct row_memo_slot *set = NULL, *ms = NULL;
+		__u32 now = 0, victim = 0;
+		if (memo) {
+			now = ++memo->clock;
+			set = &memo->slot[((pc ^ (pc >> 8)) & (ROW_MEMO_SETS - 1)) * ROW_MEMO_WAYS];
+			for (__u32 i = 0; i < ROW_MEMO_WAYS; i++) {
+				if (set[i].pc == pc && set[i].exact == st->pc_exact && set[i].kind != ROW_MEMO_EMPTY) {
+					ms = &set[i];
+					break;
+				}
+				if (set[i].used < set[victim & (ROW_MEMO_WAYS - 1)].used)
+					victim = i;
+			}
+			if (ms)
+				ms->used = now;
+		}
+		if (ms && ms->gen == proc->gen) {
 			if (ms->kind == ROW_MEMO_ROW) {
 				r = ms->row;
 				row = &r;
@@ -338,6 +354,10 @@ __attribute__((noinline)) long walker_step(struct unwind_state *st, struct user_
 				r = *found;
 				row = &r;
 				table_id = m->table_id;
+			}
+			if (set && !ms) {
+				ms = &set[victim & (ROW_MEMO_WAYS - 1)];
+				ms->used = now;
 			}
 			if (ms) {
 				ms->pc = pc;

@@ -124,19 +124,25 @@ struct v8_state {
  * of either gives another key or, for both at once, a function user space checks against
  * the code it finds at that address (a JSFunction's address alone is reused by the young
  * generation's collections within milliseconds). An entry serves V8_MEMO_USES times, then
- * is looked up again, so that an entry the LRU map let go is written again soon. */
-#define V8_MEMO_SLOTS 64
+ * is looked up again, so that an entry the LRU map let go is written again soon. Four
+ * ways a set, the entry used least lately making room, as in struct row_memo. */
+#define V8_MEMO_WAYS 4
+#define V8_MEMO_SETS 32
 #define V8_MEMO_USES 32
 
 struct v8_memo {
 	__u64 pc, fn, exec_id;
 	__u32 pid, uses;
+	__u32 used; /* the memo's clock when last found or written; 0: never */
+	__u32 pad;
 };
 
 struct v8_scratch {
 	struct v8_state st;
 	__u64 slots[8]; /* fp-48 .. fp+8 */
-	struct v8_memo memo[V8_MEMO_SLOTS];
+	struct v8_memo memo[V8_MEMO_SETS * V8_MEMO_WAYS];
+	__u32 clock; /* counts lookups, for the memo's used (wraps as struct row_memo's) */
+	__u32 pad;
 };
 
 struct {
@@ -263,10 +269,22 @@ static __always_inline int v8_frameless_caller(struct v8_walk *w, __u64 *ra)
 static __always_inline void v8_note_function(struct v8_walk *w, __u64 fn, __u64 pc)
 {
 	struct v8_state *vs = &w->s->st;
-	struct v8_memo *m = &w->s->memo[(pc ^ (pc >> 6) ^ (fn >> 3)) & (V8_MEMO_SLOTS - 1)];
-	if (m->pc == pc && m->fn == fn && m->pid == vs->pid && m->exec_id == vs->exec_id && m->uses < V8_MEMO_USES) {
-		m->uses++;
-		return;
+	struct v8_memo *set = &w->s->memo[((pc ^ (pc >> 6) ^ (fn >> 3)) & (V8_MEMO_SETS - 1)) * V8_MEMO_WAYS], *m = NULL;
+	__u32 now = ++w->s->clock, victim = 0;
+	for (__u32 i = 0; i < V8_MEMO_WAYS; i++) {
+		if (set[i].pc == pc && set[i].fn == fn && set[i].pid == vs->pid && set[i].exec_id == vs->exec_id) {
+			m = &set[i];
+			break;
+		}
+		if (set[i].used < set[victim & (V8_MEMO_WAYS - 1)].used)
+			victim = i;
+	}
+	if (m) {
+		m->used = now;
+		if (m->uses < V8_MEMO_USES) {
+			m->uses++;
+			return;
+		}
 	}
 	__u64 sfi = 0;
 	if (bpf_probe_read_user(&sfi, sizeof(sfi), (void *)(fn - 1 + w->p->function_shared)) || (sfi & 3) != 1)
@@ -275,6 +293,10 @@ static __always_inline void v8_note_function(struct v8_walk *w, __u64 fn, __u64 
 	__u64 *old = bpf_map_lookup_elem(&v8_functions, &k);
 	if (!old || *old != sfi)
 		bpf_map_update_elem(&v8_functions, &k, &sfi, BPF_ANY);
+	if (!m) {
+		m = &set[victim & (V8_MEMO_WAYS - 1)];
+		m->used = now;
+	}
 	m->pc = pc;
 	m->fn = fn;
 	m->exec_id = vs->exec_id;

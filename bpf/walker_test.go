@@ -32,6 +32,9 @@ type walkCase struct {
 	name   string
 	thread unwind.Thread
 	noProc bool // the process has no mappings in the kernel: frame pointers throughout
+	// again: a later sample of the previous case's process, its mappings (maps) the same
+	// writing of them, so that what the memo of rows found then still holds.
+	again  bool
 	maps   []unwind.KernelMapping
 	tables map[uint32][]unwind.KernelRow
 	goRT   map[uint32]*unwind.KernelGoRuntime
@@ -101,6 +104,9 @@ func ptregs(t unwind.Thread) []uint64 {
 type walkResult struct {
 	frames []uint64
 	end    uint32
+	// searches counts the tables the native walker searched: frames its memo of rows
+	// did not have. The model has no memo and leaves it 0.
+	searches int
 }
 
 func (r walkResult) String() string {
@@ -120,6 +126,9 @@ func (c *walkCase) encode(w *bufio.Writer) {
 	w.WriteString("\n")
 	if c.noProc {
 		w.WriteString("noproc\n")
+	}
+	if c.again {
+		w.WriteString("again\n")
 	}
 	for _, m := range c.maps {
 		fmt.Fprintf(w, "map %#x %#x %#x %d %d\n", m.Start, m.End, m.Bias, m.TableId, m.RowsCount)
@@ -200,15 +209,19 @@ func runNative(t *testing.T, cases []*walkCase) []walkResult {
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
-		if len(f) < 3 || f[0] != "end" || f[2] != "frames" {
+		if len(f) < 5 || f[0] != "end" || f[2] != "searches" || f[4] != "frames" {
 			t.Fatalf("walker printed %q", sc.Text())
 		}
 		end, err := strconv.ParseUint(f[1], 10, 32)
 		if err != nil {
 			t.Fatalf("walker printed %q", sc.Text())
 		}
-		r := walkResult{end: uint32(end)}
-		for _, x := range f[3:] {
+		searches, err := strconv.Atoi(f[3])
+		if err != nil {
+			t.Fatalf("walker printed %q", sc.Text())
+		}
+		r := walkResult{end: uint32(end), searches: searches}
+		for _, x := range f[5:] {
 			v, err := strconv.ParseUint(x, 0, 64)
 			if err != nil {
 				t.Fatalf("walker printed %q", sc.Text())

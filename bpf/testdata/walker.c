@@ -11,7 +11,10 @@
  *   table ID N                    then N lines of struct unwind_row's fields, in order
  *   go ID TLS_G G_M ...           a table's struct go_runtime, its fields in order
  *   mem ADDR HEX                  readable memory: bytes from ADDR
- *   run                           walk, print "end E frames F1 F2 ...", forget the case
+ *   again                         the walk is a later sample of the previous case's process:
+ *                                 the same writing of its mappings (gen)
+ *   run                           walk, print "end E searches S frames F1 F2 ...", forget
+ *                                 the case; S counts the tables searched (the memo's misses)
  *
  * Numbers are C literals (0x for hex). Reads of memory not given fail, as
  * bpf_probe_read_user does; a table id not given is a table missing from the kernel. */
@@ -86,8 +89,12 @@ static struct go_runtime *walker_go_runtime(__u32 id)
 	return &tables[id].go;
 }
 
+/* Tables looked up by the walk: one per frame the memo of rows did not have. */
+static unsigned searches;
+
 static void *walker_table(__u32 id)
 {
+	searches++;
 	if (id >= MAX_TABLES || !tables[id].present)
 		return NULL;
 	return &tables[id];
@@ -187,7 +194,7 @@ int main(void)
 	size_t cap = 0;
 	char *line = NULL;
 	__u64 pc = 0, sp = 0, fp = 0, tls = 0;
-	int noproc = 0;
+	int noproc = 0, again = 0;
 	while (getline(&line, &cap, stdin) > 0) {
 		char *rest;
 		if (!strncmp(line, "regs ", 5)) {
@@ -224,6 +231,8 @@ int main(void)
 			};
 		} else if (!strncmp(line, "noproc", 6)) {
 			noproc = 1;
+		} else if (!strncmp(line, "again", 5)) {
+			again = 1;
 		} else if (!strncmp(line, "map ", 4)) {
 			__u64 v[5];
 			if (!numbers(line + 4, v, 5))
@@ -280,14 +289,15 @@ int main(void)
 		} else if (!strncmp(line, "run", 3)) {
 			__u32 end = UNWIND_END_MAX;
 			memset(&frames, 0, sizeof(frames));
-			proc.gen = ++gen;
+			proc.gen = again ? gen : ++gen;
+			searches = 0;
 			__u32 n = walk_user(&frames, noproc ? NULL : &proc, &memo, 0, 0, pc, sp, fp, (__u64)(uintptr_t)&ptregs, tls, &end);
-			printf("end %u frames", end);
+			printf("end %u searches %u frames", end, searches);
 			for (__u32 i = 0; i < n && i < MAX_USER_DEPTH; i++)
 				printf(" %#llx", (unsigned long long)frames.pc[i]);
 			printf("\n");
 			reset();
-			noproc = 0;
+			noproc = again = 0;
 			pc = sp = fp = tls = 0;
 		} else if (line[0] != '\n' && line[0] != '#') {
 			fail("unknown line", line);
