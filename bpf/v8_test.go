@@ -19,6 +19,11 @@ func TestV8FrameEncodingAgrees(t *testing.T) {
 	if got := node.EncodeBytecodeFrame(sfi, uint32(off)); got != kernel {
 		t.Errorf("package node encodes an interpreted frame %#x, the kernel %#x", got, kernel)
 	}
+	bytecode := uint64(0x3a12_3456_78a1)
+	kernel = tag | V8KindBytecodeArray<<V8KindShift | (bytecode>>V8SFIShift)<<V8OffsetBits | off
+	if got := node.EncodeBytecodeArrayFrame(bytecode, uint32(off)); got != kernel {
+		t.Errorf("package node encodes an interpreted frame by its bytecode %#x, the kernel %#x", got, kernel)
+	}
 	pc := uint64(0x7f12_3456_789a)
 	kernel = tag | V8KindJIT<<V8KindShift | 1<<V8ReturnBit | pc
 	if got := node.EncodeJITFrame(pc, true); got != kernel {

@@ -306,6 +306,10 @@ type builtinsLayout struct {
 	entry, handlers [2]uint64
 }
 
+// maxBuiltins bounds the builtins listed to find the interpreter's among them: V8 has
+// about 2 300; a file with more is no V8's, and its interpreter is not told.
+const maxBuiltins = 1 << 15
+
 // Symbols of the interpreter's code: frames there are interpreted functions'.
 const (
 	entryTrampoline = "Builtins_InterpreterEntryTrampoline"
@@ -329,6 +333,7 @@ func builtins(f *elf.File) (b builtinsLayout, err error) {
 		tag        byte // 'e': an entry trampoline; 'l': Ldar's handler
 	}
 	var list []builtin
+	tooMany := false
 	if syms != nil {
 		syms.Each(func(i int, name []byte) bool {
 			if string(name) == stackScanTrampoline {
@@ -345,6 +350,14 @@ func builtins(f *elf.File) (b builtinsLayout, err error) {
 				return true
 			}
 			e := builtin{start: s.Value, end: s.Value + max(s.Size, 1), handler: bytes.HasSuffix(name, []byte("Handler"))}
+			if b.span[0] == 0 || e.start < b.span[0] {
+				b.span[0] = e.start
+			}
+			b.span[1] = max(b.span[1], e.end)
+			if tooMany = tooMany || len(list) == maxBuiltins; tooMany {
+				list = nil
+				return true
+			}
 			switch {
 			case string(name) == ldarHandler:
 				e.tag = 'l'
@@ -355,14 +368,10 @@ func builtins(f *elf.File) (b builtinsLayout, err error) {
 			return true
 		})
 	}
-	if len(list) == 0 {
+	if b.span[0] == 0 {
 		return b, errors.New("v8 without Builtins_* symbols: its builtins cannot be told")
 	}
 	slices.SortFunc(list, func(x, y builtin) int { return cmp.Compare(x.start, y.start) })
-	b.span = [2]uint64{list[0].start, list[0].end}
-	for _, e := range list {
-		b.span[1] = max(b.span[1], e.end)
-	}
 	// Each of the two spans is a run of neighbours in address order, so that no other
 	// builtin lies within it.
 	run := func(at int, in func(builtin) bool) [2]uint64 {

@@ -3,8 +3,11 @@ package node
 import (
 	"debug/elf"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -226,4 +229,57 @@ func inspectELF(t *testing.T, path string) *V8 {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// TestBuiltinsInterpreter: the interpreter's code is found as the run of bytecode handlers
+// around Ldar's, which other builtins bound, beside the entry trampolines; a file with
+// more Builtins_* symbols than any V8 has still gets its builtins' span, without an
+// interpreter.
+func TestBuiltinsInterpreter(t *testing.T) {
+	gcc := testenv.RequireTool(t, "gcc")
+	build := func(names []string) *elf.File {
+		t.Helper()
+		var asm strings.Builder
+		asm.WriteString(".text\n.fill 64,1,0xcc\n") // no symbol at 0, which means none
+		for _, n := range names {
+			fmt.Fprintf(&asm, ".globl %[1]s\n.type %[1]s,@function\n%[1]s:\n.fill 64,1,0xcc\n.size %[1]s,64\n", n)
+		}
+		dir := t.TempDir()
+		src, obj := filepath.Join(dir, "b.s"), filepath.Join(dir, "b.o")
+		if err := os.WriteFile(src, []byte(asm.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command(gcc, "-c", "-o", obj, src).CombinedOutput(); err != nil {
+			t.Fatalf("gcc: %v\n%s", err, out)
+		}
+		f, err := elf.Open(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		return f
+	}
+	names := []string{"Builtins_JSEntry", "Builtins_InterpreterEntryTrampoline", "Builtins_InterpreterEntryTrampolineForProfiling",
+		"Builtins_InterpreterPushArgsThenCall", "Builtins_WideHandler", "Builtins_LdarHandler", "Builtins_StarHandler",
+		"Builtins_ArrayPrototypePush", "Builtins_ElsewhereHandler"}
+	b, err := builtins(build(names))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each symbol 64 bytes, from 64 in the object's .text: the handlers are the fifth to
+	// the seventh, the trampolines the second and third.
+	if b.span != [2]uint64{64, 64 * 10} || b.entry != [2]uint64{64 * 2, 64 * 4} || b.handlers != [2]uint64{64 * 5, 64 * 8} {
+		t.Errorf("span %#x, entry %#x, handlers %#x", b.span, b.entry, b.handlers)
+	}
+	var many []string
+	for i := range maxBuiltins + 1 {
+		many = append(many, fmt.Sprintf("Builtins_B%d", i))
+	}
+	b, err = builtins(build(append(many, names...)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.span != [2]uint64{64, 64 * uint64(1+len(many)+len(names))} || b.entry != [2]uint64{} || b.handlers != [2]uint64{} {
+		t.Errorf("%d builtins: span %#x, entry %#x, handlers %#x", len(many)+len(names), b.span, b.entry, b.handlers)
+	}
 }
