@@ -59,7 +59,7 @@ func TestRowMemoKeepsFrequentFrames(t *testing.T) {
 		// Another leaf each time: only it is searched.
 		add(true, 1, append([]uint64{inSet(11 + j)}, stable...)...)
 	}
-	add(true, 0, append([]uint64{inSet(18)}, stable...)...) // the last leaf again
+	add(true, 0, append([]uint64{inSet(18)}, stable...)...)  // the last leaf again
 	add(false, 4, append([]uint64{inSet(18)}, stable...)...) // the mappings written again
 	// Five frames in a set of four ways: each sample searches one at least.
 	add(true, 1, append([]uint64{inSet(18), inSet(4)}, stable...)...)
