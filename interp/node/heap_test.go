@@ -66,6 +66,13 @@ func (f *fakeHeap) put64(addr, v uint64) { binary.LittleEndian.PutUint64(f.mem[a
 func (f *fakeHeap) put32(addr uint64, v uint32) {
 	binary.LittleEndian.PutUint32(f.mem[addr-f.base:], v)
 }
+
+// bytecodeOf returns the function data (tagged) of a SharedFunctionInfo f.function made:
+// its BytecodeArray.
+func (f *fakeHeap) bytecodeOf(sfi uint64) uint64 {
+	return binary.LittleEndian.Uint64(f.mem[sfi-1+uint64(node20.SFIFunction)-f.base:])
+}
+
 func smi(v int64) uint64 { return uint64(v) << 32 }
 
 // mapOf returns the tagged Map of an instance type.
@@ -251,7 +258,7 @@ func TestInterpretedFrameByBytecode(t *testing.T) {
 	script := f.object(node20.TypeScript, f.str(src), f.str("/app/y.js"), 0, 0, 0, 0, f.object(5))
 	sfi := f.function("a", script, 8)
 	other := f.function("other", script, 8)
-	bytecode := binary.LittleEndian.Uint64(f.mem[sfi-1+uint64(node20.SFIFunction)-f.base:])
+	bytecode := f.bytecodeOf(sfi)
 	frame := payloadOf(t, EncodeBytecodeArrayFrame(bytecode, uint32(node20.BytecodeHeader-1+5)))
 	for _, c := range []struct {
 		what  string
@@ -407,7 +414,7 @@ func TestBaselineFrame(t *testing.T) {
 	script := f.object(node20.TypeScript, f.str(src), f.str("/app/b.js"), 0, 0, 0, 0, f.object(5))
 	sfi := f.function("b", script, 2)
 	other := f.function("other", script, 2)
-	bytecode := binary.LittleEndian.Uint64(f.mem[sfi-1+uint64(node20.SFIFunction)-f.base:])
+	bytecode := f.bytecodeOf(sfi)
 	is := f.alloc(16+256, 64)
 	start := is + 16
 	for start%64 != 0 {

@@ -51,15 +51,8 @@ func TestInspectNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := elf.Open(node)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	v, err := Inspect(e)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := openELF(t, node)
+	v := inspectELF(t, e)
 	m := v.Meta
 	if m.FPContext != -8 || m.FPFunction != -16 || m.SmiShift != 32 || m.InstructionStart != 16 {
 		t.Errorf("metadata %+v", m)
@@ -100,15 +93,7 @@ func TestTracker(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := hostFile(t, path)
-	e, err := elf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	v, err := Inspect(e)
-	if err != nil {
-		t.Fatal(err)
-	}
+	v := inspectELF(t, openELF(t, path))
 	off, ok := v.fileOffset(v.Builtins[0])
 	if !ok {
 		t.Fatal("builtins outside the file")
@@ -162,19 +147,15 @@ func TestInspectNode22(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := inspectELF(t, path)
-	e, err := elf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e := openELF(t, path)
+	v := inspectELF(t, e)
 	checkInterpreter(t, e, v)
 	m := v.Meta
 	if v.Unnamed != nil || m.SFINameOrScopeInfo == 0 || m.SFIScript == 0 || m.SFIFunction != 0 || m.CodeDeoptData != 0 ||
 		m.CodeNamedFrom <= 8 || m.BytecodePositions != 0 || m.BytecodeNamedTo == 0 || m.TypeTrustedByteArray < 0 {
 		t.Errorf("Node 22: unnamed %v, metadata %+v", v.Unnamed, m)
 	}
-	v = inspectELF(t, testenv.NodeWithoutNaming(t).Path)
+	v = inspectELF(t, openELF(t, testenv.NodeWithoutNaming(t).Path))
 	if !errors.Is(v.Unnamed, ErrNoMetadata) || v.Meta.FPFunction != -16 || v.Meta.FunctionShared == 0 {
 		t.Errorf("without naming metadata: unnamed %v, metadata %+v", v.Unnamed, v.Meta)
 	}
@@ -216,14 +197,20 @@ func checkInterpreter(t *testing.T, e *elf.File, v *V8) {
 	}
 }
 
-// inspectELF inspects the V8 of the ELF file at path.
-func inspectELF(t *testing.T, path string) *V8 {
+// openELF opens the ELF file at path for the test's length.
+func openELF(t *testing.T, path string) *elf.File {
 	t.Helper()
 	e, err := elf.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.Close()
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// inspectELF inspects the V8 of an ELF file.
+func inspectELF(t *testing.T, e *elf.File) *V8 {
+	t.Helper()
 	v, err := Inspect(e)
 	if err != nil {
 		t.Fatal(err)
@@ -252,12 +239,7 @@ func TestBuiltinsInterpreter(t *testing.T) {
 		if out, err := exec.Command(gcc, "-c", "-o", obj, src).CombinedOutput(); err != nil {
 			t.Fatalf("gcc: %v\n%s", err, out)
 		}
-		f, err := elf.Open(obj)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { f.Close() })
-		return f
+		return openELF(t, obj)
 	}
 	names := []string{"Builtins_JSEntry", "Builtins_InterpreterEntryTrampoline", "Builtins_InterpreterEntryTrampolineForProfiling",
 		"Builtins_InterpreterPushArgsThenCall", "Builtins_WideHandler", "Builtins_LdarHandler", "Builtins_StarHandler",
