@@ -53,6 +53,9 @@ struct unwind_state {
 	/* The frame's function was stopped in its prologue before it set up a frame (Go's
 	 * morestack): its return address is at sp. */
 	__u8 frameless;
+	/* The frame's pc was read from sp of an interrupted routine no table describes
+	 * (leaf_guess): kept only if a table describes it. */
+	__u8 guessed;
 };
 
 /* Binary searches run as bpf_loop callbacks: the verifier checks a callback once, where
@@ -164,6 +167,32 @@ static __always_inline long advance(struct unwind_state *st, __u64 cfa, __u64 ra
 	st->sp = cfa;
 	st->fp = fp;
 	return 0;
+}
+
+/* no_row ends the walk at a frame no row describes; a frame guessed by leaf_guess is taken
+ * back, so the walk ends where it would have without the guess. */
+static __always_inline long no_row(struct unwind_state *st)
+{
+	if (st->guessed && st->n > 0)
+		st->n--;
+	return finish(st, UNWIND_NO_ROW);
+}
+
+/* leaf_guess moves from an interrupted frame whose pc lies in a file with a table but
+ * outside every function it describes: hand-written assembly without call frame
+ * information, such as HotSpot's copy routines. Most such routines are leaves that push
+ * nothing, and keep their return address at sp; a guess, which the next step keeps only if
+ * the address lies in code a table describes. A return address, not an interrupted pc,
+ * outside every function is a broken walk, and ends it. */
+static __always_inline long leaf_guess(struct unwind_state *st)
+{
+	__u64 ra;
+	if (st->guessed)
+		return no_row(st);
+	if (!st->pc_exact || walker_read_user(&ra, st->sp))
+		return finish(st, UNWIND_NO_ROW);
+	st->guessed = 1;
+	return advance(st, st->sp + 8, ra, st->fp, 1);
 }
 
 /* frame_reg reads a general-purpose register of the current frame by its DWARF number; it
@@ -350,7 +379,7 @@ __attribute__((noinline)) long walker_step(struct unwind_state *st, struct user_
 				__u64 vaddr = pc - m->bias - (st->pc_exact ? 0 : 1);
 				struct unwind_row *found = find_row(table, m->rows_count, (__u32)vaddr);
 				if (!found)
-					return finish(st, UNWIND_NO_ROW);
+					return leaf_guess(st);
 				r = *found;
 				row = &r;
 				table_id = m->table_id;
@@ -369,6 +398,11 @@ __attribute__((noinline)) long walker_step(struct unwind_state *st, struct user_
 					ms->row = r;
 			}
 		}
+	}
+	if (st->guessed) {
+		if (!row || row->cfa_rule == CFA_INVALID)
+			return no_row(st);
+		st->guessed = 0;
 	}
 	/* Code without a table: a runtime's JIT may know its frames (walker_no_table); a
 	 * process the kernel knows nothing of is walked by frame pointer throughout. */
@@ -432,7 +466,7 @@ __attribute__((noinline)) long walker_step(struct unwind_state *st, struct user_
 	case CFA_END_OF_STACK:
 		return finish(st, UNWIND_COMPLETE);
 	case CFA_INVALID:
-		return finish(st, UNWIND_NO_ROW);
+		return leaf_guess(st);
 	case CFA_EXPRESSION:
 		return finish(st, UNWIND_CFA_EXPRESSION);
 	case CFA_RA_ELSEWHERE:

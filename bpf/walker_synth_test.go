@@ -32,12 +32,24 @@ func TestWalkersAgreeSynthetic(t *testing.T) {
 
 	// The cases must reach every end and go deep, or the agreement means little.
 	ends := map[UnwindEnd]int{}
-	deep := 0
-	for _, r := range res {
+	deep, guessKept, guessDropped := 0, 0, 0
+	for i, r := range res {
 		ends[UnwindEnd(r.end)]++
 		if len(r.frames) >= 20 {
 			deep++
 		}
+		if cases[i].guess != 0 && len(r.frames) > 0 && r.frames[0] == cases[i].thread.PC {
+			if len(r.frames) > 1 && r.frames[1] == cases[i].guess {
+				guessKept++
+			} else if len(r.frames) == 1 && UnwindEnd(r.end) == UnwindNoRow {
+				guessDropped++
+			}
+		}
+	}
+	// Leaves in no function: walks that went on from the caller at sp, and walks that
+	// took that caller back because no row describes it.
+	if guessKept == 0 || guessDropped == 0 {
+		t.Errorf("leaves outside every function: %d walks kept the caller at sp, %d took it back; want some of each", guessKept, guessDropped)
 	}
 	for end := range UnwindEndCount {
 		if UnwindEnd(end) == UnwindNoUser {
@@ -50,7 +62,8 @@ func TestWalkersAgreeSynthetic(t *testing.T) {
 	if deep < n/10 {
 		t.Errorf("only %d of %d walks reached 20 frames", deep, n)
 	}
-	t.Logf("ends %v, %d walks of 20 frames or more", ends, deep)
+	t.Logf("ends %v, %d walks of 20 frames or more; leaves outside every function: %d kept the caller at sp, %d took it back",
+		ends, deep, guessKept, guessDropped)
 }
 
 const (
@@ -94,6 +107,8 @@ type synth struct {
 	g, m, curg uint64
 	// healthy cases pick only code whose rows lead on: long walks.
 	healthy bool
+	// guess: the caller guessed for the leaf (guessFrame), or 0.
+	guess uint64
 }
 
 func newSynth(r *rand.Rand) *synth {
@@ -445,6 +460,7 @@ func (g *synth) build(name string) *walkCase {
 	}
 	c.thread = g.thread
 	c.mem = g.memory()
+	c.guess = g.guess
 	return c
 }
 
@@ -452,6 +468,9 @@ func (g *synth) build(name string) *walkCase {
 // there; false where the walk ends.
 func (g *synth) frame() bool {
 	row, f, ok := g.lookup(g.pc, g.exact)
+	if (!ok && f != nil) || (row != nil && row.CfaRule == CFAInvalid) {
+		return g.guessFrame()
+	}
 	if !ok {
 		return false
 	}
@@ -526,6 +545,23 @@ func (g *synth) frame() bool {
 	}
 	g.next(ra, cfa, false)
 	g.fpSlot, g.fpFree = fpSlot, fpFree
+	return true
+}
+
+// guessFrame lays out an interrupted frame of a file with a table, outside every function
+// the table describes: the walker takes it for a leaf that pushed nothing, with its return
+// address at sp, and keeps that caller only if a row describes it.
+func (g *synth) guessFrame() bool {
+	if !g.exact || g.guess != 0 {
+		return false
+	}
+	ra, ok := g.words[g.sp]
+	if !ok {
+		ra = g.returnAddress()
+		g.words[g.sp] = ra
+	}
+	g.guess = ra
+	g.next(ra, g.sp+8, false)
 	return true
 }
 

@@ -39,6 +39,9 @@ type walkCase struct {
 	tables map[uint32][]unwind.KernelRow
 	goRT   map[uint32]*unwind.KernelGoRuntime
 	mem    []memRegion
+	// guess: where a synthetic case's leaf, in no function of its file's table, returns
+	// to if the walker takes it for a leaf that pushed nothing; 0 for other cases.
+	guess uint64
 }
 
 // memRegion is readable memory; reads elsewhere fail, as bpf_probe_read_user's do.

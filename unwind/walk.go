@@ -104,6 +104,9 @@ type walker struct {
 	// frameless: the frame's function was stopped in its prologue (Go's morestack): its
 	// return address is at SP.
 	frameless bool
+	// guessed: the frame's PC was read from SP of an interrupted routine no row describes
+	// (leafGuess), kept only if a row describes the PC.
+	guessed bool
 }
 
 // step is walker_step: it records the current frame and moves to its caller, or says
@@ -133,9 +136,15 @@ func (w *walker) step() (End, bool) {
 		}
 		r, ok := findRow(rows, m.RowsCount, uint32(w.regs.PC-m.Bias-back))
 		if !ok {
-			return EndNoRow, true
+			return w.leafGuess()
 		}
 		row, tableID = &r, m.TableId
+	}
+	if w.guessed {
+		if row == nil || row.CFA == CFAInvalid {
+			return w.noRow()
+		}
+		w.guessed = false
 	}
 	if row == nil {
 		return w.fpStep()
@@ -156,7 +165,7 @@ func (w *walker) step() (End, bool) {
 	case StepBadRead:
 		return EndBadRead, true
 	case StepNoRow:
-		return EndNoRow, true
+		return w.leafGuess()
 	case StepExpression:
 		return EndCFAExpression, true
 	case StepRegister:
@@ -172,6 +181,34 @@ func (w *walker) step() (End, bool) {
 		return 0, false
 	}
 	return w.advance(next, true)
+}
+
+// noRow is no_row: the walk ends at a frame no row describes, and a frame leafGuess
+// guessed is taken back.
+func (w *walker) noRow() (End, bool) {
+	if w.guessed && len(w.frames) > 0 {
+		w.frames = w.frames[:len(w.frames)-1]
+	}
+	return EndNoRow, true
+}
+
+// leafGuess is leaf_guess: an interrupted routine of a file with a table, outside every
+// function the table describes (assembly without call frame information), is taken for
+// a leaf that pushed nothing, its return address at SP; the next step keeps the guess
+// only if a row describes that address.
+func (w *walker) leafGuess() (End, bool) {
+	if w.guessed {
+		return w.noRow()
+	}
+	if !w.exact {
+		return EndNoRow, true
+	}
+	ra, ok := w.read(w.regs.SP)
+	if !ok {
+		return EndNoRow, true
+	}
+	w.guessed = true
+	return w.advance(Regs{PC: ra, SP: w.regs.SP + 8, FP: w.regs.FP}, true)
 }
 
 // advance moves to the caller. Within one stack a caller's frame lies above its

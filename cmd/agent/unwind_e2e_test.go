@@ -16,9 +16,10 @@ import (
 	"github.com/sonde-profiler/sonde/internal/testenv"
 )
 
-// noFPC reaches its hot code two ways that defeat a frame-pointer walk: through a callback
-// from libc's qsort (libc has no frame pointers) and through a deep chain of functions
-// built without them.
+// noFPC reaches its hot code three ways that defeat a frame-pointer walk: through a callback
+// from libc's qsort (libc has no frame pointers), through a deep chain of functions built
+// without them, and in a routine of assembly without call frame information (as HotSpot's
+// copy routines are), which .eh_frame leaves out.
 const noFPC = `#include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -29,8 +30,13 @@ KEEP int cmp_slow(const void*a,const void*b){long x=*(const long*)a,y=*(const lo
 KEEP void sorter(void){static long v[4096];for(int i=0;i<4096;i++) v[i]=rand();qsort(v,4096,sizeof v[0],cmp_slow);}
 KEEP void deep_hot(int n){for(int i=0;i<n;i++) acc=acc*31+i;}
 KEEP int level(int d,int n){char pad[32]; memset(pad,d,sizeof pad); if(d==0){deep_hot(n);return pad[3];} return level(d-1,n)+pad[d%32];}
+void asm_copy_words(long*dst,const long*src,unsigned long n);
+__asm__(".text\n.globl asm_copy_words\n.type asm_copy_words,@function\nasm_copy_words:\n"
+ " test %rdx,%rdx\n jz 2f\n1: mov (%rsi),%rax\n mov %rax,(%rdi)\n add $8,%rsi\n add $8,%rdi\n dec %rdx\n jnz 1b\n2: ret\n"
+ ".size asm_copy_words,.-asm_copy_words\n");
+KEEP void copier(int d){static long a[4096],b[4096]; char pad[48]; memset(pad,d,sizeof pad); for(int i=0;i<64;i++) asm_copy_words(b,a+(pad[i%48]&1),4095); acc+=b[7];}
 int main(int argc,char**argv){double end=now()+atof(argv[1]); const char*mode=argc>2?argv[2]:"sort";
- while(now()<end){ if(!strcmp(mode,"sort")) sorter(); else acc+=level(40,200000); } return 0;}
+ while(now()<end){ if(!strcmp(mode,"sort")) sorter(); else if(!strcmp(mode,"asm")) copier((int)acc); else acc+=level(40,200000); } return 0;}
 `
 
 // signalC spends most of its time in a signal handler, whose stack runs through libc's
@@ -185,6 +191,7 @@ func TestUnwindWithoutFramePointers(t *testing.T) {
 			{bin, "sort", "cmp_slow"},
 			{bin, "deep", "deep_hot"},
 			{stripped, "sort", "cmp_slow"},
+			{bin, "asm", "asm_copy_words"},
 			{signal, "signal", "handler_spin"},
 		} {
 			t.Run(fmt.Sprintf("%s/%s/%s", name, filepath.Base(tc.bin), tc.mode), func(t *testing.T) {
