@@ -54,7 +54,7 @@ struct unwind_state {
 	 * morestack): its return address is at sp. */
 	__u8 frameless;
 	/* The frame's pc was read from sp of an interrupted routine no table describes
-	 * (leaf_guess): kept only if a table describes it. */
+	 * (no_row): kept only if a table describes it. */
 	__u8 guessed;
 };
 
@@ -169,26 +169,21 @@ static __always_inline long advance(struct unwind_state *st, __u64 cfa, __u64 ra
 	return 0;
 }
 
-/* no_row ends the walk at a frame no row describes; a frame guessed by leaf_guess is taken
- * back, so the walk ends where it would have without the guess. */
+/* no_row moves from a frame no row describes. An interrupted pc there lies in a file with a
+ * table but outside every function it describes: hand-written assembly without call frame
+ * information, such as HotSpot's copy routines. Most such routines are leaves that push
+ * nothing and keep their return address at sp: the walk goes on from there, a guess that
+ * the next step keeps only if a row describes the address, and otherwise takes back, so
+ * that the walk ends where it would have without it. A return address outside every
+ * function is a broken walk, and ends it. */
 static __always_inline long no_row(struct unwind_state *st)
 {
-	if (st->guessed && st->n > 0)
-		st->n--;
-	return finish(st, UNWIND_NO_ROW);
-}
-
-/* leaf_guess moves from an interrupted frame whose pc lies in a file with a table but
- * outside every function it describes: hand-written assembly without call frame
- * information, such as HotSpot's copy routines. Most such routines are leaves that push
- * nothing, and keep their return address at sp; a guess, which the next step keeps only if
- * the address lies in code a table describes. A return address, not an interrupted pc,
- * outside every function is a broken walk, and ends it. */
-static __always_inline long leaf_guess(struct unwind_state *st)
-{
 	__u64 ra;
-	if (st->guessed)
-		return no_row(st);
+	if (st->guessed) {
+		if (st->n > 0)
+			st->n--;
+		return finish(st, UNWIND_NO_ROW);
+	}
 	if (!st->pc_exact || walker_read_user(&ra, st->sp))
 		return finish(st, UNWIND_NO_ROW);
 	st->guessed = 1;
@@ -379,7 +374,7 @@ __attribute__((noinline)) long walker_step(struct unwind_state *st, struct user_
 				__u64 vaddr = pc - m->bias - (st->pc_exact ? 0 : 1);
 				struct unwind_row *found = find_row(table, m->rows_count, (__u32)vaddr);
 				if (!found)
-					return leaf_guess(st);
+					return no_row(st);
 				r = *found;
 				row = &r;
 				table_id = m->table_id;
@@ -466,7 +461,7 @@ __attribute__((noinline)) long walker_step(struct unwind_state *st, struct user_
 	case CFA_END_OF_STACK:
 		return finish(st, UNWIND_COMPLETE);
 	case CFA_INVALID:
-		return leaf_guess(st);
+		return no_row(st);
 	case CFA_EXPRESSION:
 		return finish(st, UNWIND_CFA_EXPRESSION);
 	case CFA_RA_ELSEWHERE:

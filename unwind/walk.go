@@ -105,7 +105,7 @@ type walker struct {
 	// return address is at SP.
 	frameless bool
 	// guessed: the frame's PC was read from SP of an interrupted routine no row describes
-	// (leafGuess), kept only if a row describes the PC.
+	// (noRow), kept only if a row describes the PC.
 	guessed bool
 }
 
@@ -136,7 +136,7 @@ func (w *walker) step() (End, bool) {
 		}
 		r, ok := findRow(rows, m.RowsCount, uint32(w.regs.PC-m.Bias-back))
 		if !ok {
-			return w.leafGuess()
+			return w.noRow()
 		}
 		row, tableID = &r, m.TableId
 	}
@@ -165,7 +165,7 @@ func (w *walker) step() (End, bool) {
 	case StepBadRead:
 		return EndBadRead, true
 	case StepNoRow:
-		return w.leafGuess()
+		return w.noRow()
 	case StepExpression:
 		return EndCFAExpression, true
 	case StepRegister:
@@ -183,22 +183,16 @@ func (w *walker) step() (End, bool) {
 	return w.advance(next, true)
 }
 
-// noRow is no_row: the walk ends at a frame no row describes, and a frame leafGuess
-// guessed is taken back.
+// noRow is no_row: from a frame no row describes, an interrupted routine (assembly
+// without call frame information) is taken for a leaf that pushed nothing, its return
+// address at SP, which the next step keeps only if a row describes it; a frame so
+// guessed is taken back, and the walk ends.
 func (w *walker) noRow() (End, bool) {
-	if w.guessed && len(w.frames) > 0 {
-		w.frames = w.frames[:len(w.frames)-1]
-	}
-	return EndNoRow, true
-}
-
-// leafGuess is leaf_guess: an interrupted routine of a file with a table, outside every
-// function the table describes (assembly without call frame information), is taken for
-// a leaf that pushed nothing, its return address at SP; the next step keeps the guess
-// only if a row describes that address.
-func (w *walker) leafGuess() (End, bool) {
 	if w.guessed {
-		return w.noRow()
+		if len(w.frames) > 0 {
+			w.frames = w.frames[:len(w.frames)-1]
+		}
+		return EndNoRow, true
 	}
 	if !w.exact {
 		return EndNoRow, true
