@@ -19,38 +19,46 @@ check-generated: generate
 
 # The e2e module builds a real OpenTelemetry Collector, and the deploy module Helm (minutes
 # the first time, cached after).
-# cmd/agent's scenarios profile the whole host and measure sonde's memory and state before
-# and after: they run alone, after the other packages, whose tests would be their noise.
-test: build image
-	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v '/cmd/agent$$')
-	$(GO) test -count=1 -timeout 20m ./cmd/agent
+# The packages that sample with BPF (BPF_PACKAGES, and test/e2e) run one package at a time,
+# after the others, whose tests would be their noise: cmd/agent's scenarios profile the whole
+# host and measure sonde's memory and state before and after. With BUSY=1, as CI runs them,
+# each of their test binaries runs beside a CPU hog on one of the two cores (nice 0, like the
+# workloads; the compiler before it has the machine to itself), so that a test that needs an
+# idle machine or a fast CPU fails there rather than on somebody's busy host.
+BPF_PACKAGES := ./bpf ./cmd/agent
+BUSY ?=
+BUSY_EXEC = $(if $(BUSY),-exec '$(CURDIR)/bin/cpuhog -beside')
+test: build image bin/cpuhog
+	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v -e '/cmd/agent$$' -e '/bpf$$')
+	$(GO) test -count=1 -timeout 20m -p 1 $(BUSY_EXEC) $(BPF_PACKAGES)
 	cd otelprofiling && $(GO) test -count=1 ./...
-	cd test/e2e && $(GO) test -count=1 -timeout 30m ./...
+	cd test/e2e && $(GO) test -count=1 -timeout 30m $(BUSY_EXEC) ./...
 	cd test/deploy && $(GO) test -count=1 -timeout 30m ./...
 
-# The packages that sample with BPF, again beside a CPU hog on one of the two cores (nice 0,
-# like the workloads): CI runs this after make test, so that a test that needs an idle
-# machine or a fast CPU fails here rather than on a busy host.
-BUSY_PACKAGES := ./bpf ./cmd/agent
-.PHONY: test-busy
-test-busy: build
+bin/cpuhog: test/cpuhog/main.go
 	$(GO) build -o bin/cpuhog ./test/cpuhog
-	@set -e; nice -n 0 bin/cpuhog -for 60m & hog=$$!; trap "kill $$hog 2>/dev/null" EXIT; \
-	echo "cpuhog $$hog keeps a core busy"; \
-	$(GO) test -count=1 -timeout 30m $(BUSY_PACKAGES); \
-	cd test/e2e && $(GO) test -count=1 -timeout 30m ./...
 
-# The long scenarios: churn for 5 minutes, a 10-minute collector outage, the memory limit
-# over 5 minutes (make test runs each for about a minute).
+# The BPF packages and test/e2e alone, beside the CPU hog, as make test BUSY=1 runs them.
+.PHONY: test-busy
+test-busy: build bin/cpuhog
+	$(GO) test -count=1 -timeout 20m -p 1 -exec '$(CURDIR)/bin/cpuhog -beside' $(BPF_PACKAGES)
+	cd test/e2e && $(GO) test -count=1 -timeout 30m -exec '$(CURDIR)/bin/cpuhog -beside' ./...
+
+# The long scenarios, whose point is their length: churn for 5 minutes, a 10-minute
+# collector outage, the memory limit over 5 minutes (make test runs each for seconds, with
+# the same assertions), and Node.js compiling new functions for 10 minutes.
 soak: build
 	SONDE_SOAK=1 $(GO) test -count=1 -timeout 60m -run 'TestChurn|TestMemoryLimitKept|TestRingOverflow' ./cmd/agent
 	cd test/e2e && SONDE_SOAK=1 $(GO) test -count=1 -timeout 60m -run 'TestSondeOutage' ./...
+	SONDE_SOAK=1 $(GO) test -count=1 -timeout 60m -run '^$$' -bench 'BenchmarkNodeCompileChurn' -benchtime 1x ./cmd/agent
 
-# Each fuzz target of the file readers, briefly: CI runs this beside the seed corpora that
-# plain go test already runs. Budgets are execution counts (about 10 s each here), not durations:
-# a -fuzztime duration races Go's fuzzing coordinator at the deadline and can fail a target with
-# "context deadline exceeded" though nothing was found. FUZZTIME=5m overrides them for a longer look.
+# Each fuzz target of the file readers, briefly: plain go test already runs their seed
+# corpora. Budgets are execution counts (about 10 s each here), not durations: a -fuzztime
+# duration races Go's fuzzing coordinator at the deadline and can fail a target with
+# "context deadline exceeded" though nothing was found. FUZZTIME=5m overrides them for a
+# longer look; FUZZDIV=N divides them (CI's smoke run: FUZZDIV=10, a second or so each).
 FUZZTIME ?=
+FUZZDIV ?= 1
 FUZZ_TARGETS := ./unwind:FuzzRead:150000x ./symbolize:FuzzELFTable:150000x ./symbolize:FuzzELFTableInPlace:150000x \
 	./symbolize:FuzzParseKallsyms:150000x ./symbolize:FuzzUnnamed:50000x \
 	./symbolize/dwarf:FuzzTable:500000x ./symbolize/dwarf:FuzzLoad:250000x ./symbolize/dwarf:FuzzInflate:300000x \
@@ -62,9 +70,11 @@ FUZZ_TARGETS := ./unwind:FuzzRead:150000x ./symbolize:FuzzELFTable:150000x ./sym
 	./interp/jvm:FuzzStreams:200000x ./interp/jvm:FuzzTables:120000x ./interp/jvm:FuzzNamer:70000x ./interp/jvm:FuzzRuntime:150000x
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
-		pkg=$${t%%:*}; rest=$${t#*:}; fn=$${rest%%:*}; budget=$(or $(FUZZTIME),$${rest#*:}); \
-		echo "fuzz $$pkg $$fn $$budget"; \
-		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $$budget -fuzzminimizetime 200x -parallel 2 $$pkg; \
+		pkg=$${t%%:*}; rest=$${t#*:}; fn=$${rest%%:*}; n=$${rest#*:}; n=$$(( $${n%x} / $(FUZZDIV) ))x; \
+		budget=$(or $(FUZZTIME),$$n); s=$$(date +%s); \
+		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $$budget -fuzzminimizetime 200x -parallel 2 $$pkg >/tmp/sonde-fuzz.$$$$ 2>&1 || \
+			{ cat /tmp/sonde-fuzz.$$$$; rm -f /tmp/sonde-fuzz.$$$$; exit 1; }; \
+		rm -f /tmp/sonde-fuzz.$$$$; echo "fuzz $$pkg $$fn $$budget: $$(( $$(date +%s) - s )) s"; \
 	done
 
 run: build
@@ -76,6 +86,12 @@ run: build
 BENCHTIME ?= 1x
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) $(BENCHFLAGS) ./...
+
+# Every benchmark once in its short form (-short: seconds where make bench takes minutes),
+# to keep each one working; CI runs this. The figures come from make bench.
+.PHONY: bench-smoke
+bench-smoke: build
+	$(GO) test -run '^$$' -bench . -benchtime 1x -short ./...
 
 lint:
 	$(GO) vet ./...

@@ -118,7 +118,8 @@ func BenchmarkAgentOverhead(b *testing.B) {
 			for range 2 {
 				startWorkload(b, bin, 60)
 			}
-			const secs, warmup, window = 16, 5 * time.Second, 10 * time.Second
+			warmup, window := benchSpan(5*time.Second, time.Second), benchSpan(10*time.Second, 2*time.Second)
+			secs := int((warmup + window).Seconds()) + 1
 			for b.Loop() {
 				host := readCPUStat(b)
 				rcv := startReceiver(b)
@@ -126,7 +127,7 @@ func BenchmarkAgentOverhead(b *testing.B) {
 				a := startAgent(b, "--duration", fmt.Sprintf("%ds", secs), "--frequency", strconv.Itoa(hz), "--interval", "2s",
 					"--bpf-stats", "--otlp-endpoint", rcv.addr, "--otlp-insecure")
 				var firstSample time.Duration
-				for firstSample == 0 && time.Since(start) < secs*time.Second {
+				for firstSample == 0 && time.Since(start) < time.Duration(secs)*time.Second {
 					if a.metrics(b)["sonde_samples_total"] > 0 {
 						firstSample = time.Since(start)
 					}
@@ -154,7 +155,7 @@ func BenchmarkAgentOverhead(b *testing.B) {
 				}
 				b.ReportMetric(float64(summaryCount(b, log, "kernel.bpf_ns_per_sample")), "bpf-ns/sample")
 				b.ReportMetric(100*steady.Seconds()/window.Seconds(), "steady-cpu-%")
-				b.ReportMetric(100*total.Seconds()/secs, "run-cpu-%")
+				b.ReportMetric(100*total.Seconds()/float64(secs), "run-cpu-%")
 				b.ReportMetric(float64(rss)/1024, "rss-MiB")
 				b.ReportMetric(float64(ru.Maxrss)/1024, "peak-rss-MiB")
 				b.ReportMetric(float64(summaryCount(b, log, "kernel.ring_buffer_full")), "lost-samples")
@@ -174,7 +175,7 @@ func BenchmarkAgentOverhead(b *testing.B) {
 // and C binaries to name). It reports the peak RSS and the RSS after one minute.
 func BenchmarkNodeMemory(b *testing.B) {
 	testenv.RequireRoot(b)
-	const minute = 60 * time.Second
+	minute := benchSpan(time.Minute, 3*time.Second)
 	busy := func(b *testing.B) {
 		c := buildWorkload(b, "cbusy", cbusyC, "-O2", "-fomit-frame-pointer")
 		startWorkload(b, c, 3600)
@@ -232,7 +233,7 @@ func BenchmarkNodeMemory(b *testing.B) {
 		}},
 		// A JVM with more than 50 MB of compiled code, a Spring-sized service's: Java
 		// frames walked and named at 99 Hz across thousands of methods.
-		{"bigjvm-99Hz", 99, func(b *testing.B) { startBigJVM(b, 50<<20) }},
+		{"bigjvm-99Hz", 99, func(b *testing.B) { startBigJVM(b, uint64(benchSpan(50<<20, 2<<20))) }},
 		{"gobuild-99Hz", 99, func(b *testing.B) {
 			dir := b.TempDir()
 			src := filepath.Join(dir, "main.go")
@@ -299,7 +300,7 @@ func BenchmarkOffCPUStorm(b *testing.B) {
 	sonde(b)
 	for _, off := range []bool{false, true} {
 		b.Run(fmt.Sprintf("off-cpu=%v", off), func(b *testing.B) {
-			const warmup, window = 4 * time.Second, 10 * time.Second
+			warmup, window := benchSpan(4*time.Second, time.Second), benchSpan(10*time.Second, 2*time.Second)
 			for b.Loop() {
 				// The storm lasts until the benchmark ends it; sonde runs until it is told to
 				// stop after the window, however long it took to start.
@@ -356,7 +357,7 @@ func summaryCountOr0(stderr, key string) int64 {
 	return n
 }
 
-// startBigJVM generates a Java program of 500 classes of two dozen methods each, runs it
+// startBigJVM generates a Java program of 500 classes (50 with -short) of two dozen methods each, runs it
 // on JDK 17 with default flags until its code cache holds at least want bytes of compiled
 // code (C1 compiles it all at about half a megabyte a second here), and reports how much
 // it holds.
@@ -364,7 +365,11 @@ func startBigJVM(b *testing.B, want uint64) {
 	jdk := testenv.JDKs[0]
 	testenv.RequireJDK(b, jdk)
 	dir := b.TempDir()
-	const classes, methods, statements = 500, 24, 40
+	const methods, statements = 24, 40
+	classes := 500
+	if testing.Short() {
+		classes = 50
+	}
 	var srcs []string
 	for c := range classes {
 		var w strings.Builder
@@ -477,10 +482,11 @@ func BenchmarkOffCPUGoroutines(b *testing.B) {
 		}
 		return v
 	}
+	secs := strconv.Itoa(int(benchSpan(5*time.Second, time.Second).Seconds()))
 	for range b.N {
-		alone := rate(bin, "5")
-		probed := rate(sonde(b), "record", "--off-cpu", "--off-cpu-goroutines", "--output", filepath.Join(dir, "p.pb.gz"), "--top", "0", "--", bin, "5")
-		plain := rate(sonde(b), "record", "--off-cpu", "--output", filepath.Join(dir, "q.pb.gz"), "--top", "0", "--", bin, "5")
+		alone := rate(bin, secs)
+		probed := rate(sonde(b), "record", "--off-cpu", "--off-cpu-goroutines", "--output", filepath.Join(dir, "p.pb.gz"), "--top", "0", "--", bin, secs)
+		plain := rate(sonde(b), "record", "--off-cpu", "--output", filepath.Join(dir, "q.pb.gz"), "--top", "0", "--", bin, secs)
 		b.ReportMetric(alone, "trips/s-alone")
 		b.ReportMetric(plain, "trips/s-offcpu")
 		b.ReportMetric(probed, "trips/s-goroutines")

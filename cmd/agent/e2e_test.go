@@ -99,11 +99,22 @@ func startWorkload(t testing.TB, bin string, secs float64) *exec.Cmd {
 	return cmd
 }
 
-// bpfStats profiles pid for 4 s with the kernel's statistics on (args add flags) and
-// returns its cost per sample (bpf_stats), and sonde's stderr for more of the summary.
+// benchSpan is how long a benchmark measures: long for its figures (make bench), short in
+// the run CI makes of every benchmark with -short, which checks that each still works.
+func benchSpan(long, short time.Duration) time.Duration {
+	if testing.Short() {
+		return short
+	}
+	return long
+}
+
+// bpfStats profiles pid for 4 s (1 s with -short) with the kernel's statistics on (args add
+// flags) and returns its cost per sample (bpf_stats), and sonde's stderr for more of the
+// summary.
 func bpfStats(b *testing.B, pid int, args ...string) (nsPerSample float64, stderr string) {
 	b.Helper()
-	_, stderr, err := runSonde(b, append([]string{"--pid", strconv.Itoa(pid), "--duration", "4s", "--bpf-stats", "--top", "0"}, args...)...)
+	_, stderr, err := runSonde(b, append([]string{"--pid", strconv.Itoa(pid), "--duration", benchSpan(4*time.Second, time.Second).String(),
+		"--bpf-stats", "--top", "0"}, args...)...)
 	if err != nil {
 		b.Fatalf("sonde: %v\n%s", err, stderr)
 	}

@@ -66,25 +66,33 @@ func javaSpans(t testing.TB) map[string][2]int64 {
 // javaFrames lists a sample's Java frames.
 func javaFrames(s *trace.Sample) []srcFrame { return framesOfKind(s, "jvm") }
 
-// profileJava runs the workload in one mode on one JDK with flags, and profiles it with
-// sonde into OTLP until it has 500 samples; it returns those of its main Java thread (the
-// launcher names it "java"): the JVM's compiler and collector threads run beside it.
-func profileJava(t *testing.T, jdk testenv.JDK, mode string, flags ...string) []*trace.Sample {
+// javaCommand runs the workload in one mode on one JDK with flags, for two minutes.
+func javaCommand(t *testing.T, jdk testenv.JDK, mode string, flags ...string) *exec.Cmd {
 	t.Helper()
 	testenv.RequireJDK(t, jdk)
-	args := append(append([]string{}, flags...), "-cp", javaWorkload(t), "JvmWorkload", mode, "120")
-	var samples []*trace.Sample
-	var n int64
-	for _, s := range profileRuntime(t, exec.Command(jdk.Java(), args...), "--thread-attributes", "name,id") {
-		if s.ThreadName == "java" {
-			samples = append(samples, s)
-			n += s.Count
+	return exec.Command(jdk.Java(), append(append([]string{}, flags...), "-cp", javaWorkload(t), "JvmWorkload", mode, "120")...)
+}
+
+// profileJavas runs each of cmds (javaCommand's) at once and profiles them with one sonde
+// until each has about 500 samples. It returns the samples of the i-th one's main Java
+// thread (the launcher names it "java"): the JVM's compiler and collector threads run
+// beside it.
+func profileJavas(t *testing.T, cmds ...*exec.Cmd) func(t *testing.T, i int) []*trace.Sample {
+	t.Helper()
+	p := startGroup(t, runtimeWarm, "ready", cmds...).profile(500, "--thread-attributes", "name,id")
+	return func(t *testing.T, i int) []*trace.Sample {
+		t.Helper()
+		var samples []*trace.Sample
+		for _, s := range p.samples(i) {
+			if s.ThreadName == "java" {
+				samples = append(samples, s)
+			}
 		}
+		if n := count(samples); n < 50 {
+			t.Fatalf("%d samples of the workload's main thread", n)
+		}
+		return samples
 	}
-	if n < 50 {
-		t.Fatalf("%d samples of the workload's main thread", n)
-	}
-	return samples
 }
 
 // javaChain tells whether frames hold want (leaf first, from the first of them in the
@@ -164,14 +172,22 @@ func calledFromJavaMain(s *trace.Sample) bool {
 // methods by name, file and line, above the JVM's native frames that called it.
 func TestJavaStacks(t *testing.T) {
 	testenv.RequireRoot(t)
+	variants := []struct {
+		name  string
+		flags []string
+	}{{"c2", nil}, {"interpreted", []string{"-Xint"}}, {"c1", []string{"-XX:TieredStopAtLevel=1"}}}
+	var cmds []*exec.Cmd
 	for _, jdk := range testenv.JDKs {
+		for _, v := range variants {
+			cmds = append(cmds, javaCommand(t, jdk, "chain", v.flags...))
+		}
+	}
+	profiled := profileJavas(t, cmds...)
+	for j, jdk := range testenv.JDKs {
 		t.Run(strconv.Itoa(jdk.Major), func(t *testing.T) {
-			for _, v := range []struct {
-				name  string
-				flags []string
-			}{{"c2", nil}, {"interpreted", []string{"-Xint"}}, {"c1", []string{"-XX:TieredStopAtLevel=1"}}} {
+			for k, v := range variants {
 				t.Run(v.name, func(t *testing.T) {
-					checkJavaChain(t, profileJava(t, jdk, "chain", v.flags...), "walrusChecksum", "walrusPost", "walrusSettle", "main")
+					checkJavaChain(t, profiled(t, j*len(variants)+k), "walrusChecksum", "walrusPost", "walrusSettle", "main")
 				})
 			}
 		})
@@ -183,13 +199,21 @@ func TestJavaStacks(t *testing.T) {
 // lie above the Deflater's Java frames, which lie above the workload's, in that order.
 func TestJavaCallsNative(t *testing.T) {
 	testenv.RequireRoot(t)
+	variants := []struct {
+		name  string
+		flags []string
+	}{{"compiled", nil}, {"interpreted", []string{"-Xint"}}}
+	var cmds []*exec.Cmd
 	for _, jdk := range testenv.JDKs {
+		for _, v := range variants {
+			cmds = append(cmds, javaCommand(t, jdk, "native", v.flags...))
+		}
+	}
+	profiled := profileJavas(t, cmds...)
+	for j, jdk := range testenv.JDKs {
 		t.Run(strconv.Itoa(jdk.Major), func(t *testing.T) {
-			for _, v := range []struct {
-				name  string
-				flags []string
-			}{{"compiled", nil}, {"interpreted", []string{"-Xint"}}} {
-				t.Run(v.name, func(t *testing.T) { checkJavaCallsNative(t, profileJava(t, jdk, "native", v.flags...)) })
+			for k, v := range variants {
+				t.Run(v.name, func(t *testing.T) { checkJavaCallsNative(t, profiled(t, j*len(variants)+k)) })
 			}
 		})
 	}
@@ -288,9 +312,14 @@ func jvmCopy(s *trace.Sample) bool {
 // not be named is [jit] and counted.
 func TestJavaChurn(t *testing.T) {
 	testenv.RequireRoot(t)
+	var cmds []*exec.Cmd
 	for _, jdk := range testenv.JDKs {
+		cmds = append(cmds, javaCommand(t, jdk, "churn"))
+	}
+	profiled := profileJavas(t, cmds...)
+	for j, jdk := range testenv.JDKs {
 		t.Run(strconv.Itoa(jdk.Major), func(t *testing.T) {
-			samples := profileJava(t, jdk, "churn")
+			samples := profiled(t, j)
 			spans := javaSpans(t)
 			method := regexp.MustCompile(`^(?:java|jdk|sun)\.[\w$.]+\.[\w$<>]+$|^JvmWorkload(?:\$\w+)?\.([\w$<>]+)$`)
 			var n, named, unnamed, stubs int64

@@ -82,21 +82,31 @@ func framesOfKind(s *trace.Sample, kind string) []srcFrame {
 // jsFrames lists a sample's V8 frames.
 func jsFrames(s *trace.Sample) []srcFrame { return framesOfKind(s, "v8js") }
 
+// nodeCommand runs the workload in one mode on one node with flags, for two minutes.
+func nodeCommand(t testing.TB, node testenv.Node, mode string, flags ...string) *exec.Cmd {
+	return exec.Command(node.Path, append(append([]string{}, flags...), nodeWorkload(t), mode, "120")...)
+}
+
 // profileNode runs the workload in one mode on one node with flags, and profiles it with
 // sonde into OTLP until it has 500 samples.
 func profileNode(t *testing.T, node testenv.Node, mode string, flags ...string) []*trace.Sample {
 	t.Helper()
-	args := append(append([]string{}, flags...), nodeWorkload(t), mode, "120")
-	samples := profileRuntime(t, exec.Command(node.Path, args...))
-	var n int64
-	for _, s := range samples {
-		n += s.Count
-	}
-	if n < 50 {
+	return atLeast50(t, profileRuntime(t, nodeCommand(t, node, mode, flags...)))
+}
+
+// atLeast50 returns a workload's samples, failing the test when they are fewer than 50,
+// too few for the shares the tests assert.
+func atLeast50(t *testing.T, samples []*trace.Sample) []*trace.Sample {
+	t.Helper()
+	if n := count(samples); n < 50 {
 		t.Fatalf("%d samples of the workload", n)
 	}
 	return samples
 }
+
+// runtimeWarm is the CPU a runtime's workload uses before it is profiled: past start-up,
+// its hot code compiled where the runtime compiles.
+const runtimeWarm = 1500 * time.Millisecond
 
 // profileRuntime starts a runtime's workload and, once it has used 1.5 s of CPU (past
 // start-up, its hot code compiled where the runtime compiles), profiles it with sonde
@@ -108,7 +118,7 @@ func profileRuntime(t *testing.T, cmd *exec.Cmd, sondeArgs ...string) []*trace.S
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	testenv.WaitCPU(t, cmd.Process.Pid, 1500*time.Millisecond)
+	testenv.WaitCPU(t, cmd.Process.Pid, runtimeWarm)
 	out := filepath.Join(t.TempDir(), "p.otlp.pb")
 	args := append([]string{"--pid", strconv.Itoa(cmd.Process.Pid), "--output", out, "--top", "0"}, sondeArgs...)
 	if r := runSondeUntil(t, 500, args...); r.Err != nil {
@@ -189,27 +199,50 @@ func checkChain(t *testing.T, samples []*trace.Sample, callersOwn bool, want ...
 // else tell a misnamed frame.
 func TestNodeStacks(t *testing.T) {
 	testenv.RequireRoot(t)
-	for _, node := range testenv.Nodes(t) {
+	type run struct {
+		mode  string
+		flags []string
+	}
+	runs := map[string]run{
+		"optimized":   {"chain", nil},
+		"interpreted": {"chain", []string{"--no-opt", "--no-maglev", "--no-sparkplug"}},
+		"baseline":    {"chain", []string{"--no-opt", "--no-maglev", "--always-sparkplug"}},
+		"async":       {"async", nil},
+		"gc":          {"gc", nil},
+	}
+	nodes := testenv.Nodes(t)
+	var cmds []*exec.Cmd
+	index := map[string]int{}
+	for _, node := range nodes {
+		for name, r := range runs {
+			index[node.Name+"/"+name] = len(cmds)
+			cmds = append(cmds, nodeCommand(t, node, r.mode, r.flags...))
+		}
+	}
+	p := startGroup(t, runtimeWarm, "", cmds...).profile(500)
+	for _, node := range nodes {
 		t.Run(node.Name, func(t *testing.T) {
+			profiled := func(t *testing.T, name string) []*trace.Sample {
+				t.Helper()
+				return atLeast50(t, p.samples(index[node.Name+"/"+name]))
+			}
 			t.Run("optimized", func(t *testing.T) {
-				checkChain(t, profileNode(t, node, "chain"), false, "quokkaLeaf", "quokkaMiddle", "quokkaOuter", "quokkaMain")
+				checkChain(t, profiled(t, "optimized"), false, "quokkaLeaf", "quokkaMiddle", "quokkaOuter", "quokkaMain")
 			})
 			t.Run("interpreted", func(t *testing.T) {
-				checkChain(t, profileNode(t, node, "chain", "--no-opt", "--no-maglev", "--no-sparkplug"), false,
-					"quokkaLeaf", "quokkaMiddle", "quokkaOuter", "quokkaMain")
+				checkChain(t, profiled(t, "interpreted"), false, "quokkaLeaf", "quokkaMiddle", "quokkaOuter", "quokkaMain")
 			})
 			t.Run("baseline", func(t *testing.T) {
 				// Sparkplug's code only: frames named by their function, at its first line.
-				checkChain(t, profileNode(t, node, "chain", "--no-opt", "--no-maglev", "--always-sparkplug"), false,
-					"quokkaLeaf", "quokkaMiddle", "quokkaOuter", "quokkaMain")
+				checkChain(t, profiled(t, "baseline"), false, "quokkaLeaf", "quokkaMiddle", "quokkaOuter", "quokkaMain")
 			})
 			t.Run("async", func(t *testing.T) {
 				// After its first await, an async function runs from the microtask queue:
 				// its awaiting callers are not on the stack, V8's own frames are.
-				checkChain(t, profileNode(t, node, "async"), false, "tapirLeaf")
+				checkChain(t, profiled(t, "async"), false, "tapirLeaf")
 			})
 			t.Run("gc", func(t *testing.T) {
-				checkChain(t, profileNode(t, node, "gc"), true, "okapiLeaf", "okapiMiddle", "okapiMain")
+				checkChain(t, profiled(t, "gc"), true, "okapiLeaf", "okapiMiddle", "okapiMain")
 			})
 		})
 	}
@@ -379,13 +412,13 @@ console.log(n, sink);
 `
 
 // BenchmarkNodeCompileChurn profiles a Node.js program that compiles new functions
-// continuously, at 99 Hz with every frame named, for two minutes (ten with SONDE_SOAK=1),
-// and reports sonde's RSS and live Go heap (its floor over a few intervals) at one minute,
-// halfway and at the end: what the functions' names cost must stop growing once the
-// caches that hold them are full.
+// continuously, at 99 Hz with every frame named, for two minutes (ten with SONDE_SOAK=1,
+// six seconds with -short), and reports sonde's RSS and live Go heap (its floor over a few
+// intervals) at one minute (a fifth with -short), halfway and at the end: what the
+// functions' names cost must stop growing once the caches that hold them are full.
 func BenchmarkNodeCompileChurn(b *testing.B) {
 	testenv.RequireRoot(b)
-	run := 2 * time.Minute
+	run, first := benchSpan(2*time.Minute, 6*time.Second), benchSpan(time.Minute, 2*time.Second)
 	if os.Getenv("SONDE_SOAK") != "" {
 		run = 10 * time.Minute
 	}
@@ -409,9 +442,9 @@ func BenchmarkNodeCompileChurn(b *testing.B) {
 					}
 					return float64(kib) / 1024, a.floorHeap(b, a.metrics(b)["go_gc_heap_live_bytes"]) / (1 << 20)
 				}
-				time.Sleep(time.Minute)
+				time.Sleep(first)
 				rss1, heap1 := reading()
-				time.Sleep(run/2 - time.Minute)
+				time.Sleep(run/2 - first)
 				rssHalf, heapHalf := reading()
 				time.Sleep(run / 2)
 				rssEnd, heapEnd := reading()

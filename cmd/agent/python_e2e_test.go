@@ -5,13 +5,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sonde-profiler/sonde/internal/testenv"
-	"github.com/sonde-profiler/sonde/reporter/otlp"
 	"github.com/sonde-profiler/sonde/trace"
 )
 
@@ -24,44 +22,32 @@ func pyWorkload(t testing.TB) string {
 	return p
 }
 
-// profilePython runs the workload in one mode on one interpreter and profiles it with
-// sonde into OTLP, which carries each location's frame type, until it has 500 samples.
-func profilePython(t *testing.T, py testenv.Python, mode string) []*trace.Sample {
+// pythonModes are the workload's modes TestPythonStacks profiles on each interpreter.
+var pythonModes = []string{"pure", "zlib", "threads", "init", "gen"}
+
+// profilePythons runs the workload in every mode on every interpreter at once and profiles
+// them with one sonde, until each process has about 500 samples: the shares asserted (0.9
+// and more) are then known to within ±0.03, and the gen mode's two halves hold about 200
+// each where 20 are asked for. It returns the samples of the workload in a mode on an
+// interpreter.
+func profilePythons(t *testing.T, pys []testenv.Python) func(t *testing.T, py int, mode string) []*trace.Sample {
 	t.Helper()
-	sonde(t) // built before the workload starts, whose seconds must not run out meanwhile
-	cmd := exec.Command(py.Path, pyWorkload(t), mode, "120")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	testenv.WaitCPU(t, cmd.Process.Pid, 100*time.Millisecond) // past the interpreter's start-up
-	out := filepath.Join(t.TempDir(), "p.otlp.pb")
-	// 500 samples: the shares asserted (0.9 and more) are then known to within ±0.03, and
-	// the gen mode's two halves hold about 200 each where 20 are asked for.
-	if r := runSondeUntil(t, 500, "--pid", strconv.Itoa(cmd.Process.Pid), "--output", out, "--top", "0",
-		"--thread-attributes", "name,id"); r.Err != nil {
-		t.Fatalf("sonde: %v\n%s", r.Err, r.Stderr)
-	}
-	profiles, err := otlp.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var samples []*trace.Sample
-	for _, p := range profiles {
-		for _, s := range p.Samples {
-			if s.Process != nil && s.Process.PID == uint32(cmd.Process.Pid) {
-				samples = append(samples, s)
-			}
+	var cmds []*exec.Cmd
+	for _, py := range pys {
+		for _, mode := range pythonModes {
+			cmds = append(cmds, exec.Command(py.Path, pyWorkload(t), mode, "120"))
 		}
 	}
-	var n int64
-	for _, s := range samples {
-		n += s.Count
+	// The workload writes "ready" once past its imports and data.
+	p := startGroup(t, 0, "ready", cmds...).profile(500, "--thread-attributes", "name,id")
+	return func(t *testing.T, py int, mode string) []*trace.Sample {
+		t.Helper()
+		samples := p.samples(py*len(pythonModes) + slices.Index(pythonModes, mode))
+		if n := count(samples); n < 50 {
+			t.Fatalf("%d samples of the workload", n)
+		}
+		return samples
 	}
-	if n < 50 {
-		t.Fatalf("%d samples of the workload", n)
-	}
-	return samples
 }
 
 // pyFrame is a Python frame of a sample as the test reads it.
@@ -128,13 +114,15 @@ for n in ast.walk(tree):
 // interleaved with native code, per thread, through generators and coroutines.
 func TestPythonStacks(t *testing.T) {
 	testenv.RequireRoot(t)
-	for _, py := range testenv.Pythons(t) {
+	pys := testenv.Pythons(t)
+	profiled := profilePythons(t, pys)
+	for i, py := range pys {
 		t.Run(py.Name, func(t *testing.T) {
 			file := pyWorkload(t)
 			spans := linesOf(t, py, "main", "outer", "middle", "inner")
 			t.Run("pure", func(t *testing.T) {
 				var n, good int64
-				for _, s := range profilePython(t, py, "pure") {
+				for _, s := range profiled(t, i, "pure") {
 					n += s.Count
 					fs := pythonFrames(s)
 					if !startsWith(fs, "inner", "middle", "outer", "main") {
@@ -162,7 +150,7 @@ func TestPythonStacks(t *testing.T) {
 				// from compress_it: the native frames come first, leaf first, then the
 				// Python frame that made the call.
 				var native, ordered int64
-				for _, s := range profilePython(t, py, "zlib") {
+				for _, s := range profiled(t, i, "zlib") {
 					deflate := slices.IndexFunc(s.Locations, func(l *trace.Location) bool {
 						return l.Kind == trace.FrameNative && len(l.Lines) > 0 && strings.HasPrefix(l.Lines[0].Function, "deflate")
 					})
@@ -186,7 +174,7 @@ func TestPythonStacks(t *testing.T) {
 			})
 			t.Run("threads", func(t *testing.T) {
 				byThread := map[uint32]map[string]int64{}
-				for _, s := range profilePython(t, py, "threads") {
+				for _, s := range profiled(t, i, "threads") {
 					fs := pythonFrames(s)
 					key := "other"
 					switch {
@@ -231,7 +219,7 @@ func TestPythonStacks(t *testing.T) {
 					init = "__init__"
 				}
 				var n, direct int64
-				for _, s := range profilePython(t, py, "init") {
+				for _, s := range profiled(t, i, "init") {
 					n += s.Count
 					if startsWith(pythonFrames(s), init, "make", "main") {
 						direct += s.Count
@@ -245,7 +233,7 @@ func TestPythonStacks(t *testing.T) {
 			})
 			t.Run("gen", func(t *testing.T) {
 				var gen, coro int64
-				for _, s := range profilePython(t, py, "gen") {
+				for _, s := range profiled(t, i, "gen") {
 					fs := pythonFrames(s)
 					switch {
 					case startsWith(fs, "gen_inner", "gen_outer", "consume_until", "main"):

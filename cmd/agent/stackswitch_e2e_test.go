@@ -69,7 +69,9 @@ func TestGoStackSwitches(t *testing.T) {
 		t.Run("go"+strings.TrimPrefix(toolchain, "go"), func(t *testing.T) {
 			bin := testprog.BuildGoWith(t, testprog.GoGC, toolchain, "CGO_ENABLED=0")
 			// 600 samples: a share of 0.99 means something from 100 on, and a third in the
-			// collector is then known to within ±0.04 (two standard errors).
+			// collector is then known to within ±0.04 (two standard errors). Each program
+			// alone: the collector's share of a Go program's time depends on the cores it
+			// gets, which a group would share.
 			p, stderr := profileFor(t, 600, bin, "120")
 			var total, rooted, gc, switched, switchedNamed int64
 			roots := map[string]int64{}
@@ -181,12 +183,19 @@ func TestGoSignalStack(t *testing.T) {
 func TestGoCgoCallbackChain(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireTool(t, "gcc")
-	for _, toolchain := range []string{"", "go1.23.4"} {
+	toolchains := []string{"", "go1.23.4"}
+	var bins []string
+	var cmds []*exec.Cmd
+	for _, toolchain := range toolchains {
+		bins = append(bins, testprog.BuildGoWith(t, testprog.GoCgo, toolchain, "CGO_ENABLED=1"))
+		cmds = append(cmds, exec.Command(bins[len(bins)-1], "120"))
+	}
+	// The callback takes most of the time: 400 samples hold well over the 100 that a
+	// share of 0.95 needs to mean something.
+	profiled := startGroup(t, 100*time.Millisecond, "", cmds...).profile(400)
+	for i, toolchain := range toolchains {
 		t.Run("go"+strings.TrimPrefix(toolchain, "go"), func(t *testing.T) {
-			bin := testprog.BuildGoWith(t, testprog.GoCgo, toolchain, "CGO_ENABLED=1")
-			// The callback takes most of the time: 400 samples hold well over the 100 that a
-			// share of 0.95 needs to mean something.
-			p, _ := profileFor(t, 400, bin, "120")
+			bin, p := bins[i], profiled.profileOf(i)
 			symbol := symbolizer(t, bin)
 			// goSpinHot is inlined into the callback's exported wrapper.
 			chain := []string{"_cgoexp_*_goSpinHot", "runtime.cgocallback", "cgo_inner", "cgo_outer", "runtime.asmcgocall", "main.callC", "main.main", "runtime.goexit"}
@@ -257,6 +266,14 @@ func symbolizer(t *testing.T, bin string) func(uint64) string {
 func TestUnwindCFAExpressions(t *testing.T) {
 	testenv.RequireRoot(t)
 	bin := testprog.BuildStacks(t, "-O2", "-fomit-frame-pointer")
+	modes := []string{"deref", "index", "drap"}
+	var cmds []*exec.Cmd
+	for _, mode := range modes {
+		cmds = append(cmds, exec.Command(bin, "120", mode))
+	}
+	// Two hot functions share the time in the deref mode: 500 samples give each of them
+	// well over the 50 the assertion needs.
+	profiled := startGroup(t, 100*time.Millisecond, "", cmds...).profile(500)
 	for _, tc := range []struct{ mode, hot string }{
 		{"deref", "deref_callee_hot"},
 		{"deref", "expr_deref"},
@@ -264,9 +281,7 @@ func TestUnwindCFAExpressions(t *testing.T) {
 		{"drap", "drap_leaf_hot"},
 	} {
 		t.Run(tc.mode+"/"+tc.hot, func(t *testing.T) {
-			// Two hot functions share the time in the deref mode: 500 samples give each
-			// of them well over the 50 the assertion needs.
-			p, _ := profileFor(t, 500, bin, "120", tc.mode)
+			p := profiled.profileOf(slices.Index(modes, tc.mode))
 			share, n := reachShare(p, tc.hot)
 			if n < 50 {
 				t.Fatalf("only %d samples in %s", n, tc.hot)

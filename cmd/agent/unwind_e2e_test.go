@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -123,50 +124,56 @@ func reachShareMisses(p *profile.Profile, hot string) (share float64, n int64, m
 	return float64(reach) / float64(n), n, misses
 }
 
-// profileWorkload runs bin, profiles it with sonde until it has samples samples of the
-// process, and returns the profile and the pid.
-func profileWorkload(t *testing.T, samples uint64, bin string, args ...string) (*profile.Profile, int) {
-	t.Helper()
-	sonde(t) // built before the workload starts, whose seconds must not run out meanwhile
-	cmd := exec.Command(bin, args...)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	testenv.WaitCPU(t, cmd.Process.Pid, 50*time.Millisecond) // past the loader, into its own code
-	out := filepath.Join(t.TempDir(), "p.pb.gz")
-	if r := runSondeUntil(t, samples, "--pid", strconv.Itoa(cmd.Process.Pid), "--output", out, "--top", "0"); r.Err != nil {
-		t.Fatalf("sonde: %v\n%s", r.Err, r.Stderr)
-	}
-	return readProfile(t, out), cmd.Process.Pid
-}
-
-// perfReachShare is the reference: the share of perf's DWARF-unwound samples in hot that
-// reach main, on the same process.
-func perfReachShare(t *testing.T, pid int, hot string) float64 {
+// perfRecord runs perf record --call-graph dwarf on pids until stop is called, which
+// returns perf's samples as perf script prints them: the reference sonde is compared with,
+// taken of the same processes at the same time.
+func perfRecord(t *testing.T, pids ...int) (stop func() []string) {
 	t.Helper()
 	perf := testenv.RequireTool(t, "perf")
 	data := filepath.Join(t.TempDir(), "perf.data")
-	if out, err := exec.Command(perf, "record", "-q", "-e", "cpu-clock", "-F", "199", "--call-graph", "dwarf",
-		"-p", strconv.Itoa(pid), "-o", data, "--", "sleep", "2").CombinedOutput(); err != nil {
-		t.Fatalf("perf record: %v\n%s", err, out)
+	var list []string
+	for _, pid := range pids {
+		list = append(list, strconv.Itoa(pid))
 	}
-	script, err := exec.Command(perf, "script", "-i", data).Output()
-	if err != nil {
-		t.Fatalf("perf script: %v", err)
+	cmd := exec.Command(perf, "record", "-q", "-e", "cpu-clock", "-F", "499", "--call-graph", "dwarf",
+		"-p", strings.Join(list, ","), "-o", data)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("perf record: %v", err)
 	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return func() []string {
+		t.Helper()
+		cmd.Process.Signal(os.Interrupt)
+		if err := cmd.Wait(); err != nil && !strings.Contains(err.Error(), "interrupt") {
+			t.Fatalf("perf record: %v\n%s", err, out.String())
+		}
+		script, err := exec.Command(perf, "script", "-i", data, "-F", "pid,ip,sym").Output()
+		if err != nil {
+			t.Fatalf("perf script: %v", err)
+		}
+		return strings.Split(string(script), "\n\n")
+	}
+}
+
+// perfReachShare is the share of perf's samples of process pid in hot that reach main.
+func perfReachShare(t *testing.T, samples []string, pid int, hot string) float64 {
+	t.Helper()
+	isHot, isMain := regexp.MustCompile(`\s`+hot+`\b`), regexp.MustCompile(`\smain\b`)
 	var n, reach int
-	for _, block := range strings.Split(string(script), "\n\n") {
-		if !regexp.MustCompile(`\s` + hot + `\b`).MatchString(block) {
+	for _, block := range samples {
+		f := strings.Fields(block)
+		if len(f) == 0 || f[0] != strconv.Itoa(pid) || !isHot.MatchString(block) {
 			continue
 		}
 		n++
-		if regexp.MustCompile(`\smain\b`).MatchString(block) {
+		if isMain.MatchString(block) {
 			reach++
 		}
 	}
 	if n == 0 {
-		t.Fatalf("perf recorded no sample in %s", hot)
+		t.Fatalf("perf recorded no sample of process %d in %s", pid, hot)
 	}
 	return float64(reach) / float64(n)
 }
@@ -174,11 +181,13 @@ func perfReachShare(t *testing.T, pid int, hot string) float64 {
 func TestUnwindWithoutFramePointers(t *testing.T) {
 	testenv.RequireRoot(t)
 	strip := testenv.RequireTool(t, "strip")
-	builds := map[string][]string{
-		"nopie": {"-O2", "-fomit-frame-pointer", "-no-pie"},
-		"pie":   {"-O2", "-fomit-frame-pointer", "-fPIE", "-pie"},
-	}
-	for name, flags := range builds {
+	type unwindCase struct{ name, bin, mode, hot string }
+	var cases []unwindCase
+	for _, name := range []string{"nopie", "pie"} {
+		flags := map[string][]string{
+			"nopie": {"-O2", "-fomit-frame-pointer", "-no-pie"},
+			"pie":   {"-O2", "-fomit-frame-pointer", "-fPIE", "-pie"},
+		}[name]
 		bin := buildWorkload(t, "nofp-"+name, noFPC, flags...)
 		// strip -s leaves .eh_frame (the loader needs it) but drops .symtab; -rdynamic keeps
 		// the names in .dynsym so the test can still find them.
@@ -187,34 +196,45 @@ func TestUnwindWithoutFramePointers(t *testing.T) {
 			t.Fatalf("strip: %v\n%s", err, out)
 		}
 		signal := buildWorkload(t, "signal-"+name, signalC, flags...)
-		for _, tc := range []struct{ bin, mode, hot string }{
-			{bin, "sort", "cmp_slow"},
-			{bin, "deep", "deep_hot"},
-			{stripped, "sort", "cmp_slow"},
-			{bin, "asm", "asm_copy_words"},
-			{signal, "signal", "handler_spin"},
+		for _, tc := range []unwindCase{
+			{"", bin, "sort", "cmp_slow"},
+			{"", bin, "deep", "deep_hot"},
+			{"", stripped, "sort", "cmp_slow"},
+			{"", bin, "asm", "asm_copy_words"},
+			{"", signal, "signal", "handler_spin"},
 		} {
-			t.Run(fmt.Sprintf("%s/%s/%s", name, filepath.Base(tc.bin), tc.mode), func(t *testing.T) {
-				// 400 samples of the process hold about 240 in the hot function in the
-				// signal case (60 % of the time), more in the others. A share of at least
-				// 0.99 means something only from 100 samples on (one miss allowed), which
-				// 240 expected samples miss with a probability below 1e-20.
-				p, pid := profileWorkload(t, 400, tc.bin, "120", tc.mode)
-				share, n, misses := reachShareMisses(p, tc.hot)
-				if n < 100 {
-					t.Fatalf("only %d samples in %s", n, tc.hot)
-				}
-				if share < 0.99 {
-					t.Errorf("%.3f of %d samples in %s reach main, want at least 0.99; the others:\n%s",
-						share, n, tc.hot, strings.Join(misses, "\n"))
-				}
-				ref := perfReachShare(t, pid, tc.hot)
-				if share < ref-0.01 {
-					t.Errorf("sonde: %.3f of samples in %s reach main; perf --call-graph dwarf: %.3f", share, tc.hot, ref)
-				}
-				t.Logf("%s: %.4f of %d samples reach main (perf --call-graph dwarf: %.4f)", tc.hot, share, n, ref)
-			})
+			tc.name = fmt.Sprintf("%s/%s/%s", name, filepath.Base(tc.bin), tc.mode)
+			cases = append(cases, tc)
 		}
+	}
+	var cmds []*exec.Cmd
+	for _, tc := range cases {
+		cmds = append(cmds, exec.Command(tc.bin, "120", tc.mode))
+	}
+	g := startGroup(t, 50*time.Millisecond, "", cmds...) // past the loader, into its own code
+	stopPerf := perfRecord(t, g.pids...)
+	// 400 samples of the process hold about 240 in the hot function in the signal case
+	// (60 % of the time), more in the others. A share of at least 0.99 means something
+	// only from 100 samples on (one miss allowed), which 240 expected samples miss with
+	// a probability below 1e-20.
+	p := g.profile(400)
+	perfSamples := stopPerf()
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			share, n, misses := reachShareMisses(p.profileOf(i), tc.hot)
+			if n < 100 {
+				t.Fatalf("only %d samples in %s", n, tc.hot)
+			}
+			if share < 0.99 {
+				t.Errorf("%.3f of %d samples in %s reach main, want at least 0.99; the others:\n%s",
+					share, n, tc.hot, strings.Join(misses, "\n"))
+			}
+			ref := perfReachShare(t, perfSamples, g.pids[i], tc.hot)
+			if share < ref-0.01 {
+				t.Errorf("sonde: %.3f of samples in %s reach main; perf --call-graph dwarf: %.3f", share, tc.hot, ref)
+			}
+			t.Logf("%s: %.4f of %d samples reach main (perf --call-graph dwarf: %.4f)", tc.hot, share, n, ref)
+		})
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"net/http"
 	"os/exec"
 	"syscall"
 	"testing"
@@ -19,8 +20,9 @@ type Sonde struct {
 	stdout bytes.Buffer
 	stderr bytes.Buffer
 	exited chan struct{}
-	err    error // the exit status, once exited is closed
-	url    string
+	err    error  // the exit status, once exited is closed
+	url    string // of /metrics
+	health string // of /healthz
 }
 
 // SondeRun is a finished run of the agent.
@@ -37,7 +39,7 @@ func StartSonde(t testing.TB, bin string, args ...string) *Sonde {
 	t.Helper()
 	addr := freeAddr(t)
 	args = append([]string{"--metrics-addr", addr, "--duration", (SampleTimeout + time.Minute).String()}, args...)
-	s := &Sonde{t: t, cmd: exec.Command(bin, args...), args: args, exited: make(chan struct{}), url: "http://" + addr + "/metrics"}
+	s := &Sonde{t: t, cmd: exec.Command(bin, args...), args: args, exited: make(chan struct{}), url: "http://" + addr + "/metrics", health: "http://" + addr + "/healthz"}
 	s.cmd.Stdout, s.cmd.Stderr = &s.stdout, &s.stderr
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -58,19 +60,28 @@ func (s *Sonde) Metric(name string) (float64, error) { return Metric(s.url, name
 // naming the metric's last value if SampleTimeout passes.
 func (s *Sonde) WaitMetric(name string, min float64) bool {
 	s.t.Helper()
+	return s.WaitUntil(fmt.Sprintf("%s >= %v", name, min), func() (bool, string) {
+		v, err := s.Metric(name)
+		if err != nil {
+			return false, err.Error()
+		}
+		return v >= min, fmt.Sprintf("%s %v", name, v)
+	})
+}
+
+// WaitUntil waits until cond holds while the agent runs, as WaitMetric does: false if the
+// agent exited first, the test failed with cond's last state if SampleTimeout passes.
+func (s *Sonde) WaitUntil(what string, cond func() (done bool, state string)) bool {
+	s.t.Helper()
 	exited := false
-	err := Wait(fmt.Sprintf("sonde %v to report %s >= %v", s.args, name, min), SampleTimeout, func() (bool, string) {
+	err := Wait(fmt.Sprintf("sonde %v: %s", s.args, what), SampleTimeout, func() (bool, string) {
 		select {
 		case <-s.exited:
 			exited = true
 			return true, ""
 		default:
 		}
-		v, err := s.Metric(name)
-		if err != nil {
-			return false, err.Error()
-		}
-		return v >= min, fmt.Sprintf("%s %v", name, v)
+		return cond()
 	})
 	if err != nil {
 		s.cmd.Process.Kill()
@@ -78,6 +89,21 @@ func (s *Sonde) WaitMetric(name string, min float64) bool {
 		s.t.Fatalf("%v\nstderr:\n%s", err, s.stderr.String())
 	}
 	return !exited
+}
+
+// WaitReady waits until the agent samples: /healthz answers once its programs are attached
+// and it has read their ring buffer. As WaitMetric, it returns false if the agent exited.
+func (s *Sonde) WaitReady() bool {
+	s.t.Helper()
+	return s.WaitUntil("/healthz to answer", func() (bool, string) {
+		client := http.Client{Timeout: 5 * time.Second}
+		resp, err := client.Get(s.health)
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status
+	})
 }
 
 // WaitSamples waits until the agent has recorded at least n samples (sonde_samples_total:

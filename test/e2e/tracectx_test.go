@@ -110,8 +110,12 @@ func TestThreadContextLinks(t *testing.T) {
 	sondeBinary(t)
 	// Both schema names the merged OTEP uses.
 	schemas := map[string]string{"exe": "tls_v1", "tlsdesc": "tlsdesc_v1_dev", "gd": "tls_v1"}
+	CollectorBinary(t) // built once, before the variants start at once
 	for _, variant := range testprog.ThreadContextVariants {
 		t.Run(variant, func(t *testing.T) {
+			// The variants run at once, each with its own collector and sonde: each
+			// sonde's kernel filter keeps its own program's samples.
+			t.Parallel()
 			c := StartCollector(t)
 			bin := testprog.BuildThreadContext(t, variant)
 			service := "ctx-" + variant
@@ -237,8 +241,10 @@ func buildGoService(t *testing.T, toolchain string) string {
 func TestGoSpansLinkToTraces(t *testing.T) {
 	testenv.RequireRoot(t)
 	sondeBinary(t)
+	CollectorBinary(t)
 	for _, toolchain := range []string{"local", "go1.23.4"} {
 		t.Run(toolchain, func(t *testing.T) {
+			t.Parallel() // as TestThreadContextLinks' variants
 			bin := buildGoService(t, toolchain)
 			c := StartCollector(t)
 			svc := exec.Command(bin, c.Endpoint, "9s")
