@@ -477,7 +477,12 @@ func replaceRange(rows, with []Row, start, end uint64) []Row {
 	merged := rows[:0]
 	for _, r := range rows {
 		if n := len(merged); n > 0 && merged[n-1].PC == r.PC {
-			merged[n-1] = r
+			// The later row wins the address, and may take the rule of the one before.
+			if n > 1 && sameRule(merged[n-2], r) {
+				merged = merged[:n-1]
+			} else {
+				merged[n-1] = r
+			}
 			continue
 		}
 		if n := len(merged); n > 0 && sameRule(merged[n-1], r) {

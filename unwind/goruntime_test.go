@@ -182,6 +182,15 @@ func TestOverlay(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("overlay:\n got %+v\nwant %+v", got, want)
 	}
+	// Two rows of a range at one address (a corrupt pclntab's), the later with the rule of
+	// the row before them: it takes the address, and the two runs of one rule are one row
+	// (a seed of FuzzRead found this).
+	rows = []Row{{PC: 0, CFA: CFASP, CFAOffset: 88}, {PC: 0x80, CFA: CFASP, CFAOffset: 8}}
+	got = overlay(rows, []Row{{PC: 0x40, CFA: CFAFramePointer}, {PC: 0x40, CFA: CFASP, CFAOffset: 88}, {PC: 0x60}})
+	want = []Row{{PC: 0, CFA: CFASP, CFAOffset: 88}, {PC: 0x80, CFA: CFASP, CFAOffset: 8}}
+	if !slices.Equal(got, want) {
+		t.Errorf("overlay over a row of the same rule as the one before:\n got %+v\nwant %+v", got, want)
+	}
 }
 
 // GoProbes point at the frame-pointer push of runtime.gopark's and runtime.execute's
