@@ -56,7 +56,7 @@ soak: build
 # corpora. Budgets are execution counts (about 10 s each here), not durations: a -fuzztime
 # duration races Go's fuzzing coordinator at the deadline and can fail a target with
 # "context deadline exceeded" though nothing was found. FUZZTIME=5m overrides them for a
-# longer look; FUZZDIV=N divides them (CI's smoke run: FUZZDIV=10, a second or so each).
+# longer look; FUZZDIV=N divides them (CI's smoke run: FUZZDIV=20, half a second or so each).
 FUZZTIME ?=
 FUZZDIV ?= 1
 FUZZ_TARGETS := ./unwind:FuzzRead:150000x ./symbolize:FuzzELFTable:150000x ./symbolize:FuzzELFTableInPlace:150000x \

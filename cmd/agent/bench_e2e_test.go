@@ -357,7 +357,7 @@ func summaryCountOr0(stderr, key string) int64 {
 	return n
 }
 
-// startBigJVM generates a Java program of 500 classes (50 with -short) of two dozen methods each, runs it
+// startBigJVM generates a Java program of 500 classes (20 with -short) of two dozen methods each, runs it
 // on JDK 17 with default flags until its code cache holds at least want bytes of compiled
 // code (C1 compiles it all at about half a megabyte a second here), and reports how much
 // it holds.
@@ -368,7 +368,7 @@ func startBigJVM(b *testing.B, want uint64) {
 	const methods, statements = 24, 40
 	classes := 500
 	if testing.Short() {
-		classes = 50
+		classes = 20
 	}
 	var srcs []string
 	for c := range classes {

@@ -413,12 +413,12 @@ console.log(n, sink);
 
 // BenchmarkNodeCompileChurn profiles a Node.js program that compiles new functions
 // continuously, at 99 Hz with every frame named, for two minutes (ten with SONDE_SOAK=1,
-// six seconds with -short), and reports sonde's RSS and live Go heap (its floor over a few
+// four seconds with -short), and reports sonde's RSS and live Go heap (its floor over a few
 // intervals) at one minute (a fifth with -short), halfway and at the end: what the
 // functions' names cost must stop growing once the caches that hold them are full.
 func BenchmarkNodeCompileChurn(b *testing.B) {
 	testenv.RequireRoot(b)
-	run, first := benchSpan(2*time.Minute, 6*time.Second), benchSpan(time.Minute, 2*time.Second)
+	run, first := benchSpan(2*time.Minute, 4*time.Second), benchSpan(time.Minute, time.Second)
 	if os.Getenv("SONDE_SOAK") != "" {
 		run = 10 * time.Minute
 	}
