@@ -77,8 +77,9 @@ func newMapping() ([]byte, error) {
 		fd, err = unix.MemfdCreate(mappingName, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	}
 	if err == nil {
-		if err = unix.Ftruncate(fd, int64(size)); err == nil {
-			m, err = unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE)
+		// Any failure here falls back to the anonymous mapping below.
+		if unix.Ftruncate(fd, int64(size)) == nil {
+			m, _ = unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE)
 		}
 		unix.Close(fd)
 	}

@@ -63,12 +63,12 @@ func ReadGoRuntime(f *elf.File, r io.ReaderAt) (*GoRuntime, error) {
 		}
 	}
 	if lang == "" || version.Compare(lang, oldestGo) < 0 {
-		return nil, fmt.Errorf("Go release %q: %w", info.GoVersion, ErrUnsupported)
+		return nil, fmt.Errorf("labels of Go release %q: %w", info.GoVersion, ErrUnsupported)
 	}
 	rt.SliceLabels = version.Compare(lang, "go1.24") >= 0
 	if f.Machine != elf.EM_X86_64 {
 		// arm64 keeps g in a register, which a sample of C code called from Go may not hold.
-		return nil, fmt.Errorf("Go labels on %v: %w", f.Machine, ErrUnsupported)
+		return nil, fmt.Errorf("labels of Go on %v: %w", f.Machine, ErrUnsupported)
 	}
 	if rt.GOffset, err = goTLSOffset(f); err != nil {
 		return nil, err
@@ -86,7 +86,7 @@ func ReadGoRuntime(f *elf.File, r io.ReaderAt) (*GoRuntime, error) {
 			return rt, nil
 		}
 	}
-	return nil, fmt.Errorf("Go release %q newer than the table, without DWARF: offsets unknown: %w", info.GoVersion, ErrUnsupported)
+	return nil, fmt.Errorf("labels of Go release %q, newer than the table, without DWARF: offsets unknown: %w", info.GoVersion, ErrUnsupported)
 }
 
 // goTLSOffset finds where the runtime keeps g, from the thread pointer: runtime.tlsg's

@@ -35,15 +35,14 @@ func CalltreeCodec(delta bool) Codec {
 func treeKey(parent, loc int32) uint64 { return uint64(uint32(parent))<<32 | uint64(uint32(loc)) }
 
 type calltreeEncoder struct {
-	delta             bool
-	nodes             map[uint64]int32
-	parents, locs     []int32
-	written           []int32 // parents as written: absolute or delta
-	body, out         []byte
-	samples           []byte
-	env               envelope
-	envFor            *Corpus
-	newNodes, reached int
+	delta         bool
+	nodes         map[uint64]int32
+	parents, locs []int32
+	written       []int32 // parents as written: absolute or delta
+	body, out     []byte
+	samples       []byte
+	env           envelope
+	envFor        *Corpus
 }
 
 func (e *calltreeEncoder) Encode(c *Corpus) ([]byte, error) {

@@ -7,5 +7,3 @@ type (
 	Memory        = procmem.Reader
 	ProcessMemory = procmem.Process
 )
-
-func readU64(m Memory, addr uint64) (uint64, error) { return procmem.ReadU64(m, addr) }

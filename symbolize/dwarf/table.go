@@ -712,6 +712,3 @@ func (t *Table) SizeBytes() int64 {
 		int64(cap(t.spans))*int64(unsafe.Sizeof(unitSpan{})) +
 		t.held
 }
-
-// spansByStart orders spans by start address.
-func spansByStart(a, b unitSpan) int { return cmp.Compare(a.lo, b.lo) }

@@ -221,12 +221,9 @@ type result struct {
 }
 
 type share struct {
-	id     string
-	sonde  float64
-	perf   float64
-	sName  string
-	pName  string
-	sCount int64
+	id    string
+	sonde float64
+	perf  float64
 }
 
 // top returns a profile's n hottest leaf functions.

@@ -154,8 +154,6 @@ type workload struct {
 	rs                          *appsv1.ReplicaSet
 }
 
-func (w workload) rsName() string { return w.deployment + "-" + w.hash }
-
 func makeWorkload(t *testing.T, cs *kubernetes.Clientset, namespace, deployment, hash string) workload {
 	t.Helper()
 	ctx := context.Background()
