@@ -320,15 +320,4 @@ func (t *TLSSymbol) dynamic(mod uint64, off int64, libc Libc) (Where, error) {
 	return w, nil
 }
 
-// LoadBias returns run-time address minus ELF address for a file mapped at start from
-// file offset off.
-func LoadBias(f *elf.File, start, off uint64) (uint64, bool) {
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_LOAD && off >= p.Off && off < p.Off+p.Filesz {
-			return start - (p.Vaddr + (off - p.Off)), true
-		}
-	}
-	return 0, false
-}
-
 var _ io.ReaderAt = (*objfile.Handle)(nil)
