@@ -25,15 +25,6 @@ const MaxInterpRegions = len(samplerInterpProc{}.Regions)
 // sample to the runtime's kernel walker.
 type Region struct{ Start, End uint64 }
 
-// kernelRuntime is what the loader does for one runtime's kernel walker beyond the shared
-// maps: its file registers one in an init function.
-type kernelRuntime struct {
-	// size sizes the runtime's own maps for maxProcs processes.
-	size func(spec *ebpf.CollectionSpec, maxProcs uint32)
-}
-
-var kernelRuntimes []kernelRuntime
-
 // setRegions replaces runtime's regions in pid's entry, keeping other runtimes' regions of
 // the same exec; no regions removes the runtime from the entry.
 func (s *Sampler) setRegions(pid uint32, execID uint64, runtime uint8, regions []Region) error {

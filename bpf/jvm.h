@@ -450,10 +450,12 @@ static long jvm_frame_step(__u32 i, void *ctx)
 
 /* jvm_frames walks the Java frames from the frame at st->pc, which lies in the code
  * cache (not yet recorded), records them, and leaves st at the first frame outside it. It
- * returns 1 when the walk ends there, as walker_step does. */
-__noinline long jvm_frames(struct unwind_state *st, struct user_frames *frames, struct jvm_proc *p)
+ * returns 1 when the walk ends there, as walker_step does. Of pid and exec_id, which the
+ * JIT runtimes' walkers are given (runtimes.h), it checks only that p is of the walk's
+ * exec, as the dispatch did. */
+__noinline long jvm_frames(struct unwind_state *st, struct user_frames *frames, struct jvm_proc *p, __u32 pid, __u64 exec_id)
 {
-	if (!st || !frames || !p)
+	if (!st || !frames || !p || !pid || (p->exec_id && p->exec_id != exec_id))
 		return 1;
 	__u32 zero = 0;
 	struct jvm_scratch *s = bpf_map_lookup_elem(&jvm_scratch_map, &zero);

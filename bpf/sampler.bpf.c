@@ -271,57 +271,51 @@ static __always_inline struct unwind_row *walker_row(void *table, __u32 i)
 #include "unwinder.h"
 #endif
 
-/* The language runtimes' walkers, each in its own header with its own maps; the dispatch
- * below is the only code that knows them all. */
-#include "python.h"
-#include "v8.h"
-#include "jvm.h"
+/* The language runtimes' walkers, each in its own header with its own maps, listed in
+ * runtimes.h; the dispatch below expands the lists and names none of them. */
+#include "runtimes.h"
 
-_Static_assert(PY_RUNTIME > 0 && PY_RUNTIME <= INTERP_RUNTIME_MAX, "runtime numbers fit their 4 bits");
-_Static_assert(V8_RUNTIME > 0 && V8_RUNTIME <= INTERP_RUNTIME_MAX && V8_RUNTIME != PY_RUNTIME, "runtime numbers fit their 4 bits");
-_Static_assert(JVM_RUNTIME > 0 && JVM_RUNTIME <= INTERP_RUNTIME_MAX && JVM_RUNTIME != PY_RUNTIME && JVM_RUNTIME != V8_RUNTIME,
-	       "runtime numbers fit their 4 bits");
+/* Every runtime's number fits the 4 bits frames and regions give it, and no two runtimes
+ * share one: a duplicate is a duplicate case label. */
+#define RUNTIME_NUMBER_FITS(name, number) \
+	_Static_assert((number) > 0 && (number) <= INTERP_RUNTIME_MAX, #name "'s number fits its 4 bits");
+SONDE_RUNTIMES(RUNTIME_NUMBER_FITS)
+#define RUNTIME_NUMBER_CASE(name, number) case (number):
+static __always_inline __attribute__((unused)) void runtime_numbers_are_distinct(__u32 n)
+{
+	switch (n) {
+	SONDE_RUNTIMES(RUNTIME_NUMBER_CASE)
+		break;
+	}
+}
 
 #if ARCH_TABLE_UNWIND
-/* The JITs walker_no_table found a process does not run (struct walk's no_jit). */
-#define NO_JVM 1
-#define NO_V8 2
-
 /* walker_no_table (unwinder.h): a frame of code no table describes, or that its table says
  * is walked by frame pointer, may be a JIT's whose runtime walks its frames within the
- * native walk: HotSpot's (which keeps no frame pointers), V8's (whose frames keep their
- * function by their frame pointer). The rest is walked by frame pointer. One lookup per
- * walk tells a process without each.
+ * native walk (SONDE_JIT_RUNTIMES: HotSpot's, which keeps no frame pointers; V8's, whose
+ * frames keep their function by their frame pointer). The rest is walked by frame
+ * pointer. One lookup per runtime and walk tells a process without it: no_jit keeps a bit
+ * per runtime number found absent.
  *
  * no_table_step is a global function: the verifier checks it once on its own, where
  * inlined into the loop's callback it was explored at each of the callback's many
  * verified iterations (a fifth of the sample program's verification). */
-__noinline long no_table_step(struct unwind_state *st, struct user_frames *frames, __u32 pid, __u64 exec_id, __u8 *no_jit)
+#define JIT_STEP(name, number)                                                         \
+	if (!(*no_jit & (1U << (number)))) {                                           \
+		struct name##_proc *p = bpf_map_lookup_elem(&name##_procs, &pid);      \
+		if (!p || (p->exec_id && p->exec_id != exec_id)) {                     \
+			*no_jit |= 1U << (number);                                     \
+		} else if (name##_in_code(p, st->pc)) {                                \
+			if (st->n > 0)                                                 \
+				st->n--; /* recorded again, as the runtime's */        \
+			return name##_frames(st, frames, p, pid, exec_id);             \
+		}                                                                      \
+	}
+__noinline long no_table_step(struct unwind_state *st, struct user_frames *frames, __u32 pid, __u64 exec_id, __u16 *no_jit)
 {
 	if (!st || !frames || !no_jit)
 		return 1;
-#if defined(__TARGET_ARCH_x86)
-	if (!(*no_jit & NO_JVM)) {
-		struct jvm_proc *p = bpf_map_lookup_elem(&jvm_procs, &pid);
-		if (!p || (p->exec_id && p->exec_id != exec_id)) {
-			*no_jit |= NO_JVM;
-		} else if (jvm_in_code(p, st->pc)) {
-			if (st->n > 0)
-				st->n--; /* recorded again, as Java's */
-			return jvm_frames(st, frames, p);
-		}
-	}
-#endif
-	if (!(*no_jit & NO_V8)) {
-		struct v8_proc *p = bpf_map_lookup_elem(&v8_procs, &pid);
-		if (!p || (p->exec_id && p->exec_id != exec_id)) {
-			*no_jit |= NO_V8;
-		} else if (v8_in_code(p, st->pc)) {
-			if (st->n > 0)
-				st->n--; /* recorded again, as V8's */
-			return v8_frames(st, frames, p, pid, exec_id);
-		}
-	}
+	SONDE_JIT_RUNTIMES(JIT_STEP)
 	return fp_step(st);
 }
 
@@ -342,12 +336,11 @@ struct {
 } interp_procs SEC(".maps");
 
 /* interp_forget drops what user space said of a process's runtimes, at its exec or exit. */
+#define RUNTIME_FORGET(name, number) name##_forget(tgid);
 static __always_inline void interp_forget(__u32 tgid)
 {
 	bpf_map_delete_elem(&interp_procs, &tgid);
-	python_forget(tgid);
-	v8_forget(tgid);
-	jvm_forget(tgid);
+	SONDE_RUNTIMES(RUNTIME_FORGET)
 }
 
 #if ARCH_TABLE_UNWIND
@@ -376,18 +369,22 @@ static long interp_scan_step(__u32 i, void *ctx)
 }
 
 /* interp_frames hands the sample's n native frames to the walker of each runtime whose
- * frames are found after the walk (Python's, in its interpreter's state) and whose code one
- * of them runs, which puts the runtime's frames in, and returns how many frames there are
- * then. A walk that stopped short of the outermost frame (complete 0) may have left a
- * runtime's frames beyond it: every such runtime of the process is asked then. Each
- * walker is a global function, verified once on its own. */
+ * frames are found after the walk (SONDE_STATE_RUNTIMES: Python's, in its interpreter's
+ * state) and whose code one of them runs, which puts the runtime's frames in, and returns
+ * how many frames there are then. A walk that stopped short of the outermost frame
+ * (complete 0) may have left a runtime's frames beyond it: every such runtime of the
+ * process is asked then. Each walker is a global function, verified once on its own. */
+#define STATE_BIT(name, number) | (1U << (number))
+#define STATE_WALK(name, number)          \
+	if (s.hit & (1U << (number)))    \
+		n = name##_frames(e, n, complete);
 static __always_inline __u32 interp_frames(struct sample_event *e, __u32 n, __u32 complete)
 {
 	__u32 pid = e->pid;
 	struct interp_proc *p = bpf_map_lookup_elem(&interp_procs, &pid);
 	/* exec_id 0: user space read the process before it knew its exec. The JITs' frames
 	 * are in already: their walkers run within the native walk. */
-	if (!p || (p->exec_id && p->exec_id != e->exec_id) || n == 0 || !(p->runtimes & (1U << PY_RUNTIME)))
+	if (!p || (p->exec_id && p->exec_id != e->exec_id) || n == 0 || !(p->runtimes & (0 SONDE_STATE_RUNTIMES(STATE_BIT))))
 		return n;
 	if (n > MAX_USER_DEPTH)
 		n = MAX_USER_DEPTH;
@@ -395,8 +392,7 @@ static __always_inline __u32 interp_frames(struct sample_event *e, __u32 n, __u3
 	bpf_loop(n, interp_scan_step, &s, 0);
 	if (!complete)
 		s.hit |= p->runtimes;
-	if (s.hit & (1U << PY_RUNTIME))
-		n = python_frames(e, n, complete);
+	SONDE_STATE_RUNTIMES(STATE_WALK)
 	return n;
 }
 #endif

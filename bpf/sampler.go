@@ -9,6 +9,7 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"os"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,6 +56,8 @@ type Config struct {
 	MaxTables int
 	// MaxProcesses bounds how many processes' mappings the kernel unwinder holds.
 	MaxProcesses int
+	// Runtimes are the language runtimes whose maps the loader sizes (runtimes.h).
+	Runtimes []RuntimeMaps
 	// FollowForks makes the children of PIDs targets too, from the fork on, and their
 	// children in turn, at most MaxFollowed alive at once: a command and all it starts.
 	FollowForks bool
@@ -166,6 +169,8 @@ type ProgramStats struct {
 // Sampler owns the loaded programs, their perf events and the ring buffer reader.
 type Sampler struct {
 	objs      samplerObjects
+	spec      *ebpf.CollectionSpec // as loaded: the maps' BTF, for RuntimeKernel's checks
+	maps      map[string]*ebpf.Map // objs' maps by name, for the runtimes' writers
 	perfFDs   []int
 	links     []link.Link
 	ring      *ringbuf.Reader
@@ -255,8 +260,8 @@ func Load(cfg Config) (*Sampler, error) {
 	spec.Maps["exec_ids"].MaxEntries = maxProcs
 	spec.Maps["tracectx_procs"].MaxEntries = maxProcs
 	spec.Maps["interp_procs"].MaxEntries = maxProcs
-	for _, r := range kernelRuntimes {
-		r.size(spec, maxProcs)
+	if err := sizeRuntimes(spec, cfg.Runtimes, maxProcs); err != nil {
+		return nil, err
 	}
 	ringSize := cfg.RingBufferBytes
 	if ringSize == 0 {
@@ -773,7 +778,22 @@ func (s *Sampler) load(spec *ebpf.CollectionSpec, offCPU, goroutines bool) error
 	s.objs.samplerMaps = c.samplerMaps
 	s.objs.samplerPrograms = samplerPrograms{OnExec: c.OnExec, OnExit: c.OnExit, OnFork: c.OnFork,
 		OnSwitch: all.OnSwitch, OnGopark: all.OnGopark, OnExecute: all.OnExecute, Sample: c.Sample}
+	s.spec, s.maps = spec, mapsByName(&s.objs.samplerMaps)
 	return nil
+}
+
+// mapsByName indexes the maps of a bpf2go struct by their names in the kernel program.
+func mapsByName(maps *samplerMaps) map[string]*ebpf.Map {
+	out := map[string]*ebpf.Map{}
+	v := reflect.ValueOf(maps).Elem()
+	for i := range v.NumField() {
+		if name := v.Type().Field(i).Tag.Get("ebpf"); name != "" {
+			if m, ok := v.Field(i).Interface().(*ebpf.Map); ok && m != nil {
+				out[name] = m
+			}
+		}
+	}
+	return out
 }
 
 // perCPUSum reads entry i of a per-CPU counters map, summed over CPUs.

@@ -175,61 +175,21 @@ type samplerInterpRegion struct {
 	Pad     uint32
 }
 
-type samplerJvmEnd uint32
-
-const (
-	samplerJvmEndJVM_COMPLETE  samplerJvmEnd = 0
-	samplerJvmEndJVM_NO_HEAP   samplerJvmEnd = 1
-	samplerJvmEndJVM_NO_BLOB   samplerJvmEnd = 2
-	samplerJvmEndJVM_BAD_READ  samplerJvmEnd = 3
-	samplerJvmEndJVM_BAD_FRAME samplerJvmEnd = 4
-	samplerJvmEndJVM_TRUNCATED samplerJvmEnd = 5
-	samplerJvmEndJVM_END_MAX   samplerJvmEnd = 6
-)
-
-type samplerJvmFrameEncoding uint32
-
-const (
-	samplerJvmFrameEncodingJVM_RUNTIME          samplerJvmFrameEncoding = 4
-	samplerJvmFrameEncodingJVM_KIND_BIT         samplerJvmFrameEncoding = 57
-	samplerJvmFrameEncodingJVM_KIND_CODE        samplerJvmFrameEncoding = 0
-	samplerJvmFrameEncodingJVM_KIND_INTERPRETED samplerJvmFrameEncoding = 1
-	samplerJvmFrameEncodingJVM_RETURN_BIT       samplerJvmFrameEncoding = 47
-	samplerJvmFrameEncodingJVM_TAG_SHIFT        samplerJvmFrameEncoding = 48
-	samplerJvmFrameEncodingJVM_METHOD_SHIFT     samplerJvmFrameEncoding = 3
-	samplerJvmFrameEncodingJVM_BCI_BITS         samplerJvmFrameEncoding = 13
-	samplerJvmFrameEncodingJVM_BCI_UNKNOWN      samplerJvmFrameEncoding = 8191
-)
-
-type samplerJvmHeap struct {
-	_           structs.HostLayout
-	Low         uint64
-	End         uint64
-	Segmap      uint64
-	Log2Segment uint32
-	Pad         uint32
-}
-
-type samplerJvmLimits uint32
-
-const (
-	samplerJvmLimitsJVM_MAX_HEAPS       samplerJvmLimits = 4
-	samplerJvmLimitsJVM_SLOTS_BELOW     samplerJvmLimits = 80
-	samplerJvmLimitsJVM_SLOTS           samplerJvmLimits = 12
-	samplerJvmLimitsJVM_BLOB_READ       samplerJvmLimits = 512
-	samplerJvmLimitsJVM_SEGMAP_HOPS     samplerJvmLimits = 64
-	samplerJvmLimitsJVM_MAX_FRAME_WORDS samplerJvmLimits = 65536
-	samplerJvmLimitsJVM_MAX_SENDER_SP   samplerJvmLimits = 1048576
-)
-
 type samplerJvmProc struct {
-	_                  structs.HostLayout
-	ExecId             uint64
-	CodeLow            uint64
-	CodeHigh           uint64
-	InterpStart        uint64
-	InterpEnd          uint64
-	Heaps              [4]samplerJvmHeap
+	_           structs.HostLayout
+	ExecId      uint64
+	CodeLow     uint64
+	CodeHigh    uint64
+	InterpStart uint64
+	InterpEnd   uint64
+	Heaps       [4]struct {
+		_           structs.HostLayout
+		Low         uint64
+		End         uint64
+		Segmap      uint64
+		Log2Segment uint32
+		Pad         uint32
+	}
 	HeapCount          uint32
 	FpMethod           int16
 	FpBcp              int16
@@ -294,45 +254,6 @@ type samplerProcessEvent struct {
 	KtimeNs uint64
 	ExecId  uint64
 }
-
-type samplerPyEnd uint32
-
-const (
-	samplerPyEndPY_COMPLETE  samplerPyEnd = 0
-	samplerPyEndPY_NO_THREAD samplerPyEnd = 1
-	samplerPyEndPY_BAD_READ  samplerPyEnd = 2
-	samplerPyEndPY_TRUNCATED samplerPyEnd = 3
-	samplerPyEndPY_INVALID   samplerPyEnd = 4
-	samplerPyEndPY_END_MAX   samplerPyEnd = 5
-)
-
-type samplerPyFrameEncoding uint32
-
-const (
-	samplerPyFrameEncodingPY_RUNTIME          samplerPyFrameEncoding = 1
-	samplerPyFrameEncodingPY_CODE_ALIGN_SHIFT samplerPyFrameEncoding = 4
-	samplerPyFrameEncodingPY_OFFSET_BITS      samplerPyFrameEncoding = 15
-	samplerPyFrameEncodingPY_OFFSET_MASK      samplerPyFrameEncoding = 32767
-)
-
-type samplerPyFrameModel uint32
-
-const (
-	samplerPyFrameModelPY_MODEL_NONE         samplerPyFrameModel = 0
-	samplerPyFrameModelPY_MODEL_FRAME_OBJECT samplerPyFrameModel = 1
-	samplerPyFrameModelPY_MODEL_ENTRY_FLAG   samplerPyFrameModel = 2
-	samplerPyFrameModelPY_MODEL_SHIM_FRAME   samplerPyFrameModel = 3
-	samplerPyFrameModelPY_MODEL_MAX          samplerPyFrameModel = 4
-)
-
-type samplerPyLimits uint32
-
-const (
-	samplerPyLimitsPY_NO_OFFSET      samplerPyLimits = 65535
-	samplerPyLimitsPY_MAX_FRAME_READ samplerPyLimits = 128
-	samplerPyLimitsPY_MAX_THREADS    samplerPyLimits = 512
-	samplerPyLimitsPY_MAX_FRAMES     samplerPyLimits = 192
-)
 
 type samplerPyProc struct {
 	_              structs.HostLayout
@@ -520,29 +441,6 @@ type samplerV8CodeKey struct {
 	Pad  uint32
 	Code uint64
 }
-
-type samplerV8End uint32
-
-const (
-	samplerV8EndV8COMPLETE  samplerV8End = 0
-	samplerV8EndV8BAD_READ  samplerV8End = 1
-	samplerV8EndV8TRUNCATED samplerV8End = 2
-	samplerV8EndV8END_MAX   samplerV8End = 3
-)
-
-type samplerV8FrameEncoding uint32
-
-const (
-	samplerV8FrameEncodingV8RUNTIME             samplerV8FrameEncoding = 3
-	samplerV8FrameEncodingV8KIND_SHIFT          samplerV8FrameEncoding = 56
-	samplerV8FrameEncodingV8KIND_JIT            samplerV8FrameEncoding = 0
-	samplerV8FrameEncodingV8KIND_BYTECODE       samplerV8FrameEncoding = 1
-	samplerV8FrameEncodingV8KIND_BYTECODE_ARRAY samplerV8FrameEncoding = 2
-	samplerV8FrameEncodingV8RETURN_BIT          samplerV8FrameEncoding = 47
-	samplerV8FrameEncodingV8SFI_SHIFT           samplerV8FrameEncoding = 3
-	samplerV8FrameEncodingV8OFFSET_BITS         samplerV8FrameEncoding = 12
-	samplerV8FrameEncodingV8OFFSET_MASK         samplerV8FrameEncoding = 4095
-)
 
 type samplerV8Proc struct {
 	_                   structs.HostLayout

@@ -508,8 +508,8 @@ struct walk {
 	struct row_memo *memo;  /* this CPU's, or NULL */
 	__u64 exec_id;          /* whose stack it is, for walker_no_table */
 	__u32 pid;
-	__u8 no_jit;            /* walker_no_table's: the JITs it found the process does not run */
-	__u8 pad[3];
+	__u16 no_jit;           /* walker_no_table's: a bit per JIT runtime it found the process does not run */
+	__u16 pad;
 	struct unwind_state st;
 };
 

@@ -40,9 +40,9 @@ func TestVerifierBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Load sizes these maps; unsized, they load with one entry, which verifies the same.
-	for _, name := range []string{"target_pids", "target_cgroups", "unwind_tables", "proc_maps", "exec_ids", "tracectx_procs", "py_procs", "py_threads"} {
-		if m := spec.Maps[name]; m != nil && m.MaxEntries == 0 {
+	// Load sizes the maps it sizes; unsized, they load with one entry, which verifies the same.
+	for _, m := range spec.Maps {
+		if m.MaxEntries == 0 {
 			m.MaxEntries = 1
 		}
 	}

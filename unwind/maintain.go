@@ -55,6 +55,11 @@ type MaintainerConfig struct {
 	// where its goroutines park and run again, while the table stays there. Its failures
 	// are counted (GoProbeErrors), and are its to report.
 	Goroutines GoroutineProbes
+	// FramePointerCode find the code of a file that keeps frame pointers but has no call
+	// frame information by design (a language runtime's builtins compiled into it): its
+	// table walks that code by frame pointer, where it would otherwise end the walk for
+	// want of a row.
+	FramePointerCode []FramePointerCodeFunc
 }
 
 // GoroutineProbes follows where a Go binary's goroutines wait (off-CPU profiles by
@@ -343,7 +348,7 @@ func (m *Maintainer) table(f *objfile.File) *fileTable {
 			return t
 		}
 	}
-	rows, loads, goRT, probes, err := readTable(f)
+	rows, loads, goRT, probes, err := readTable(f, m.cfg.FramePointerCode)
 	m.rowsRead += len(rows)
 	t.loads = loads
 	switch {
@@ -469,7 +474,7 @@ func (m *Maintainer) publish() {
 
 // readTable reads a file's unwind rows, as the kernel stores them, its load segments,
 // and for a Go binary its runtime's layout and where its goroutines park and run.
-func readTable(f *objfile.File) (rows []KernelRow, loads []elf.ProgHeader, layout *KernelGoRuntime, probes GoProbes, err error) {
+func readTable(f *objfile.File, fpCode []FramePointerCodeFunc) (rows []KernelRow, loads []elf.ProgHeader, layout *KernelGoRuntime, probes GoProbes, err error) {
 	h, err := f.Open()
 	if err != nil {
 		return nil, nil, nil, probes, err
@@ -483,14 +488,14 @@ func readTable(f *objfile.File) (rows []KernelRow, loads []elf.ProgHeader, layou
 		return nil, nil, nil, probes, fmt.Errorf("read unwind table: %w", err)
 	}
 	defer region.Close()
-	if fault := mmapfile.Guard(func() { rows, loads, layout, probes, err = tableOf(f, ef, h) }); fault != nil {
+	if fault := mmapfile.Guard(func() { rows, loads, layout, probes, err = tableOf(f, ef, h, fpCode) }); fault != nil {
 		return nil, nil, nil, GoProbes{}, fmt.Errorf("read unwind table of %s: %w", f.Path, fault)
 	}
 	return rows, loads, layout, probes, err
 }
 
 // tableOf reads what readTable returns from the mapped file ef.
-func tableOf(f *objfile.File, ef *elf.File, h *objfile.Handle) ([]KernelRow, []elf.ProgHeader, *KernelGoRuntime, GoProbes, error) {
+func tableOf(f *objfile.File, ef *elf.File, h *objfile.Handle, fpCode []FramePointerCodeFunc) ([]KernelRow, []elf.ProgHeader, *KernelGoRuntime, GoProbes, error) {
 	var loads []elf.ProgHeader
 	for _, p := range ef.Progs {
 		if p.Type == elf.PT_LOAD {
@@ -524,7 +529,7 @@ func tableOf(f *objfile.File, ef *elf.File, h *objfile.Handle) ([]KernelRow, []e
 		if t, err = FromELF(ef); err != nil {
 			return nil, loads, nil, GoProbes{}, fmt.Errorf("read unwind table of %s: %w", f.Path, err)
 		}
-		withFramePointerCode(t, ef)
+		withFramePointerCode(t, ef, fpCode)
 	}
 	rows, err := t.KernelRows()
 	if err != nil {

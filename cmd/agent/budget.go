@@ -2,9 +2,11 @@ package main
 
 import (
 	"log/slog"
+	"maps"
 	"math/bits"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -41,11 +43,9 @@ type budget struct {
 	// largest transient of a naming pass, outside the Go heap and its soft limit.
 	decompressedBytes int64
 	queueBytes        int // encoded intervals queued for the collector
-	// jvmBytes bounds what naming Java frames keeps across JVMs: frames named, decoded
-	// debug info and methods.
-	jvmBytes int
-	// v8Bytes bounds what naming JavaScript frames keeps across Node.js processes.
-	v8Bytes      int
+	// runtimeBytes bounds, by runtime, what naming its frames keeps across processes (its
+	// interp.Spec's MemoryBytes).
+	runtimeBytes map[string]int
 	mergedStacks int // distinct samples the run's merged --output profile keeps
 }
 
@@ -76,8 +76,12 @@ func newBudget(limit int64, cfg *config, cpus int) budget {
 	b.addressCacheBytes = max(512<<10, limit/64)
 	b.decompressedBytes = max(4<<20, limit/8)
 	b.queueBytes = int(share(10))
-	b.jvmBytes = int(max(4<<20, limit/16))
-	b.v8Bytes = int(max(4<<20, limit/16))
+	b.runtimeBytes = map[string]int{}
+	for _, s := range runtimeSpecs {
+		if s.MemoryBytes != nil {
+			b.runtimeBytes[s.Name] = s.MemoryBytes(limit)
+		}
+	}
 	b.mergedStacks = max(1024, int(share(8))/mergedBytes)
 	if cfg.unwindRows > 0 {
 		b.unwindRows = cfg.unwindRows
@@ -101,13 +105,16 @@ func ringBytes(frequency, cpus int, limit int64) int {
 }
 
 func (b budget) LogValue() slog.Value {
-	return slog.GroupValue(
+	attrs := []slog.Attr{
 		slog.Int64("limit_bytes", b.limit), slog.Int64("go_limit_bytes", b.goLimit), slog.Int("unwind_rows", b.unwindRows),
 		slog.Int("processes", b.maxProcesses), slog.Int("ring_bytes", b.ringBytes), slog.Int("chunks", b.chunkCache), slog.Int("locations", b.locations),
 		slog.Int64("file_cache_bytes", b.fileCacheBytes), slog.Int64("dwarf_cache_bytes", b.dwarfCacheBytes),
 		slog.Int64("decompressed_dwarf_bytes", b.decompressedBytes),
-		slog.Int64("address_cache_bytes", b.addressCacheBytes), slog.Int("queue_bytes", b.queueBytes),
-		slog.Int("jvm_bytes", b.jvmBytes), slog.Int("v8_bytes", b.v8Bytes))
+		slog.Int64("address_cache_bytes", b.addressCacheBytes), slog.Int("queue_bytes", b.queueBytes)}
+	for _, name := range slices.Sorted(maps.Keys(b.runtimeBytes)) {
+		attrs = append(attrs, slog.Int(name+"_bytes", b.runtimeBytes[name]))
+	}
+	return slog.GroupValue(attrs...)
 }
 
 // pressure watches sonde's resident memory and, above the budget, sheds the least

@@ -156,6 +156,7 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 		OffCPUMin:            cfg.offCPUMin,
 		OffCPUWalksPerSecond: offCPUWalks(cfg.offCPURate),
 		OffCPUGoroutines:     cfg.offCPUGo,
+		Runtimes:             kernelMaps(runtimeSpecs),
 	}
 	if cfg.unwind == "tables" && !bcfg.TableUnwinding() {
 		log.Info("unwind tables are not supported on this architecture yet; user stacks are walked by frame pointer")
@@ -183,13 +184,17 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 			OnError: func(what string, err error) {
 				log.Info("no unwind table; frames there are walked by frame pointer", "file", what, "err", err)
 			},
-			Read:       freeLargeTables,
-			Goroutines: goroutineProbes(p.sampler, cfg, log),
+			Read:             freeLargeTables,
+			Goroutines:       goroutineProbes(p.sampler, cfg, log),
+			FramePointerCode: framePointerCode(runtimeSpecs),
 		})
 		// Language runtimes' frames are walked in the kernel beside the native ones, which
 		// the table walker finds the runtime's code among. The aggregator exists before
 		// any runtime's reader runs.
-		p.runtimes = newRuntimes(p.sampler, func(pid uint32, image uint64) { p.agg.RenewImage(pid, image) }, p.budget, log)
+		if p.runtimes, err = newRuntimes(runtimeSpecs, p.sampler, func(pid uint32, image uint64) { p.agg.RenewImage(pid, image) }, p.budget, log); err != nil {
+			p.sampler.Close()
+			return nil, err
+		}
 		observers := trace.MappingObservers{p.tables}
 		for _, r := range p.runtimes {
 			observers = append(observers, r.rt)
@@ -599,7 +604,7 @@ func (p *pipeline) logSummary() {
 		attrs = append(attrs, "unwind", p.tables.Stats())
 	}
 	for _, r := range p.runtimes {
-		attrs = append(attrs, r.name, r.rt)
+		attrs = append(attrs, r.spec.Name, r.rt)
 	}
 	attrs = append(attrs, "symbols", p.symbolizer.Stats())
 	if p.debuginfod != nil {
@@ -669,7 +674,7 @@ func contextKind(s bpf.ContextSource) trace.ContextKind {
 func (p *pipeline) frameDecoders() trace.Runtimes {
 	out := trace.Runtimes{}
 	for _, r := range p.runtimes {
-		out[r.number] = r.rt
+		out[r.spec.Number] = r.rt
 	}
 	return out
 }
@@ -678,7 +683,7 @@ func (p *pipeline) frameDecoders() trace.Runtimes {
 func (p *pipeline) namers() map[uint8]symbolize.InterpNamer {
 	out := map[uint8]symbolize.InterpNamer{}
 	for _, r := range p.runtimes {
-		out[r.number] = r.rt
+		out[r.spec.Number] = r.rt
 	}
 	return out
 }

@@ -128,3 +128,117 @@ func (s *KernelState) HeapSpans() [][2]uint64 {
 
 // equal says whether two states tell the kernel the same.
 func (s *KernelState) equal(o *KernelState) bool { return reflect.DeepEqual(s, o) }
+
+// kernelProc is the kernel's struct jvm_proc (bpf/jvm.h), field for field, which the writer
+// checks before the runtime starts.
+type kernelProc struct {
+	ExecID                  uint64
+	CodeLow, CodeHigh       uint64
+	InterpStart, InterpEnd  uint64
+	Heaps                   [kernelMaxHeaps]kernelHeap
+	HeapCount               uint32
+	FpMethod, FpBcp         int16
+	FpSenderSp              int16
+	MethodConstMethod       uint16
+	ConstMethodSize         uint16
+	HeapBlockSize           uint16
+	BlobSize, BlobFrameSize uint16
+	BlobCodeBegin           uint16
+	BlobFrameComplete       uint16
+	NmethodCompileID        uint16
+	BlobRead                uint16
+	CodeBeginIsPointer      uint8
+	FrameComplete16         uint8
+	_                       [2]uint8
+}
+
+// kernelHeap is a code heap as the kernel walks it (struct jvm_heap).
+type kernelHeap struct {
+	Low, End    uint64 // the heap's span of the code cache
+	Segmap      uint64
+	Log2Segment uint32
+	_           uint32
+}
+
+// What the kernel's walker reads at most (bpf/jvm.h, enum jvm_limits): a state beyond it is
+// not written.
+const (
+	kernelMaxHeaps   = 4
+	kernelSlotsBelow = 80
+	kernelBlobRead   = 512
+)
+
+// KernelValue is what the kernel's walker reads of the state (interp.KernelValuer): its
+// heaps by span, and how much of a blob holds every field it takes, checked against what
+// the walker reads at most.
+func (s *KernelState) KernelValue() (any, error) {
+	spans := s.HeapSpans()
+	if len(spans) == 0 || len(spans) > kernelMaxHeaps {
+		return nil, fmt.Errorf("%d code heaps: the walker reads 1 to %d", len(spans), kernelMaxHeaps)
+	}
+	p := &kernelProc{
+		ExecID:            s.ExecID,
+		CodeLow:           s.CodeCache[0],
+		CodeHigh:          s.CodeCache[1],
+		InterpStart:       s.Interpreter[0],
+		InterpEnd:         s.Interpreter[1],
+		HeapCount:         uint32(len(spans)),
+		FpMethod:          s.FPMethod,
+		FpBcp:             s.FPBCP,
+		FpSenderSp:        s.FPSenderSP,
+		MethodConstMethod: s.MethodConstMethod,
+		ConstMethodSize:   s.ConstMethodSize,
+		HeapBlockSize:     s.HeapBlockSize,
+		BlobSize:          s.BlobSize,
+		BlobFrameSize:     s.BlobFrameSize,
+		BlobCodeBegin:     s.BlobCodeBegin,
+		BlobFrameComplete: s.BlobFrameComplete,
+		NmethodCompileID:  s.NMethodCompileID,
+	}
+	if s.CodeBeginIsPointer {
+		p.CodeBeginIsPointer = 1
+	}
+	if s.FrameComplete16 {
+		p.FrameComplete16 = 1
+	}
+	// One read of a blob covers every field the walker takes from it.
+	for _, off := range []uint16{s.BlobSize, s.BlobFrameSize, s.BlobCodeBegin, s.BlobFrameComplete, s.NMethodCompileID} {
+		p.BlobRead = max(p.BlobRead, off+8)
+	}
+	for i, sp := range spans {
+		h := s.Heaps[i]
+		p.Heaps[i] = kernelHeap{Low: sp[0], End: sp[1], Segmap: h.SegmapLow, Log2Segment: uint32(h.Log2SegmentSize)}
+	}
+	if err := p.check(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// check tells whether the kernel's walker can read what p says, within its bounds.
+func (p *kernelProc) check() error {
+	if p.CodeHigh <= p.CodeLow || p.InterpStart < p.CodeLow || p.InterpEnd > p.CodeHigh {
+		return fmt.Errorf("code cache [%#x, %#x), interpreter [%#x, %#x): implausible", p.CodeLow, p.CodeHigh, p.InterpStart, p.InterpEnd)
+	}
+	for _, slot := range []int16{p.FpMethod, p.FpBcp, p.FpSenderSp} {
+		if int(slot) < -kernelSlotsBelow || slot > -8 || slot%8 != 0 {
+			return fmt.Errorf("interpreter frame slot at fp%+d: the walker reads fp-%d to fp-8", slot, kernelSlotsBelow)
+		}
+	}
+	words := []struct {
+		off  uint16
+		size uint16
+	}{{p.BlobSize, 4}, {p.BlobFrameSize, 4}, {p.BlobFrameComplete, 4}, {p.NmethodCompileID, 4}, {p.BlobCodeBegin, 4}}
+	if p.CodeBeginIsPointer != 0 {
+		words[len(words)-1].size = 8
+	}
+	if int(p.BlobRead) > kernelBlobRead {
+		return fmt.Errorf("%d bytes of a code blob to read: the walker reads at most %d", p.BlobRead, kernelBlobRead)
+	}
+	for _, w := range words {
+		if int(w.off)+int(w.size) > int(p.BlobRead) {
+			return fmt.Errorf("code blob field at %d: past the %d bytes the walker reads of a blob", w.off, p.BlobRead)
+		}
+	}
+	return nil
+}

@@ -1,19 +1,30 @@
 package jvm
 
 import (
-	"context"
 	"log/slog"
-	"maps"
-	"slices"
 	"time"
 
-	"github.com/sonde-profiler/sonde/trace"
+	"github.com/sonde-profiler/sonde/interp"
 )
+
+// Spec declares HotSpot to the pipeline (interp.Spec).
+var Spec = interp.Spec{
+	Name:        "jvm",
+	Number:      Number,
+	Maps:        interp.KernelMaps{Procs: "jvm_procs", Counters: "jvm_counters", Ends: "jvm_end"},
+	State:       kernelProc{},
+	MemoryBytes: func(limit int64) int { return int(max(4<<20, limit/16)) },
+	Unsupported: "HotSpot JVM whose Java frames sonde cannot walk; its stacks show the JVM's native frames",
+	New: func(env interp.Env) interp.Runtime {
+		return New(Config{Kernel: env.Kernel, OnError: env.OnError, OnReuse: env.OnReuse, MaxBytes: env.MaxBytes,
+			MaxProcesses: env.MaxProcesses})
+	},
+}
 
 // Config configures a Runtime.
 type Config struct {
 	// Kernel is where the walker's per-process state goes.
-	Kernel Kernel
+	Kernel interp.Kernel
 	// OnError hears once per file why HotSpot in it cannot be walked.
 	OnError func(path string, err error)
 	// OnReuse hears that code named for a process's image is other code now: the
@@ -42,9 +53,9 @@ const DefaultRuntimeBytes = 64 << 20
 // (a Tracker, as the process tracker's mapping observer), decodes and names the frames
 // the kernel records, and counts what it did.
 type Runtime struct {
+	interp.Base
 	tracker *Tracker
 	names   *names
-	kernel  Kernel
 	shared  *budget
 }
 
@@ -53,12 +64,15 @@ func New(cfg Config) *Runtime {
 	if cfg.MaxBytes <= 0 {
 		cfg.MaxBytes = DefaultRuntimeBytes
 	}
-	r := &Runtime{kernel: cfg.Kernel, shared: newBudget(cfg.MaxBytes / 2)}
-	r.tracker = NewTracker(TrackerConfig{Kernel: cfg.Kernel, OnError: cfg.OnError, MaxProcesses: cfg.MaxProcesses,
-		Namer: NamerConfig{MaxBytes: min(DefaultMaxBytes, cfg.MaxBytes/2), shared: r.shared}})
-	r.names = newNames(namesConfig{MaxCodes: cfg.MaxCodes, MaxBytes: cfg.MaxBytes / 2, MaxPending: cfg.MaxPending,
-		Recheck: cfg.Recheck, OnReuse: cfg.OnReuse}, r.tracker)
-	return r
+	shared := newBudget(cfg.MaxBytes / 2)
+	tracker := NewTracker(TrackerConfig{Kernel: cfg.Kernel, OnError: cfg.OnError, MaxProcesses: cfg.MaxProcesses,
+		Namer: NamerConfig{MaxBytes: min(DefaultMaxBytes, cfg.MaxBytes/2), shared: shared}})
+	names := newNames(namesConfig{MaxCodes: cfg.MaxCodes, MaxBytes: cfg.MaxBytes / 2, MaxPending: cfg.MaxPending,
+		Recheck: cfg.Recheck, OnReuse: cfg.OnReuse}, tracker)
+	return &Runtime{tracker: tracker, names: names, shared: shared, Base: interp.Base{Tracker: tracker, Namer: names, Kernel: cfg.Kernel, Counts: func() []slog.Attr {
+		return []slog.Attr{slog.Any("finder", tracker.FinderStats()), slog.Any("jvms", tracker.Stats()),
+			slog.Any("names", names.Stats()), slog.Any("namer", tracker.NamerStats())}
+	}}}
 }
 
 // FrameType names JVM frames.
@@ -69,44 +83,5 @@ func (r *Runtime) DecodeFrame(payload uint64) (code uint64, offset uint32) {
 	return DecodeFrame(payload)
 }
 
-// SeenCode queues code first seen in an interval to be read while its process lives.
-func (r *Runtime) SeenCode(pid uint32, image, code uint64) { r.names.SeenCode(pid, image, code) }
-
-// ProcessMappings looks for HotSpot among a process's mappings.
-func (r *Runtime) ProcessMappings(pid uint32, execID uint64, mappings []*trace.Mapping) {
-	r.tracker.ProcessMappings(pid, execID, mappings)
-}
-
-// ProcessGone forgets a process.
-func (r *Runtime) ProcessGone(pid uint32) { r.tracker.ProcessGone(pid) }
-
-// Name names a JVM location: its methods (class-qualified, file, line), innermost first,
-// or [jit] and the code blob's name.
-func (r *Runtime) Name(loc *trace.Location) ([]trace.Line, bool) { return r.names.Name(loc) }
-
-// Run reads the code SeenCode queued until ctx ends.
-func (r *Runtime) Run(ctx context.Context) error { return r.names.Run(ctx) }
-
 // NamesStats returns what naming the kernel's frames did.
 func (r *Runtime) NamesStats() NamesStats { return r.names.Stats() }
-
-// WalkCounter is a Kernel that counts how its walks of JVM frames ended, by outcome.
-type WalkCounter interface {
-	WalkEnds() (map[string]uint64, error)
-}
-
-// LogValue reports what the runtime found and named, and how the kernel's walks ended.
-func (r *Runtime) LogValue() slog.Value {
-	attrs := []slog.Attr{slog.Any("finder", r.tracker.FinderStats()), slog.Any("jvms", r.tracker.Stats()),
-		slog.Any("names", r.names.Stats()), slog.Any("namer", r.tracker.NamerStats())}
-	if wc, ok := r.kernel.(WalkCounter); ok {
-		if ends, err := wc.WalkEnds(); err == nil {
-			walks := make([]slog.Attr, 0, len(ends))
-			for _, name := range slices.Sorted(maps.Keys(ends)) {
-				walks = append(walks, slog.Uint64(name, ends[name]))
-			}
-			attrs = append(attrs, slog.Attr{Key: "kernel_walks", Value: slog.GroupValue(walks...)})
-		}
-	}
-	return slog.GroupValue(attrs...)
-}

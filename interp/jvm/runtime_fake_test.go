@@ -11,6 +11,7 @@ import (
 
 	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/internal/testenv"
+	"github.com/sonde-profiler/sonde/interp"
 	"github.com/sonde-profiler/sonde/symbolize"
 	"github.com/sonde-profiler/sonde/trace"
 )
@@ -34,18 +35,22 @@ type fakeKernel struct {
 
 func newFakeKernel() *fakeKernel { return &fakeKernel{set: map[uint32]KernelState{}} }
 
-func (k *fakeKernel) SetJVM(pid uint32, st *KernelState) error {
+func (k *fakeKernel) Set(pid uint32, _ uint64, state any, _ []interp.Region) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.fail != nil {
 		return k.fail
 	}
+	st := state.(*KernelState)
 	k.set[pid] = *st
 	k.sets++
 	return nil
 }
 
-func (k *fakeKernel) DeleteJVM(pid uint32) error {
+func (k *fakeKernel) Lookup(string, any, any) (bool, error) { return false, nil }
+func (k *fakeKernel) Ends() (map[string]uint64, error)      { return nil, nil }
+
+func (k *fakeKernel) Delete(pid uint32) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	delete(k.set, pid)
@@ -73,7 +78,7 @@ func fakeLib(inode uint64) []*trace.Mapping {
 // walkingKernel counts walks, as bpf.Sampler's adapter does.
 type walkingKernel struct{ *fakeKernel }
 
-func (walkingKernel) WalkEnds() (map[string]uint64, error) {
+func (walkingKernel) Ends() (map[string]uint64, error) {
 	return map[string]uint64{"complete": 5, "no_blob": 2}, nil
 }
 

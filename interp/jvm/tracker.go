@@ -8,20 +8,15 @@ import (
 	"time"
 
 	"github.com/sonde-profiler/sonde/internal/objfile"
+	"github.com/sonde-profiler/sonde/interp"
 	"github.com/sonde-profiler/sonde/trace"
 )
 
-// Kernel is where the tracker writes what the kernel walker needs of each JVM: bpf.Sampler
-// behind an adapter, or a fake in tests. KernelState.ExecID says which exec of pid the
-// state is for.
-type Kernel interface {
-	SetJVM(pid uint32, st *KernelState) error
-	DeleteJVM(pid uint32) error
-}
-
 // TrackerConfig configures a Tracker.
 type TrackerConfig struct {
-	Kernel Kernel
+	// Kernel is where the tracker writes what the kernel walker needs of each JVM: a
+	// KernelState (an interp.KernelValuer), whose ExecID says which exec of pid it is for.
+	Kernel interp.Kernel
 	// OnError hears once per file why HotSpot in it cannot be walked: a libjvm.so
 	// without the tables or fields sonde reads, or a JVM whose tables could not be read
 	// after every attempt. A JVM read while it had not initialised yet is not an error.
@@ -109,7 +104,7 @@ type tracked struct {
 	proc     *Process         // nil until its tables are read
 	namer    *Namer           // with proc; read by the names' goroutine, under Tracker.mu
 	state    *KernelState     // as last told to the kernel; nil: not told
-	told     bool             // SetJVM was called: DeleteJVM is owed
+	told     bool             // the kernel was told: a Delete is owed
 	attempts int              // failed reads
 	gaveUp   bool
 	// image is the first of the aggregator's images (interning spaces) its frames were
@@ -238,7 +233,7 @@ func (t *Tracker) processMappings(pid uint32, execID uint64, libs []*trace.Mappi
 		return
 	}
 	e.told = true
-	if err := t.cfg.Kernel.SetJVM(pid, st); err != nil {
+	if err := t.cfg.Kernel.Set(pid, execID, st, nil); err != nil {
 		t.count(func(s *TrackerStats) { s.KernelErrors++ })
 		return
 	}
@@ -342,7 +337,7 @@ func (t *Tracker) forget(pid uint32) {
 		t.mu.Unlock()
 	}
 	if e.told {
-		if err := t.cfg.Kernel.DeleteJVM(pid); err != nil {
+		if err := t.cfg.Kernel.Delete(pid); err != nil {
 			t.count(func(s *TrackerStats) { s.KernelErrors++ })
 		}
 	}

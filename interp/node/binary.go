@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/sonde-profiler/sonde/internal/objfile"
-	"github.com/sonde-profiler/sonde/unwind"
 )
 
 // ErrNotV8: the file holds no V8.
@@ -427,7 +426,7 @@ func trampolineCode(f *elf.File, at uint64) ([2]uint64, bool) {
 
 // BuiltinsCode finds, in a file that carries V8's metadata, the code that keeps frame
 // pointers and has no call frame information, which the native walk crosses by frame
-// pointer (unwind.RegisterFramePointerCode): V8's embedded builtins, and the trampoline
+// pointer (Spec.FramePointerCode): V8's embedded builtins, and the trampoline
 // under its collector's stack scan, without which a sample taken in a collection ends
 // there, short of the JavaScript that allocated.
 func BuiltinsCode(f *elf.File) (ranges [][2]uint64) {
@@ -451,8 +450,6 @@ func BuiltinsCode(f *elf.File) (ranges [][2]uint64) {
 	}
 	return ranges
 }
-
-func init() { unwind.RegisterFramePointerCode(BuiltinsCode) }
 
 // hasDynamicSymbol tells whether f exports name, scanning .dynsym in place rather than
 // building the list of every symbol: most files are not V8.

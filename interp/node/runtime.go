@@ -1,12 +1,9 @@
 package node
 
 import (
-	"context"
 	"log/slog"
-	"maps"
-	"slices"
 
-	"github.com/sonde-profiler/sonde/trace"
+	"github.com/sonde-profiler/sonde/interp"
 )
 
 // Number is V8's number among the runtimes (bpf/v8.h, V8_RUNTIME).
@@ -15,9 +12,29 @@ const Number uint8 = 3
 // FrameType is OpenTelemetry's profile.frame.type value for V8's JavaScript frames.
 const FrameType = "v8js"
 
+// Spec declares V8 (Node.js) to the pipeline (interp.Spec).
+var Spec = interp.Spec{
+	Name:   "v8",
+	Number: Number,
+	Maps: interp.KernelMaps{Procs: "v8_procs", Counters: "v8_counters", Ends: "v8_end",
+		Sizes: map[string]uint32{"v8_functions": kernelFunctionsMax}},
+	State:            KernelState{},
+	MemoryBytes:      func(limit int64) int { return int(max(4<<20, limit/16)) },
+	FramePointerCode: BuiltinsCode,
+	Unsupported:      "V8 whose functions sonde cannot name: its frames are [v8], or native where it cannot walk them",
+	New: func(env interp.Env) interp.Runtime {
+		return New(Config{Kernel: env.Kernel, OnError: env.OnError, OnReuse: env.OnReuse, MaxBytes: env.MaxBytes})
+	},
+}
+
+// kernelFunctionsMax sizes the kernel's record of the functions that ran code (compiled
+// code's pcs, interpreted frames' BytecodeArrays), v8_functions: an LRU (about 100 bytes
+// an entry), read within moments of the samples that wrote it.
+const kernelFunctionsMax = 32768
+
 // Config configures a Runtime.
 type Config struct {
-	Kernel  Kernel
+	Kernel  interp.Kernel
 	OnError func(path string, err error)
 	OnReuse func(pid uint32, image uint64)
 	// MaxBytes bounds what naming keeps across processes (NamerConfig.MaxBytes); 0 means
@@ -27,57 +44,24 @@ type Config struct {
 
 // Runtime is V8 on this host as the pipeline drives a language runtime.
 type Runtime struct {
-	tracker *Tracker
-	namer   *Namer
-	kernel  Kernel
+	interp.Base
 }
 
 // New returns V8's Runtime; Run reads what its frames name.
 func New(cfg Config) *Runtime {
-	r := &Runtime{kernel: cfg.Kernel}
-	r.tracker = NewTracker(TrackerConfig{Kernel: cfg.Kernel, OnError: cfg.OnError})
-	nc := NamerConfig{Images: r.tracker, OnReuse: cfg.OnReuse, MaxBytes: cfg.MaxBytes}
-	if f, ok := cfg.Kernel.(FunctionFinder); ok {
-		nc.Functions = f
+	tracker := NewTracker(TrackerConfig{Kernel: cfg.Kernel, OnError: cfg.OnError})
+	nc := NamerConfig{Images: tracker, OnReuse: cfg.OnReuse, MaxBytes: cfg.MaxBytes}
+	if cfg.Kernel != nil {
+		nc.Functions = kernelFunctions{cfg.Kernel}
 	}
-	r.namer = NewNamer(nc)
-	return r
+	namer := NewNamer(nc)
+	return &Runtime{interp.Base{Tracker: tracker, Namer: namer, Kernel: cfg.Kernel, Counts: func() []slog.Attr {
+		return []slog.Attr{slog.Any("v8", tracker.Stats()), slog.Any("names", namer.Stats())}
+	}}}
 }
 
 func (r *Runtime) FrameType() string { return FrameType }
 
 func (r *Runtime) DecodeFrame(payload uint64) (code uint64, offset uint32) {
 	return DecodeFrame(payload)
-}
-
-func (r *Runtime) SeenCode(pid uint32, image, code uint64) { r.namer.SeenCode(pid, image, code) }
-
-func (r *Runtime) ProcessMappings(pid uint32, execID uint64, mappings []*trace.Mapping) {
-	r.tracker.ProcessMappings(pid, execID, mappings)
-}
-
-func (r *Runtime) ProcessGone(pid uint32) { r.tracker.ProcessGone(pid) }
-
-func (r *Runtime) Name(loc *trace.Location) ([]trace.Line, bool) { return r.namer.Name(loc) }
-
-func (r *Runtime) Run(ctx context.Context) error { return r.namer.Run(ctx) }
-
-// WalkCounter is a Kernel that counts how its walks of V8 frames ended.
-type WalkCounter interface {
-	WalkEnds() (map[string]uint64, error)
-}
-
-// LogValue reports what the runtime found and named, and how the kernel's walks ended.
-func (r *Runtime) LogValue() slog.Value {
-	attrs := []slog.Attr{slog.Any("v8", r.tracker.Stats()), slog.Any("names", r.namer.Stats())}
-	if wc, ok := r.kernel.(WalkCounter); ok {
-		if ends, err := wc.WalkEnds(); err == nil {
-			walks := make([]slog.Attr, 0, len(ends))
-			for _, name := range slices.Sorted(maps.Keys(ends)) {
-				walks = append(walks, slog.Uint64(name, ends[name]))
-			}
-			attrs = append(attrs, slog.Attr{Key: "kernel_walks", Value: slog.GroupValue(walks...)})
-		}
-	}
-	return slog.GroupValue(attrs...)
 }

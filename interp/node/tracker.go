@@ -1,7 +1,6 @@
 package node
 
 import (
-	"debug/elf"
 	"fmt"
 	"log/slog"
 	"os"
@@ -11,32 +10,47 @@ import (
 	"sync/atomic"
 
 	"github.com/sonde-profiler/sonde/internal/objfile"
+	"github.com/sonde-profiler/sonde/interp"
 	"github.com/sonde-profiler/sonde/trace"
 )
 
-// KernelState is what the kernel needs to walk a process's V8 frames: bpf.V8Proc field
-// for field, translated by cmd/agent.
+// KernelState is what the kernel needs to walk a process's V8 frames: the kernel's struct
+// v8_proc (bpf/v8.h), field for field, which the writer checks before the runtime starts.
 type KernelState struct {
-	ExecID        uint64
-	Builtins, JIT [2]uint64 // [start, end) of the embedded builtins and of the JIT's code
-	// Remapped is where V8 mapped its builtins again, beside its code so that calls to
-	// them are short, or zero.
-	Remapped [2]uint64
+	ExecID uint64
+	// [start, end) of the embedded builtins, of their copy V8 maps beside its code so that
+	// calls to them are short (or zero), and of the JIT's code.
+	BuiltinsStart, BuiltinsEnd uint64
+	RemapStart, RemapEnd       uint64
+	JitStart, JitEnd           uint64
 	// The interpreter's entry trampolines and bytecode handlers, [start, end) as offsets
 	// into the builtins (either copy).
-	Entry, Handlers [2]uint32
-	// Frame slots from the frame pointer. FPBytecodeArray is 0 where the interpreter's
+	EntryStart, EntryEnd       uint32
+	HandlersStart, HandlersEnd uint32
+	// Frame slots from the frame pointer. OffFpBytecodeArray is 0 where the interpreter's
 	// code is not known: interpreted frames are then told by their function.
-	FPContext, FPFunction, FPBytecodeOffset, FPBytecodeArray int16
-	FunctionShared                                           uint16 // JSFunction: shared
-	SmiShift                                                 uint8
-	FrameEntry, FrameConstructEntry                          uint8 // frame types whose caller is C++
+	OffFpContext, OffFpFunction, OffFpBytecodeOffset, OffFpBytecodeArray int16
+	FunctionShared                                                       uint16 // JSFunction: shared
+	SmiShift                                                             uint8
+	TypeEntry, TypeConstructEntry                                        uint8 // frame types whose caller is C++
+	_                                                                    [3]uint8
 }
 
-// Kernel is where the tracker writes: bpf.Sampler behind an adapter, or a fake in tests.
-type Kernel interface {
-	SetV8(pid uint32, s *KernelState) error
-	DeleteV8(pid uint32) error
+// kernelCodeKey is the key of the kernel's v8_functions map (struct v8_code_key).
+type kernelCodeKey struct {
+	Pid  uint32
+	_    uint32
+	Code uint64
+}
+
+// kernelFunctions finds the functions the kernel last found in frames, in its
+// v8_functions map.
+type kernelFunctions struct{ k interp.Kernel }
+
+func (f kernelFunctions) FunctionAt(pid uint32, code uint64) (uint64, bool) {
+	var sfi uint64
+	ok, err := f.k.Lookup("v8_functions", kernelCodeKey{Pid: pid, Code: code}, &sfi)
+	return sfi, ok && err == nil
 }
 
 // FunctionFinder is a Kernel that remembers the function (a tagged SharedFunctionInfo) it
@@ -68,8 +82,8 @@ func (img *Image) keep(h *heap) {
 
 // TrackerConfig configures a Tracker.
 type TrackerConfig struct {
-	Kernel Kernel
-	// MaxFiles bounds the files whose verdict is remembered; 0 means DefaultMaxFiles.
+	Kernel interp.Kernel
+	// MaxFiles bounds the files whose verdict is remembered; 0 means interp.DefaultMaxFiles.
 	MaxFiles int
 	// OnError hears once per file why V8 in it cannot be walked.
 	OnError func(path string, err error)
@@ -84,9 +98,6 @@ func (c *TrackerConfig) readMaps(pid uint32) []byte {
 	b, _ := os.ReadFile("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/maps")
 	return b
 }
-
-// DefaultMaxFiles is how many files' verdicts a Tracker keeps.
-const DefaultMaxFiles = 4096
 
 // TrackerStats counts what a Tracker did.
 type TrackerStats struct {
@@ -106,18 +117,25 @@ func (s TrackerStats) LogValue() slog.Value {
 // Tracker finds V8 among each process's mappings and tells the kernel how to walk it.
 type Tracker struct {
 	cfg   TrackerConfig
+	files *interp.Files[V8]
 	mu    sync.Mutex
-	files map[objfile.ID]*V8
 	procs map[uint32]*Image
 	stats TrackerStats
 }
 
 // NewTracker returns a Tracker writing to cfg.Kernel.
 func NewTracker(cfg TrackerConfig) *Tracker {
-	if cfg.MaxFiles <= 0 {
-		cfg.MaxFiles = DefaultMaxFiles
+	t := &Tracker{cfg: cfg, files: interp.NewFiles(cfg.MaxFiles, Inspect, ErrNotV8, cfg.OnError), procs: map[uint32]*Image{}}
+	t.files.Found = func(path string, v *V8) {
+		if v.Unnamed == nil {
+			return
+		}
+		t.count(func(s *TrackerStats) { s.Unnamed++ })
+		if cfg.OnError != nil {
+			cfg.OnError(path, fmt.Errorf("its frames are walked and named [v8]: %w", v.Unnamed))
+		}
 	}
-	return &Tracker{cfg: cfg, files: map[objfile.ID]*V8{}, procs: map[uint32]*Image{}}
+	return t
 }
 
 // jitSpan is the span of a process's anonymous executable mappings: V8's code space.
@@ -209,7 +227,7 @@ func (t *Tracker) ProcessMappings(pid uint32, execID uint64, mappings []*trace.M
 		if m.File == nil || m.File.IsGo {
 			continue
 		}
-		v := t.v8(m.File)
+		v := t.files.Get(m.File)
 		if v == nil {
 			continue
 		}
@@ -218,25 +236,29 @@ func (t *Tracker) ProcessMappings(pid uint32, execID uint64, mappings []*trace.M
 			continue
 		}
 		md := &v.Meta
+		jit := codeRange(t.cfg.readMaps(pid), jitSpan(mappings))
+		remap := remapped(v, m.File, bias, mappings)
 		state := KernelState{
 			ExecID:              execID,
-			Builtins:            [2]uint64{v.Builtins[0] + bias, v.Builtins[1] + bias},
-			JIT:                 codeRange(t.cfg.readMaps(pid), jitSpan(mappings)),
-			FPContext:           int16(md.FPContext),
-			FPFunction:          int16(md.FPFunction),
-			FPBytecodeOffset:    int16(md.FPBytecodeOffset),
+			BuiltinsStart:       v.Builtins[0] + bias,
+			BuiltinsEnd:         v.Builtins[1] + bias,
+			RemapStart:          remap[0],
+			RemapEnd:            remap[1],
+			JitStart:            jit[0],
+			JitEnd:              jit[1],
+			OffFpContext:        int16(md.FPContext),
+			OffFpFunction:       int16(md.FPFunction),
+			OffFpBytecodeOffset: int16(md.FPBytecodeOffset),
 			FunctionShared:      uint16(md.FunctionShared),
 			SmiShift:            uint8(md.SmiShift),
-			FrameEntry:          uint8(md.FrameEntry),
-			FrameConstructEntry: uint8(md.FrameConstructEntry),
+			TypeEntry:           uint8(md.FrameEntry),
+			TypeConstructEntry:  uint8(md.FrameConstructEntry),
 		}
-		state.Remapped = remapped(v, m.File, bias, mappings)
 		if in := v.Interpreter; in.Handlers[1] != 0 {
-			off := func(r [2]uint64) [2]uint32 {
-				return [2]uint32{uint32(r[0] - v.Builtins[0]), uint32(r[1] - v.Builtins[0])}
-			}
-			state.Entry, state.Handlers = off(in.Entry), off(in.Handlers)
-			state.FPBytecodeArray = int16(md.FPBytecodeArray)
+			off := func(a uint64) uint32 { return uint32(a - v.Builtins[0]) }
+			state.EntryStart, state.EntryEnd = off(in.Entry[0]), off(in.Entry[1])
+			state.HandlersStart, state.HandlersEnd = off(in.Handlers[0]), off(in.Handlers[1])
+			state.OffFpBytecodeArray = int16(md.FPBytecodeArray)
 		}
 		t.mu.Lock()
 		old := t.procs[pid]
@@ -257,7 +279,9 @@ func (t *Tracker) ProcessMappings(pid uint32, execID uint64, mappings []*trace.M
 		t.procs[pid] = img
 		t.stats.Processes = len(t.procs)
 		t.mu.Unlock()
-		if err := t.cfg.Kernel.SetV8(pid, &state); err != nil {
+		// No code regions: the kernel walks V8's frames within the native walk, from the
+		// code this state says is V8's.
+		if err := t.cfg.Kernel.Set(pid, execID, &state, nil); err != nil {
 			t.count(func(s *TrackerStats) { s.KernelErrors++ })
 		}
 		return
@@ -275,7 +299,7 @@ func (t *Tracker) forget(pid uint32) {
 	t.stats.Processes = len(t.procs)
 	t.mu.Unlock()
 	if had {
-		if err := t.cfg.Kernel.DeleteV8(pid); err != nil {
+		if err := t.cfg.Kernel.Delete(pid); err != nil {
 			t.count(func(s *TrackerStats) { s.KernelErrors++ })
 		}
 	}
@@ -288,54 +312,6 @@ func (t *Tracker) Image(pid uint32) *Image {
 	return t.procs[pid]
 }
 
-func (t *Tracker) v8(f *objfile.File) *V8 {
-	id := f.ID()
-	t.mu.Lock()
-	v, seen := t.files[id]
-	t.mu.Unlock()
-	if seen {
-		return v
-	}
-	v, err := inspectFile(f)
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if len(t.files) >= t.cfg.MaxFiles {
-		clear(t.files)
-	}
-	t.files[id] = v
-	t.stats.FilesInspected++
-	switch {
-	case v != nil:
-		t.stats.V8s++
-		if v.Unnamed != nil {
-			t.stats.Unnamed++
-			if t.cfg.OnError != nil {
-				t.cfg.OnError(f.Path, fmt.Errorf("its frames are walked and named [v8]: %w", v.Unnamed))
-			}
-		}
-	case err != nil && err != ErrNotV8:
-		t.stats.Unsupported++
-		if t.cfg.OnError != nil {
-			t.cfg.OnError(f.Path, err)
-		}
-	}
-	return v
-}
-
-func inspectFile(f *objfile.File) (*V8, error) {
-	h, err := f.Open()
-	if err != nil {
-		return nil, err
-	}
-	defer h.Close()
-	var v *V8
-	err = h.InspectELF(ErrNotV8, func(e *elf.File) (err error) {
-		v, err = Inspect(e)
-		return err
-	})
-	return v, err
-}
-
 func (t *Tracker) count(f func(*TrackerStats)) {
 	t.mu.Lock()
 	f(&t.stats)
@@ -344,7 +320,10 @@ func (t *Tracker) count(f func(*TrackerStats)) {
 
 // Stats returns the counts so far.
 func (t *Tracker) Stats() TrackerStats {
+	fs := t.files.Stats()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.stats
+	st := t.stats
+	st.FilesInspected, st.V8s, st.Unsupported = fs.Inspected, fs.Found, fs.Unsupported
+	return st
 }

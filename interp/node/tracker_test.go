@@ -13,23 +13,9 @@ import (
 
 	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/internal/testenv"
+	"github.com/sonde-profiler/sonde/interp/interptest"
 	"github.com/sonde-profiler/sonde/trace"
 )
-
-type fakeKernel struct {
-	set     map[uint32]KernelState
-	deleted []uint32
-}
-
-func (k *fakeKernel) SetV8(pid uint32, s *KernelState) error {
-	k.set[pid] = *s
-	return nil
-}
-
-func (k *fakeKernel) DeleteV8(pid uint32) error {
-	k.deleted = append(k.deleted, pid)
-	return nil
-}
 
 func hostFile(t *testing.T, path string) *objfile.File {
 	t.Helper()
@@ -104,7 +90,7 @@ func TestTracker(t *testing.T) {
 			text = p
 		}
 	}
-	k := &fakeKernel{set: map[uint32]KernelState{}}
+	k := interptest.NewKernel[KernelState]()
 	maps := "7f10f8000000-7f10f8003000 rw-p 00000000 00:00 0 \n7f10f8003000-7f10f803f000 rwxp 00000000 00:00 0 \n7f10f803f000-7f1117e40000 ---p 00000000 00:00 0 \n"
 	tr := NewTracker(TrackerConfig{Kernel: k, Maps: func(uint32) []byte { return []byte(maps) }})
 	const remap = 0x7f1117e40000
@@ -113,25 +99,25 @@ func TestTracker(t *testing.T) {
 		{Start: 0x7f10f8003000, End: 0x7f10f803f000},
 		{Start: remap, End: remap + (v.Builtins[1] - v.Builtins[0]), Offset: off, Path: path, File: hostFile(t, path)},
 	})
-	st, ok := k.set[42]
+	st, ok := k.States[42]
 	if !ok {
 		t.Fatal("no V8 state for the process")
 	}
-	if st.ExecID != 7 || st.Builtins != v.Builtins || st.JIT != [2]uint64{0x7f10f8000000, 0x7f1117e40000} ||
-		st.Remapped != [2]uint64{remap, remap + v.Builtins[1] - v.Builtins[0]} {
+	if st.ExecID != 7 || [2]uint64{st.BuiltinsStart, st.BuiltinsEnd} != v.Builtins || [2]uint64{st.JitStart, st.JitEnd} != [2]uint64{0x7f10f8000000, 0x7f1117e40000} ||
+		[2]uint64{st.RemapStart, st.RemapEnd} != [2]uint64{remap, remap + v.Builtins[1] - v.Builtins[0]} {
 		t.Errorf("state %+v", st)
 	}
-	if st.FPFunction != -16 || st.FunctionShared == 0 || st.FrameEntry == 0 {
+	if st.OffFpFunction != -16 || st.FunctionShared == 0 || st.TypeEntry == 0 {
 		t.Errorf("frame layout %+v", st)
 	}
 	self, _ := os.Executable()
 	tr.ProcessMappings(43, 1, []*trace.Mapping{{Start: 0x1000, End: 0x2000, Path: self, File: hostFile(t, self)}})
-	if _, ok := k.set[43]; ok {
+	if _, ok := k.States[43]; ok {
 		t.Error("a process without V8 was told to the kernel")
 	}
 	tr.ProcessGone(42)
-	if len(k.deleted) != 1 || k.deleted[0] != 42 || tr.Image(42) != nil {
-		t.Errorf("deleted %v", k.deleted)
+	if len(k.Deleted) != 1 || k.Deleted[0] != 42 || tr.Image(42) != nil {
+		t.Errorf("deleted %v", k.Deleted)
 	}
 	if s := tr.Stats(); s.V8s != 1 || s.Processes != 0 {
 		t.Errorf("stats %+v", s)

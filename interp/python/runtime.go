@@ -1,11 +1,9 @@
 package python
 
 import (
-	"context"
 	"log/slog"
-	"maps"
-	"slices"
 
+	"github.com/sonde-profiler/sonde/interp"
 	"github.com/sonde-profiler/sonde/trace"
 )
 
@@ -39,10 +37,27 @@ func DecodeFrame(payload uint64) (code uint64, offset uint32) {
 	return code, uint32(payload&(1<<offsetBits-1)) * 2
 }
 
+// Spec declares CPython to the pipeline (interp.Spec).
+var Spec = interp.Spec{
+	Name:   "python",
+	Number: Number,
+	Maps: interp.KernelMaps{Procs: "py_procs", Counters: "py_counters", Ends: "py_end",
+		Sizes: map[string]uint32{"py_threads": kernelThreads}},
+	State:       KernelState{},
+	Unsupported: "python interpreter whose frames sonde cannot walk; its stacks show the interpreter's",
+	New: func(env interp.Env) interp.Runtime {
+		return New(Config{Kernel: env.Kernel, OnError: env.OnError, OnReuse: env.OnReuse})
+	},
+}
+
+// kernelThreads sizes the kernel's cache of thread states by thread id (py_threads): an
+// LRU, so a host with more Python threads than this searches a thread list now and then.
+const kernelThreads = 16384
+
 // Config configures a Runtime.
 type Config struct {
 	// Kernel is where the walker's per-process state goes.
-	Kernel Kernel
+	Kernel interp.Kernel
 	// OnError hears once per file why an interpreter in it cannot be walked.
 	OnError func(path string, err error)
 	// OnReuse hears that an image's interpreter gave a code object's address to another:
@@ -55,17 +70,16 @@ type Config struct {
 // as the process tracker's mapping observer), decodes and names the frames the kernel
 // records (a Namer), and counts what it did.
 type Runtime struct {
-	tracker *Tracker
-	namer   *Namer
-	kernel  Kernel
+	interp.Base
 }
 
 // New returns CPython's Runtime; Run reads the code objects its frames name.
 func New(cfg Config) *Runtime {
-	r := &Runtime{kernel: cfg.Kernel}
-	r.tracker = NewTracker(TrackerConfig{Kernel: cfg.Kernel, OnError: cfg.OnError})
-	r.namer = NewNamer(NamerConfig{Images: r.tracker, OnReuse: cfg.OnReuse, OnShim: r.tracker.SkipCode})
-	return r
+	tracker := NewTracker(TrackerConfig{Kernel: cfg.Kernel, OnError: cfg.OnError})
+	namer := NewNamer(NamerConfig{Images: tracker, OnReuse: cfg.OnReuse, OnShim: tracker.SkipCode})
+	return &Runtime{interp.Base{Tracker: tracker, Namer: namer, Kernel: cfg.Kernel, Counts: func() []slog.Attr {
+		return []slog.Attr{slog.Any("interpreters", tracker.Stats()), slog.Any("names", namer.Stats())}
+	}}}
 }
 
 // FrameType names CPython's frames.
@@ -74,41 +88,4 @@ func (r *Runtime) FrameType() string { return FrameType }
 // DecodeFrame splits a frame's payload into its code object's address and offset.
 func (r *Runtime) DecodeFrame(payload uint64) (code uint64, offset uint32) {
 	return DecodeFrame(payload)
-}
-
-// SeenCode queues a code object first seen in an interval to be read while its process lives.
-func (r *Runtime) SeenCode(pid uint32, image, code uint64) { r.namer.SeenCode(pid, image, code) }
-
-// ProcessMappings looks for an interpreter among a process's mappings.
-func (r *Runtime) ProcessMappings(pid uint32, execID uint64, mappings []*trace.Mapping) {
-	r.tracker.ProcessMappings(pid, execID, mappings)
-}
-
-// ProcessGone forgets a process.
-func (r *Runtime) ProcessGone(pid uint32) { r.tracker.ProcessGone(pid) }
-
-// Name names a CPython location: qualified name, file and line.
-func (r *Runtime) Name(loc *trace.Location) ([]trace.Line, bool) { return r.namer.Name(loc) }
-
-// Run reads the code objects SeenCode queued until ctx is done.
-func (r *Runtime) Run(ctx context.Context) error { return r.namer.Run(ctx) }
-
-// WalkCounter is a Kernel that counts how its walks of Python frames ended, by outcome.
-type WalkCounter interface {
-	WalkEnds() (map[string]uint64, error)
-}
-
-// LogValue reports what the runtime found and named, and how the kernel's walks ended.
-func (r *Runtime) LogValue() slog.Value {
-	attrs := []slog.Attr{slog.Any("interpreters", r.tracker.Stats()), slog.Any("names", r.namer.Stats())}
-	if wc, ok := r.kernel.(WalkCounter); ok {
-		if ends, err := wc.WalkEnds(); err == nil {
-			walks := make([]slog.Attr, 0, len(ends))
-			for _, name := range slices.Sorted(maps.Keys(ends)) {
-				walks = append(walks, slog.Uint64(name, ends[name]))
-			}
-			attrs = append(attrs, slog.Attr{Key: "kernel_walks", Value: slog.GroupValue(walks...)})
-		}
-	}
-	return slog.GroupValue(attrs...)
 }

@@ -1,37 +1,32 @@
 package python
 
 import (
-	"debug/elf"
 	"fmt"
 	"log/slog"
 	"sync"
 
-	"github.com/sonde-profiler/sonde/internal/objfile"
+	"github.com/sonde-profiler/sonde/interp"
 	"github.com/sonde-profiler/sonde/trace"
 )
 
-// KernelState is what the kernel needs to walk a process's Python frames: bpf.PythonProc
-// field for field, translated by cmd/agent.
+// KernelState is what the kernel needs to walk a process's Python frames: the kernel's
+// struct py_proc (bpf/python.h), field for field, which the writer checks before the
+// runtime starts (bpf.CheckLayout).
 type KernelState struct {
-	ExecID                        uint64
-	Runtime                       uint64
-	Eval, EvalCold                [2]uint64
-	SkipCode                      uint64 // a shim's code object, whose frames are left out
-	Model                         uint32 // 1: frame objects (3.9, 3.10), 2: is_entry (3.11), 3: shim frames (3.12+)
-	InterpretersHead, ThreadsHead uint16
-	ThreadNext, ThreadID          uint16
-	ThreadFrame, CFrameFrame      uint16
-	FramePrevious, FrameCode      uint16
-	FrameInstr, FrameOwner        uint16
-	FrameIsEntry, FrameSize       uint16
-	CodeAdaptive                  uint16
-	LastiBytes                    uint16 // f_lasti counts bytes (3.9)
-}
-
-// Kernel is where the tracker writes: bpf.Sampler behind an adapter, or a fake in tests.
-type Kernel interface {
-	SetPython(pid uint32, s *KernelState) error
-	DeletePython(pid uint32) error
+	ExecID                     uint64
+	Runtime                    uint64 // &_PyRuntime
+	EvalStart, EvalEnd         uint64 // _PyEval_EvalFrameDefault
+	ColdStart, ColdEnd         uint64 // its .cold part, or 0, 0
+	SkipCode                   uint64 // a shim's code object, whose frames are left out
+	Model                      uint32 // 1: frame objects (3.9, 3.10), 2: is_entry (3.11), 3: shim frames (3.12+)
+	InterpHead, ThreadsHead    uint16
+	TstateNext, TstateThreadID uint16
+	TstateFrame, CframeFrame   uint16
+	FramePrevious, FrameCode   uint16
+	FrameInstr, FrameOwner     uint16
+	FrameIsEntry, FrameSize    uint16
+	CodeAdaptive               uint16
+	LastiBytes                 uint16 // f_lasti counts bytes (3.9)
 }
 
 // Frame models of python.h (enum py_frame_model).
@@ -56,24 +51,25 @@ func KernelStateFor(in *Interpreter, bias, execID uint64) (*KernelState, error) 
 		return uint16(off)
 	}
 	s := &KernelState{
-		ExecID:           execID,
-		Runtime:          in.Runtime + bias,
-		Eval:             [2]uint64{in.Eval[0] + bias, in.Eval[1] + bias},
-		InterpretersHead: u16(l.InterpretersHead),
-		ThreadsHead:      u16(l.ThreadsHead),
-		ThreadNext:       u16(l.ThreadNext),
-		ThreadID:         u16(l.ThreadID),
-		ThreadFrame:      u16(l.ThreadFrame),
-		CFrameFrame:      u16(l.CFrameFrame),
-		FramePrevious:    u16(l.FramePrevious),
-		FrameCode:        u16(l.FrameCode),
-		FrameInstr:       u16(l.FrameInstr),
-		FrameOwner:       u16(l.FrameOwner),
-		FrameIsEntry:     u16(l.FrameIsEntry),
-		CodeAdaptive:     u16(max(l.CodeAdaptive, 0)),
+		ExecID:         execID,
+		Runtime:        in.Runtime + bias,
+		EvalStart:      in.Eval[0] + bias,
+		EvalEnd:        in.Eval[1] + bias,
+		InterpHead:     u16(l.InterpretersHead),
+		ThreadsHead:    u16(l.ThreadsHead),
+		TstateNext:     u16(l.ThreadNext),
+		TstateThreadID: u16(l.ThreadID),
+		TstateFrame:    u16(l.ThreadFrame),
+		CframeFrame:    u16(l.CFrameFrame),
+		FramePrevious:  u16(l.FramePrevious),
+		FrameCode:      u16(l.FrameCode),
+		FrameInstr:     u16(l.FrameInstr),
+		FrameOwner:     u16(l.FrameOwner),
+		FrameIsEntry:   u16(l.FrameIsEntry),
+		CodeAdaptive:   u16(max(l.CodeAdaptive, 0)),
 	}
 	if in.EvalCold[1] != 0 {
-		s.EvalCold = [2]uint64{in.EvalCold[0] + bias, in.EvalCold[1] + bias}
+		s.ColdStart, s.ColdEnd = in.EvalCold[0]+bias, in.EvalCold[1]+bias
 	}
 	switch v := in.Version; {
 	case v.AtLeast(12):
@@ -107,18 +103,20 @@ func boolU16(b bool) uint16 {
 	return 0
 }
 
+// regions are the interpreter's eval loop in a process, whose activations on the native
+// stack the kernel replaces by Python frames.
+func (s *KernelState) regions() []interp.Region {
+	return []interp.Region{{Start: s.EvalStart, End: s.EvalEnd}, {Start: s.ColdStart, End: s.ColdEnd}}
+}
+
 // TrackerConfig configures a Tracker.
 type TrackerConfig struct {
-	Kernel Kernel
-	// MaxFiles bounds the files whose verdict is remembered; 0 means DefaultMaxFiles.
+	Kernel interp.Kernel
+	// MaxFiles bounds the files whose verdict is remembered; 0 means interp.DefaultMaxFiles.
 	MaxFiles int
 	// OnError hears once per file why an interpreter in it cannot be walked.
 	OnError func(path string, err error)
 }
-
-// DefaultMaxFiles is how many files' verdicts a Tracker keeps: a host maps a few
-// hundred distinct executable files.
-const DefaultMaxFiles = 4096
 
 // TrackerStats counts what a Tracker did.
 type TrackerStats struct {
@@ -138,20 +136,17 @@ func (s TrackerStats) LogValue() slog.Value {
 // kernel how to walk it; it implements trace.MappingObserver, on the process tracker's
 // goroutine. A file is inspected once, by identity, whichever processes map it.
 type Tracker struct {
-	cfg TrackerConfig
+	cfg   TrackerConfig
+	files *interp.Files[Interpreter]
 
 	mu    sync.Mutex
-	files map[objfile.ID]*Interpreter // nil: not an interpreter sonde walks
 	procs map[uint32]*Image
 	stats TrackerStats
 }
 
 // NewTracker returns a Tracker writing to cfg.Kernel.
 func NewTracker(cfg TrackerConfig) *Tracker {
-	if cfg.MaxFiles <= 0 {
-		cfg.MaxFiles = DefaultMaxFiles
-	}
-	return &Tracker{cfg: cfg, files: map[objfile.ID]*Interpreter{}, procs: map[uint32]*Image{}}
+	return &Tracker{cfg: cfg, files: interp.NewFiles(cfg.MaxFiles, Inspect, ErrNotPython, cfg.OnError), procs: map[uint32]*Image{}}
 }
 
 // ProcessMappings looks for an interpreter among a process's executable mappings.
@@ -160,7 +155,7 @@ func (t *Tracker) ProcessMappings(pid uint32, execID uint64, mappings []*trace.M
 		if m.File == nil || m.File.IsGo {
 			continue
 		}
-		in := t.interpreter(m.File)
+		in := t.files.Get(m.File)
 		if in == nil {
 			continue
 		}
@@ -186,7 +181,7 @@ func (t *Tracker) ProcessMappings(pid uint32, execID uint64, mappings []*trace.M
 		t.procs[pid] = img
 		t.stats.Processes = len(t.procs)
 		t.mu.Unlock()
-		if err := t.cfg.Kernel.SetPython(pid, state); err != nil {
+		if err := t.cfg.Kernel.Set(pid, execID, state, state.regions()); err != nil {
 			t.count(func(s *TrackerStats) { s.KernelErrors++ })
 		}
 		return
@@ -210,7 +205,7 @@ func (t *Tracker) SkipCode(pid uint32, code uint64) {
 	t.procs[pid] = &next
 	state := next.state
 	t.mu.Unlock()
-	if err := t.cfg.Kernel.SetPython(pid, &state); err != nil {
+	if err := t.cfg.Kernel.Set(pid, state.ExecID, &state, state.regions()); err != nil {
 		t.count(func(s *TrackerStats) { s.KernelErrors++ })
 	}
 }
@@ -225,7 +220,7 @@ func (t *Tracker) forget(pid uint32) {
 	t.stats.Processes = len(t.procs)
 	t.mu.Unlock()
 	if had {
-		if err := t.cfg.Kernel.DeletePython(pid); err != nil {
+		if err := t.cfg.Kernel.Delete(pid); err != nil {
 			t.count(func(s *TrackerStats) { s.KernelErrors++ })
 		}
 	}
@@ -238,52 +233,6 @@ func (t *Tracker) Image(pid uint32) *Image {
 	return t.procs[pid]
 }
 
-// interpreter returns the file's interpreter, inspecting the file the first time.
-func (t *Tracker) interpreter(f *objfile.File) *Interpreter {
-	id := f.ID()
-	t.mu.Lock()
-	in, seen := t.files[id]
-	t.mu.Unlock()
-	if seen {
-		return in
-	}
-	in, err := inspectFile(f)
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if len(t.files) >= t.cfg.MaxFiles {
-		clear(t.files) // verdicts are cheap to find again; a bound is not
-	}
-	t.files[id] = in
-	t.stats.FilesInspected++
-	switch {
-	case in != nil:
-		t.stats.Interpreters++
-	case err != nil && err != ErrNotPython:
-		t.stats.Unsupported++
-		if t.cfg.OnError != nil {
-			t.cfg.OnError(f.Path, err)
-		}
-	}
-	return in
-}
-
-func inspectFile(f *objfile.File) (*Interpreter, error) {
-	h, err := f.Open()
-	if err != nil {
-		return nil, err
-	}
-	defer h.Close()
-	var in *Interpreter
-	err = h.InspectELF(ErrNotPython, func(e *elf.File) (err error) {
-		in, err = Inspect(e)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return in, nil
-}
-
 func (t *Tracker) count(f func(*TrackerStats)) {
 	t.mu.Lock()
 	f(&t.stats)
@@ -292,7 +241,10 @@ func (t *Tracker) count(f func(*TrackerStats)) {
 
 // Stats returns the counts so far.
 func (t *Tracker) Stats() TrackerStats {
+	fs := t.files.Stats()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.stats
+	st := t.stats
+	st.FilesInspected, st.Interpreters, st.Unsupported = fs.Inspected, fs.Found, fs.Unsupported
+	return st
 }

@@ -9,23 +9,9 @@ import (
 
 	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/internal/testenv"
+	"github.com/sonde-profiler/sonde/interp/interptest"
 	"github.com/sonde-profiler/sonde/trace"
 )
-
-type fakeKernel struct {
-	set     map[uint32]*KernelState
-	deleted []uint32
-}
-
-func (k *fakeKernel) SetPython(pid uint32, s *KernelState) error {
-	k.set[pid] = s
-	return nil
-}
-
-func (k *fakeKernel) DeletePython(pid uint32) error {
-	k.deleted = append(k.deleted, pid)
-	return nil
-}
 
 func hostFile(t *testing.T, path string) *objfile.File {
 	t.Helper()
@@ -72,7 +58,7 @@ func TestTracker(t *testing.T) {
 		{Start: 0x600000, End: 0x700000, File: goFile},
 		{Start: start, End: start + text.Filesz, Offset: text.Off &^ 0xfff, File: lib},
 	}
-	k := &fakeKernel{set: map[uint32]*KernelState{}}
+	k := interptest.NewKernel[KernelState]()
 	tr := NewTracker(TrackerConfig{Kernel: k})
 	tr.ProcessMappings(10, 5, maps)
 	tr.ProcessMappings(11, 6, maps)
@@ -81,11 +67,11 @@ func TestTracker(t *testing.T) {
 	if st.FilesInspected != 2 || st.Interpreters != 1 || st.Processes != 2 {
 		t.Errorf("stats %+v: want 2 files inspected once each, 1 interpreter, 2 Python processes", st)
 	}
-	s := k.set[10]
-	if s == nil || k.set[12] != nil {
-		t.Fatalf("kernel state %+v", k.set)
+	s := k.States[10]
+	if s == nil || k.States[12] != nil {
+		t.Fatalf("kernel state %+v", k.States)
 	}
-	if s.ExecID != 5 || s.Eval[0] != base+in.Eval[0] || s.Runtime != base+in.Runtime || s.Model == 0 || s.FrameSize == 0 || s.FrameSize > maxFrameRead {
+	if s.ExecID != 5 || s.EvalStart != base+in.Eval[0] || s.Runtime != base+in.Runtime || s.Model == 0 || s.FrameSize == 0 || s.FrameSize > maxFrameRead {
 		t.Errorf("state %+v for an interpreter at %#x (eval %#x)", s, uint64(base), in.Eval[0])
 	}
 	if img := tr.Image(10); img == nil || img.codeType != base+in.CodeType {
@@ -93,7 +79,7 @@ func TestTracker(t *testing.T) {
 	}
 	tr.ProcessGone(10)
 	tr.ProcessGone(12)
-	if len(k.deleted) != 1 || k.deleted[0] != 10 || tr.Image(10) != nil {
-		t.Errorf("deleted %v: want only the Python process", k.deleted)
+	if len(k.Deleted) != 1 || k.Deleted[0] != 10 || tr.Image(10) != nil {
+		t.Errorf("deleted %v: want only the Python process", k.Deleted)
 	}
 }
