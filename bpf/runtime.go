@@ -222,7 +222,7 @@ func CheckLayout(k btf.Type, g reflect.Type) error {
 		return err
 	}
 	if uintptr(size) != g.Size() {
-		return fmt.Errorf("%v is %d bytes, the kernel's %s %d", g, g.Size(), k.TypeName(), size)
+		return fmt.Errorf("%v is %d bytes, the kernel's %v %d", g, g.Size(), k, size)
 	}
 	switch k := k.(type) {
 	case *btf.Struct:
