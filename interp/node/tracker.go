@@ -6,7 +6,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	"github.com/sonde-profiler/sonde/internal/objfile"
@@ -116,21 +115,20 @@ func (s TrackerStats) LogValue() slog.Value {
 
 // Tracker finds V8 among each process's mappings and tells the kernel how to walk it.
 type Tracker struct {
-	cfg   TrackerConfig
-	files *interp.Files[V8]
-	mu    sync.Mutex
-	procs map[uint32]*Image
-	stats TrackerStats
+	cfg     TrackerConfig
+	files   *interp.Files[V8]
+	procs   *interp.Procs[Image]
+	unnamed atomic.Int64
 }
 
 // NewTracker returns a Tracker writing to cfg.Kernel.
 func NewTracker(cfg TrackerConfig) *Tracker {
-	t := &Tracker{cfg: cfg, files: interp.NewFiles(cfg.MaxFiles, Inspect, ErrNotV8, cfg.OnError), procs: map[uint32]*Image{}}
+	t := &Tracker{cfg: cfg, files: interp.NewFiles(cfg.MaxFiles, Inspect, ErrNotV8, cfg.OnError), procs: interp.NewProcs[Image](cfg.Kernel)}
 	t.files.Found = func(path string, v *V8) {
 		if v.Unnamed == nil {
 			return
 		}
-		t.count(func(s *TrackerStats) { s.Unnamed++ })
+		t.unnamed.Add(1)
 		if cfg.OnError != nil {
 			cfg.OnError(path, fmt.Errorf("its frames are walked and named [v8]: %w", v.Unnamed))
 		}
@@ -260,70 +258,37 @@ func (t *Tracker) ProcessMappings(pid uint32, execID uint64, mappings []*trace.M
 			state.HandlersStart, state.HandlersEnd = off(in.Handlers[0]), off(in.Handlers[1])
 			state.OffFpBytecodeArray = int16(md.FPBytecodeArray)
 		}
-		t.mu.Lock()
-		old := t.procs[pid]
-		if old != nil && old.bias == bias && old.execID == execID && old.state == state {
-			t.mu.Unlock()
-			return
-		}
-		img := old
-		if img == nil || img.bias != bias || img.execID != execID {
-			img = &Image{v8: v, bias: bias, execID: execID}
-		} else {
-			// The same image, its code grown: the namer keeps reading through it.
-			next := &Image{v8: v, bias: bias, execID: execID}
-			next.isMap.Store(img.isMap.Load())
-			img = next
-		}
-		img.state = state
-		t.procs[pid] = img
-		t.stats.Processes = len(t.procs)
-		t.mu.Unlock()
-		// No code regions: the kernel walks V8's frames within the native walk, from the
-		// code this state says is V8's.
-		if err := t.cfg.Kernel.Set(pid, execID, &state, nil); err != nil {
-			t.count(func(s *TrackerStats) { s.KernelErrors++ })
+		changed := t.procs.Update(pid, func(old *Image) *Image {
+			if old != nil && old.bias == bias && old.execID == execID && old.state == state {
+				return nil
+			}
+			img := &Image{v8: v, bias: bias, execID: execID, state: state}
+			if old != nil && old.bias == bias && old.execID == execID {
+				// The same image, its code grown: the namer keeps reading through it.
+				img.isMap.Store(old.isMap.Load())
+			}
+			return img
+		})
+		if changed {
+			// No code regions: the kernel walks V8's frames within the native walk, from
+			// the code this state says is V8's.
+			t.procs.Tell(pid, execID, &state, nil)
 		}
 		return
 	}
-	t.forget(pid)
+	t.procs.Forget(pid)
 }
 
 // ProcessGone forgets a process.
-func (t *Tracker) ProcessGone(pid uint32) { t.forget(pid) }
-
-func (t *Tracker) forget(pid uint32) {
-	t.mu.Lock()
-	_, had := t.procs[pid]
-	delete(t.procs, pid)
-	t.stats.Processes = len(t.procs)
-	t.mu.Unlock()
-	if had {
-		if err := t.cfg.Kernel.Delete(pid); err != nil {
-			t.count(func(s *TrackerStats) { s.KernelErrors++ })
-		}
-	}
-}
+func (t *Tracker) ProcessGone(pid uint32) { t.procs.Forget(pid) }
 
 // Image returns V8 as a process maps it, or nil.
-func (t *Tracker) Image(pid uint32) *Image {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.procs[pid]
-}
-
-func (t *Tracker) count(f func(*TrackerStats)) {
-	t.mu.Lock()
-	f(&t.stats)
-	t.mu.Unlock()
-}
+func (t *Tracker) Image(pid uint32) *Image { return t.procs.Image(pid) }
 
 // Stats returns the counts so far.
 func (t *Tracker) Stats() TrackerStats {
 	fs := t.files.Stats()
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	st := t.stats
-	st.FilesInspected, st.V8s, st.Unsupported = fs.Inspected, fs.Found, fs.Unsupported
-	return st
+	procs, kernelErrors := t.procs.Counts()
+	return TrackerStats{FilesInspected: fs.Inspected, V8s: fs.Found, Unnamed: int(t.unnamed.Load()), Unsupported: fs.Unsupported,
+		Processes: procs, KernelErrors: kernelErrors}
 }

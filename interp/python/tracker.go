@@ -3,7 +3,6 @@ package python
 import (
 	"fmt"
 	"log/slog"
-	"sync"
 
 	"github.com/sonde-profiler/sonde/interp"
 	"github.com/sonde-profiler/sonde/trace"
@@ -136,17 +135,13 @@ func (s TrackerStats) LogValue() slog.Value {
 // kernel how to walk it; it implements trace.MappingObserver, on the process tracker's
 // goroutine. A file is inspected once, by identity, whichever processes map it.
 type Tracker struct {
-	cfg   TrackerConfig
 	files *interp.Files[Interpreter]
-
-	mu    sync.Mutex
-	procs map[uint32]*Image
-	stats TrackerStats
+	procs *interp.Procs[Image]
 }
 
 // NewTracker returns a Tracker writing to cfg.Kernel.
 func NewTracker(cfg TrackerConfig) *Tracker {
-	return &Tracker{cfg: cfg, files: interp.NewFiles(cfg.MaxFiles, Inspect, ErrNotPython, cfg.OnError), procs: map[uint32]*Image{}}
+	return &Tracker{files: interp.NewFiles(cfg.MaxFiles, Inspect, ErrNotPython, cfg.OnError), procs: interp.NewProcs[Image](cfg.Kernel)}
 }
 
 // ProcessMappings looks for an interpreter among a process's executable mappings.
@@ -167,84 +162,55 @@ func (t *Tracker) ProcessMappings(pid uint32, execID uint64, mappings []*trace.M
 		if err != nil {
 			continue
 		}
-		t.mu.Lock()
-		old := t.procs[pid]
-		if old != nil && old.bias == bias && old.execID == execID {
-			t.mu.Unlock()
-			return // told already
-		}
-		if old != nil && old.execID == execID {
-			state.SkipCode = old.state.SkipCode // the same interpreter's shim
-		}
-		img := NewImage(in, bias)
-		img.bias, img.execID, img.state = bias, execID, *state
-		t.procs[pid] = img
-		t.stats.Processes = len(t.procs)
-		t.mu.Unlock()
-		if err := t.cfg.Kernel.Set(pid, execID, state, state.regions()); err != nil {
-			t.count(func(s *TrackerStats) { s.KernelErrors++ })
+		changed := t.procs.Update(pid, func(old *Image) *Image {
+			if old != nil && old.bias == bias && old.execID == execID {
+				return nil // told already
+			}
+			if old != nil && old.execID == execID {
+				state.SkipCode = old.state.SkipCode // the same interpreter's shim
+			}
+			img := NewImage(in, bias)
+			img.bias, img.execID, img.state = bias, execID, *state
+			return img
+		})
+		if changed {
+			t.procs.Tell(pid, execID, state, state.regions())
 		}
 		return
 	}
-	t.forget(pid)
+	t.procs.Forget(pid)
 }
 
 // SkipCode tells the kernel to leave out the frames of a shim code object of a process's
 // interpreter: 3.13 runs one between a class's instantiation and its __init__, named
 // "__init__" at line 0, where CPython's own tracebacks show nothing.
 func (t *Tracker) SkipCode(pid uint32, code uint64) {
-	t.mu.Lock()
-	img := t.procs[pid]
-	if img == nil || img.state.SkipCode == code {
-		t.mu.Unlock()
-		return
-	}
-	// A new image, not the one the namer reads through: Images are not changed once shared.
-	next := *img
-	next.state.SkipCode = code
-	t.procs[pid] = &next
-	state := next.state
-	t.mu.Unlock()
-	if err := t.cfg.Kernel.Set(pid, state.ExecID, &state, state.regions()); err != nil {
-		t.count(func(s *TrackerStats) { s.KernelErrors++ })
+	var state KernelState
+	changed := t.procs.Update(pid, func(img *Image) *Image {
+		if img == nil || img.state.SkipCode == code {
+			return nil
+		}
+		// A new image, not the one the namer reads through: Images are not changed once shared.
+		next := *img
+		next.state.SkipCode = code
+		state = next.state
+		return &next
+	})
+	if changed {
+		t.procs.Tell(pid, state.ExecID, &state, state.regions())
 	}
 }
 
 // ProcessGone forgets a process.
-func (t *Tracker) ProcessGone(pid uint32) { t.forget(pid) }
-
-func (t *Tracker) forget(pid uint32) {
-	t.mu.Lock()
-	_, had := t.procs[pid]
-	delete(t.procs, pid)
-	t.stats.Processes = len(t.procs)
-	t.mu.Unlock()
-	if had {
-		if err := t.cfg.Kernel.Delete(pid); err != nil {
-			t.count(func(s *TrackerStats) { s.KernelErrors++ })
-		}
-	}
-}
+func (t *Tracker) ProcessGone(pid uint32) { t.procs.Forget(pid) }
 
 // Image returns the interpreter a process runs, as mapped there, or nil.
-func (t *Tracker) Image(pid uint32) *Image {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.procs[pid]
-}
-
-func (t *Tracker) count(f func(*TrackerStats)) {
-	t.mu.Lock()
-	f(&t.stats)
-	t.mu.Unlock()
-}
+func (t *Tracker) Image(pid uint32) *Image { return t.procs.Image(pid) }
 
 // Stats returns the counts so far.
 func (t *Tracker) Stats() TrackerStats {
 	fs := t.files.Stats()
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	st := t.stats
-	st.FilesInspected, st.Interpreters, st.Unsupported = fs.Inspected, fs.Found, fs.Unsupported
-	return st
+	procs, kernelErrors := t.procs.Counts()
+	return TrackerStats{FilesInspected: fs.Inspected, Interpreters: fs.Found, Unsupported: fs.Unsupported,
+		Processes: procs, KernelErrors: kernelErrors}
 }
