@@ -5,6 +5,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/sonde-profiler/sonde/internal/procfs"
 )
 
 func TestParseMaps(t *testing.T) {
@@ -24,18 +26,18 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
 	}
 	prog := got[0]
 	if prog.Start != 0x55d0c0a02000 || prog.End != 0x55d0c0a08000 || prog.Offset != 0x2000 ||
-		prog.Inode != 1234 || prog.Path != "/usr/bin/prog" || prog.Dev != mkdev(0xfd, 1) {
+		prog.Inode != 1234 || prog.Path != "/usr/bin/prog" || prog.Dev != procfs.MakeDev(0xfd, 1) {
 		t.Errorf("prog mapping = %+v", prog)
 	}
-	if lib := got[1]; lib.Path != "/opt/my app/lib/libfoo.so (deleted)" || lib.Dev != mkdev(0x103, 2) {
+	if lib := got[1]; lib.Path != "/opt/my app/lib/libfoo.so (deleted)" || lib.Dev != procfs.MakeDev(0x103, 2) {
 		t.Errorf("path with spaces and a deleted file: %+v", lib)
 	}
 	if got[2].Path != "[vdso]" || got[2].Inode != 0 {
 		t.Errorf("vdso mapping = %+v", got[2])
 	}
 	for _, bad := range []string{"zz-10 r-xp 0 00:00 0", "10-5 r-xp 0 00:00 0", "10-20 r-xp 0 0000 0", "10-20 r-xp"} {
-		if _, err := parseMapsLine(bad); err == nil {
-			t.Errorf("parseMapsLine(%q) succeeded", bad)
+		if _, err := procfs.ParseMapsLine(bad); err == nil {
+			t.Errorf("ParseMapsLine(%q) succeeded", bad)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package unwind
 
 import (
 	"encoding/binary"
+	"github.com/sonde-profiler/sonde/internal/leb128"
 	"math"
 )
 
@@ -96,42 +97,27 @@ func (r *reader) uint(n int) uint64 {
 }
 
 func (r *reader) uleb() uint64 {
-	var v uint64
-	var shift uint
-	for {
-		b := r.u8()
-		if r.bad {
-			return 0
-		}
-		if shift < 64 {
-			v |= uint64(b&0x7f) << shift
-		}
-		shift += 7
-		if b&0x80 == 0 {
-			return v
-		}
+	if r.bad {
+		return 0
 	}
+	v, n := leb128.Uint(r.b[r.off:])
+	if n == 0 {
+		r.bad = true
+	}
+	r.off += n
+	return v
 }
 
 func (r *reader) sleb() int64 {
-	var v int64
-	var shift uint
-	for {
-		b := r.u8()
-		if r.bad {
-			return 0
-		}
-		if shift < 64 {
-			v |= int64(b&0x7f) << shift
-		}
-		shift += 7
-		if b&0x80 == 0 {
-			if shift < 64 && b&0x40 != 0 {
-				v |= -1 << shift
-			}
-			return v
-		}
+	if r.bad {
+		return 0
 	}
+	v, n := leb128.Int(r.b[r.off:])
+	if n == 0 {
+		r.bad = true
+	}
+	r.off += n
+	return v
 }
 
 func (r *reader) skip(n uint64) {

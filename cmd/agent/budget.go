@@ -13,6 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/sonde-profiler/sonde/bpf"
+	"github.com/sonde-profiler/sonde/internal/procfs"
 )
 
 // minMemoryLimit is the least --memory-limit sonde can keep to: its code, one interval's
@@ -177,7 +178,7 @@ func (r *residentReader) bytes() int64 {
 	if n == 0 && err != nil {
 		return 0
 	}
-	return statmResident(r.buf[:n])
+	return procfs.StatmResident(r.buf[:n])
 }
 
 func (r *residentReader) close() {
@@ -186,23 +187,13 @@ func (r *residentReader) close() {
 	}
 }
 
-// statmResident is the resident set size in bytes that statm's contents give.
-func statmResident(b []byte) int64 {
-	fields := strings.Fields(string(b))
-	if len(fields) < 2 {
-		return 0
-	}
-	pages, _ := strconv.ParseInt(fields[1], 10, 64)
-	return pages * int64(os.Getpagesize())
-}
-
 // residentBytes is the process's resident set size.
 func residentBytes() int64 {
 	b, err := os.ReadFile("/proc/self/statm")
 	if err != nil {
 		return 0
 	}
-	return statmResident(b)
+	return procfs.StatmResident(b)
 }
 
 // highWaterBytes is the process's peak resident set size (VmHWM), 0 when unknown.

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/sonde-profiler/sonde/internal/procfs"
 )
 
 // The resident set read from statm kept open follows the process's memory as a fresh
@@ -49,7 +51,7 @@ func TestStatmResident(t *testing.T) {
 		"":                          0,
 		"2000 x 1":                  0,
 	} {
-		if got := statmResident([]byte(in)); got != want {
+		if got := procfs.StatmResident([]byte(in)); got != want {
 			t.Errorf("statm %q: %d, want %d", in, got, want)
 		}
 	}

@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/sonde-profiler/sonde/internal/procfs"
 	"github.com/sonde-profiler/sonde/reporter/top"
 	"github.com/sonde-profiler/sonde/trace"
 )
@@ -451,40 +452,17 @@ type cgroup2Mount struct{ root, dir string }
 // cgroup2Mounts lists the cgroup2 mounts: where each is mounted, and which directory of
 // the hierarchy it shows there (not "/" in a container that sees its own subtree).
 func cgroup2Mounts(mountinfo string) ([]cgroup2Mount, error) {
-	b, err := os.ReadFile(mountinfo)
+	mounts, err := procfs.Mounts(mountinfo)
 	if err != nil {
 		return nil, err
 	}
 	var out []cgroup2Mount
-	for line := range strings.Lines(string(b)) {
-		// id parent major:minor root mountpoint options... - fstype source superoptions
-		pre, post, ok := strings.Cut(line, " - ")
-		fields, fs := strings.Fields(pre), strings.Fields(post)
-		if !ok || len(fields) < 5 || len(fs) < 1 || fs[0] != "cgroup2" {
-			continue
+	for _, m := range mounts {
+		if m.FSType == "cgroup2" {
+			out = append(out, cgroup2Mount{root: m.Root, dir: m.Dir})
 		}
-		out = append(out, cgroup2Mount{root: unescapeMount(fields[3]), dir: unescapeMount(fields[4])})
 	}
 	return out, nil
-}
-
-// unescapeMount undoes mountinfo's octal escapes of spaces, tabs, newlines and backslashes.
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // tailBuffer keeps the last max bytes written to it, whole lines.

@@ -1,13 +1,13 @@
 package main
 
 import (
-	"bufio"
+	"errors"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sonde-profiler/sonde/internal/procfs"
 )
 
 // releaseOwnCode gives back the page-table entries of sonde's executable where it is
@@ -48,45 +48,27 @@ func releaseOwnCode(exact bool) (int64, error) {
 	}
 	defer f.Close()
 	var released int64
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// start-end perms offset major:minor inode path
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 6 || fields[1][1] == 'w' || fields[1][3] != 'p' {
-			continue
+	var advise error
+	err = procfs.ScanMaps(f, func(m procfs.Mapping) bool {
+		// The executable's own read-only, private pages: its code and constants.
+		if len(m.Perms) < 4 || m.Perms[1] == 'w' || m.Perms[3] != 'p' || m.Inode != st.Ino || m.Dev != st.Dev || m.End <= m.Start {
+			return true
 		}
-		if ino, err := strconv.ParseUint(fields[4], 10, 64); err != nil || ino != st.Ino {
-			continue
-		}
-		majMin := strings.SplitN(fields[3], ":", 2)
-		if len(majMin) != 2 {
-			continue
-		}
-		maj, err1 := strconv.ParseUint(majMin[0], 16, 32)
-		minor, err2 := strconv.ParseUint(majMin[1], 16, 32)
-		if err1 != nil || err2 != nil || uint32(maj) != unix.Major(st.Dev) || uint32(minor) != unix.Minor(st.Dev) {
-			continue
-		}
-		bounds := strings.SplitN(fields[0], "-", 2)
-		if len(bounds) != 2 {
-			continue
-		}
-		start, err1 := strconv.ParseUint(bounds[0], 16, 64)
-		end, err2 := strconv.ParseUint(bounds[1], 16, 64)
-		if err1 != nil || err2 != nil || end <= start {
-			continue
-		}
+		start, end := m.Start, m.End
 		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, uintptr(start), uintptr(end-start), unix.MADV_DONTNEED); errno != 0 {
-			return released, fmt.Errorf("release own pages at %#x: %w", start, errno)
+			advise = fmt.Errorf("release own pages at %#x: %w", start, errno)
+			return false
 		}
 		if exact {
 			if _, _, errno := unix.Syscall(unix.SYS_MADVISE, uintptr(start), uintptr(end-start), unix.MADV_RANDOM); errno != 0 {
-				return released, fmt.Errorf("advise random access to own pages at %#x: %w", start, errno)
+				advise = fmt.Errorf("advise random access to own pages at %#x: %w", start, errno)
+				return false
 			}
 		}
 		released += int64(end - start)
-	}
-	if err := sc.Err(); err != nil {
+		return true
+	})
+	if err = errors.Join(advise, err); err != nil {
 		return released, err
 	}
 	if exact {

@@ -4,10 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sonde-profiler/sonde/internal/procfs"
 )
 
 // ErrNotCgroup2 is returned by ID for a path outside a cgroup v2 file system: a v1
@@ -44,38 +45,16 @@ func ID(path string) (uint64, error) {
 // mountinfo (/proc/self/mountinfo): /sys/fs/cgroup on unified hosts,
 // /sys/fs/cgroup/unified on hybrid ones.
 func Root(mountinfo string) (string, error) {
-	data, err := os.ReadFile(mountinfo)
+	mounts, err := procfs.Mounts(mountinfo)
 	if err != nil {
 		return "", fmt.Errorf("find the cgroup v2 mount: %w", err)
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		// "36 35 0:31 / /sys/fs/cgroup rw,nosuid shared:9 - cgroup2 cgroup2 rw"
-		pre, post, ok := strings.Cut(line, " - ")
-		if !ok {
-			continue
-		}
-		fields, after := strings.Fields(pre), strings.Fields(post)
-		if len(fields) >= 5 && len(after) >= 1 && after[0] == "cgroup2" {
-			return unescapeMount(fields[4]), nil
+	for _, m := range mounts {
+		if m.FSType == "cgroup2" {
+			return m.Dir, nil
 		}
 	}
 	return "", fmt.Errorf("find the cgroup v2 mount: none in %s: %w", mountinfo, ErrNotCgroup2)
-}
-
-// unescapeMount undoes mountinfo's octal escapes of spaces, tabs, newlines and backslashes.
-func unescapeMount(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // FindPod finds the cgroup directory of a Kubernetes pod under root, the cgroup v2 root

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/sonde-profiler/sonde/internal/leb128"
 	"sort"
 	"unicode/utf16"
 )
@@ -602,16 +603,8 @@ func decodePositions(raw []byte) []position {
 	return out
 }
 
-func vlq(b []byte) (int64, int) {
-	var u uint64
-	for i := 0; i < len(b) && i < 10; i++ {
-		u |= uint64(b[i]&0x7f) << (7 * i)
-		if b[i]&0x80 == 0 {
-			return int64(u>>1) ^ -int64(u&1), i + 1
-		}
-	}
-	return 0, 0
-}
+// vlq reads one of V8's VLQ numbers (zigzag, in at most 10 bytes) from the front of b.
+func vlq(b []byte) (int64, int) { return leb128.ZigZag(b[:min(len(b), 10)]) }
 
 // SourcePosition's fields (V8's source-position.h): bit 0 external, then the script
 // offset + 1 in 30 bits, then the inlining id + 1 in 16.

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/sonde-profiler/sonde/internal/objfile"
+	"github.com/sonde-profiler/sonde/internal/procfs"
 	"github.com/sonde-profiler/sonde/interp"
 	"github.com/sonde-profiler/sonde/trace"
 )
@@ -166,21 +167,12 @@ func codeRange(maps []byte, span [2]uint64) [2]uint64 {
 	}
 	type r struct{ start, end uint64 }
 	var anon []r
-	for _, line := range strings.Split(string(maps), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 || len(f) > 6 || f[4] != "0" || (len(f) == 6 && f[5] != "") {
-			continue
+	for line := range strings.Lines(string(maps)) {
+		m, err := procfs.ParseMapsLine(line)
+		if err != nil || m.Inode != 0 || m.Path != "" || m.End <= m.Start {
+			continue // a file's, a named region's ([heap], [stack]) or a line that does not parse
 		}
-		a, b, ok := strings.Cut(f[0], "-")
-		if !ok {
-			continue
-		}
-		start, err1 := strconv.ParseUint(a, 16, 64)
-		end, err2 := strconv.ParseUint(b, 16, 64)
-		if err1 != nil || err2 != nil || end <= start {
-			continue
-		}
-		anon = append(anon, r{start, end})
+		anon = append(anon, r{m.Start, m.End})
 	}
 	out := span
 	for i := 0; i < len(anon); {

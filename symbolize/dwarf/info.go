@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/sonde-profiler/sonde/internal/leb128"
 	"math"
 )
 
@@ -164,44 +165,25 @@ func (r *secReader) uint(n int) uint64 {
 }
 
 func (r *secReader) uleb() uint64 {
-	var v uint64
-	for shift := uint(0); ; shift += 7 {
-		if r.pos >= len(r.b) {
-			r.fail(errTruncated)
-			return 0
-		}
-		c := r.b[r.pos]
-		r.pos++
-		if shift < 64 {
-			v |= uint64(c&0x7f) << shift
-		}
-		if c&0x80 == 0 {
-			return v
-		}
+	v, n := leb128.Uint(r.b[min(r.pos, len(r.b)):])
+	if n == 0 {
+		r.pos = len(r.b)
+		r.fail(errTruncated)
+		return 0
 	}
+	r.pos += n
+	return v
 }
 
 func (r *secReader) sleb() int64 {
-	var v int64
-	var shift uint
-	for {
-		if r.pos >= len(r.b) {
-			r.fail(errTruncated)
-			return 0
-		}
-		c := r.b[r.pos]
-		r.pos++
-		if shift < 64 {
-			v |= int64(c&0x7f) << shift
-		}
-		shift += 7
-		if c&0x80 == 0 {
-			if shift < 64 && c&0x40 != 0 {
-				v |= -1 << shift
-			}
-			return v
-		}
+	v, n := leb128.Int(r.b[min(r.pos, len(r.b)):])
+	if n == 0 {
+		r.pos = len(r.b)
+		r.fail(errTruncated)
+		return 0
 	}
+	r.pos += n
+	return v
 }
 
 // cstring reads a NUL-terminated string, in place.

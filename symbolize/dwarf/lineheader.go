@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/sonde-profiler/sonde/internal/leb128"
 )
 
 // Forms a DWARF 5 line header may use to describe its directory and file entries
@@ -197,17 +198,14 @@ func (h *lineHeader) u32() uint32 { return h.order.Uint32(h.take(4)) }
 func (h *lineHeader) u64() uint64 { return h.order.Uint64(h.take(8)) }
 
 func (h *lineHeader) uleb() uint64 {
-	var v uint64
-	for shift := uint(0); ; shift += 7 {
-		b := h.u8()
-		if h.err != nil {
-			return 0
-		}
-		if shift < 64 {
-			v |= uint64(b&0x7f) << shift
-		}
-		if b&0x80 == 0 {
-			return v
-		}
+	if h.err != nil {
+		return 0
 	}
+	v, n := leb128.Uint(h.b)
+	if n == 0 {
+		h.fail()
+		return 0
+	}
+	h.b = h.b[n:]
+	return v
 }
