@@ -20,7 +20,6 @@ import (
 
 	"github.com/sonde-profiler/sonde/internal/testenv"
 	"github.com/sonde-profiler/sonde/internal/testprog"
-	"github.com/sonde-profiler/sonde/interp/jvm"
 )
 
 // cpuStat is the host's CPU time since boot, in ticks, from /proc/stat's first line.
@@ -411,22 +410,33 @@ func startBigJVM(b *testing.B, want uint64) {
 	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	var used uint64
 	testenv.WaitFor(b, fmt.Sprintf("%d MiB of compiled code", want>>20), 8*time.Minute, func() (bool, string) {
-		p, err := jvm.Attach(uint32(cmd.Process.Pid))
-		if err != nil {
-			return false, err.Error()
-		}
-		used = 0
-		if _, err := p.Blobs(func(bl *jvm.Blob) bool {
-			if bl.NMethod {
-				used += bl.End - bl.Addr
-			}
-			return true
-		}); err != nil {
+		var err error
+		if used, err = compiledBytes(jdk, cmd.Process.Pid); err != nil {
 			return false, err.Error()
 		}
 		return used >= want, fmt.Sprintf("%d MiB", used>>20)
 	})
 	b.ReportMetric(float64(used)/(1<<20), "jvm-code-MiB")
+}
+
+// compiledBytes is how much of a JVM's code cache its compiled methods take, as its
+// nmethod heaps' used sizes (jcmd Compiler.codecache) say.
+func compiledBytes(jdk testenv.JDK, pid int) (uint64, error) {
+	out, err := exec.Command(filepath.Join(filepath.Dir(jdk.Java()), "jcmd"), strconv.Itoa(pid), "Compiler.codecache").CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("jcmd: %v: %s", err, out)
+	}
+	var kb uint64
+	heaps := 0
+	for _, m := range regexp.MustCompile(`CodeHeap '(?:non-)?profiled nmethods': size=\d+Kb used=(\d+)Kb`).FindAllStringSubmatch(string(out), -1) {
+		n, _ := strconv.ParseUint(m[1], 10, 64)
+		kb += n
+		heaps++
+	}
+	if heaps == 0 {
+		return 0, fmt.Errorf("no nmethod heaps in jcmd's %q", out)
+	}
+	return kb << 10, nil
 }
 
 // pingPongGo hands a value back and forth between two goroutines over unbuffered channels
