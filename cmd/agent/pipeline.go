@@ -92,9 +92,28 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	return p.run(ctx)
 }
 
+// closers undoes what build made, the last made first, should a later stage fail: each
+// stage that holds something (a connection, the kernel's programs, a listener) pushes its
+// undoing as it is made, so that no failure below it can leave it open.
+type closers []func()
+
+func (c *closers) push(f func()) { *c = append(*c, f) }
+
+func (c closers) close() {
+	for i := len(c) - 1; i >= 0; i-- {
+		c[i]()
+	}
+}
+
 // build checks what can be checked, loads the kernel programs and makes every stage; it
 // starts nothing.
-func build(cfg *config, log *slog.Logger) (*pipeline, error) {
+func build(cfg *config, log *slog.Logger) (_ *pipeline, err error) {
+	var undo closers
+	defer func() {
+		if err != nil {
+			undo.close()
+		}
+	}()
 	if err := checkPIDsExist(cfg.pids); err != nil {
 		return nil, usageError{err}
 	}
@@ -130,6 +149,7 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 		if p.exporter, err = otlp.New(ocfg, otlp.WithLogger(log), otlp.WithResource(p.resource), otlp.WithEncodeOptions(p.encode)); err != nil {
 			return nil, usageError{err}
 		}
+		undo.push(func() { p.exporter.Close() })
 	}
 	cgroupIDs, err := cgroupIDs(&cfg.kube)
 	if err != nil {
@@ -169,11 +189,9 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 		log.Debug("cannot release own code pages", "err", err)
 	}
 	if p.sampler, err = bpf.Load(bcfg); err != nil {
-		if p.exporter != nil {
-			p.exporter.Close()
-		}
 		return nil, err
 	}
+	undo.push(func() { p.sampler.Close() })
 	debug.FreeOSMemory()
 	var observer trace.MappingObserver
 	if bcfg.TableUnwinding() {
@@ -192,7 +210,6 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 		// the table walker finds the runtime's code among. The aggregator exists before
 		// any runtime's reader runs.
 		if p.runtimes, err = newRuntimes(runtimeSpecs, p.sampler, func(pid uint32, image uint64) { p.agg.RenewImage(pid, image) }, p.budget, log); err != nil {
-			p.sampler.Close()
 			return nil, err
 		}
 		observers := trace.MappingObservers{p.tables}
@@ -202,7 +219,6 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 		observer = observers
 	}
 	if p.watcher, err = newWatcher(cfg, log); err != nil {
-		p.sampler.Close()
 		return nil, err
 	}
 	var contexts trace.ContextObserver
@@ -239,7 +255,6 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 		MaxIdle:        chunkIdle,
 		Runtimes:       p.frameDecoders(),
 	}, p.procs, p.runStart); err != nil {
-		p.sampler.Close()
 		return nil, usageError{err}
 	}
 	symOpts := cfg.symbolize
@@ -259,9 +274,9 @@ func build(cfg *config, log *slog.Logger) (*pipeline, error) {
 	p.health = &health{sampler: p.sampler}
 	if cfg.metricsAddr != "" {
 		if p.telemetry, err = newTelemetry(p, p.health); err != nil {
-			p.sampler.Close()
 			return nil, err
 		}
+		undo.push(func() { p.telemetry.listener.Close(); p.telemetry.close() })
 	}
 	return p, nil
 }
