@@ -1,25 +1,17 @@
 package node
 
 import (
-	"reflect"
 	"testing"
 
 	"github.com/sonde-profiler/sonde/bpf"
+	"github.com/sonde-profiler/sonde/interp/interptest"
 	"github.com/sonde-profiler/sonde/trace"
 )
 
 // TestKernelAgrees holds the package's KernelState and the key of the kernel's function
 // memo to the kernel's structs (bpf/v8.h), as the embedded program's BTF describes them.
 func TestKernelAgrees(t *testing.T) {
-	for name, v := range map[string]any{"v8_proc": KernelState{}, "v8_code_key": kernelCodeKey{}} {
-		st, err := bpf.KernelStruct(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := bpf.CheckLayout(st, reflect.TypeOf(v)); err != nil {
-			t.Error(err)
-		}
-	}
+	interptest.CheckKernel(t, map[string]any{"v8_proc": KernelState{}, "v8_code_key": kernelCodeKey{}}, nil)
 }
 
 // TestFrameEncodingAgrees holds the package's encoding of V8 frames to what the kernel

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/sonde-profiler/sonde/internal/objfile"
@@ -16,19 +15,6 @@ import (
 	"github.com/sonde-profiler/sonde/interp/interptest"
 	"github.com/sonde-profiler/sonde/trace"
 )
-
-func hostFile(t *testing.T, path string) *objfile.File {
-	t.Helper()
-	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
-		t.Fatal(err)
-	}
-	f := objfile.HostFile(objfile.Key{Dev: st.Dev, Inode: st.Ino}, path)
-	if err := objfile.Identify(f); err != nil {
-		t.Fatal(err)
-	}
-	return f
-}
 
 // TestInspectNode reads the system's node: its metadata says what the kernel walker and
 // the namer assume of the frame layout, and its builtins are found.
@@ -78,7 +64,7 @@ func TestTracker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := hostFile(t, path)
+	f := interptest.HostFile(t, path)
 	v := inspectELF(t, openELF(t, path))
 	off, ok := v.fileOffset(v.Builtins[0])
 	if !ok {
@@ -97,7 +83,7 @@ func TestTracker(t *testing.T) {
 	tr.ProcessMappings(42, 7, []*trace.Mapping{
 		{Start: text.Vaddr, End: text.Vaddr + text.Filesz, Offset: text.Off, Path: path, File: f},
 		{Start: 0x7f10f8003000, End: 0x7f10f803f000},
-		{Start: remap, End: remap + (v.Builtins[1] - v.Builtins[0]), Offset: off, Path: path, File: hostFile(t, path)},
+		{Start: remap, End: remap + (v.Builtins[1] - v.Builtins[0]), Offset: off, Path: path, File: interptest.HostFile(t, path)},
 	})
 	st, ok := k.States[42]
 	if !ok {
@@ -111,7 +97,7 @@ func TestTracker(t *testing.T) {
 		t.Errorf("frame layout %+v", st)
 	}
 	self, _ := os.Executable()
-	tr.ProcessMappings(43, 1, []*trace.Mapping{{Start: 0x1000, End: 0x2000, Path: self, File: hostFile(t, self)}})
+	tr.ProcessMappings(43, 1, []*trace.Mapping{{Start: 0x1000, End: 0x2000, Path: self, File: interptest.HostFile(t, self)}})
 	if _, ok := k.States[43]; ok {
 		t.Error("a process without V8 was told to the kernel")
 	}

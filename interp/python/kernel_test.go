@@ -1,10 +1,10 @@
 package python
 
 import (
-	"reflect"
 	"testing"
 
 	"github.com/sonde-profiler/sonde/bpf"
+	"github.com/sonde-profiler/sonde/interp/interptest"
 	"github.com/sonde-profiler/sonde/trace"
 )
 
@@ -12,30 +12,12 @@ import (
 // limits to the kernel's (bpf/python.h), as the embedded program's BTF describes them, and
 // package trace's decoding of every runtime's frames to types.h's.
 func TestKernelAgrees(t *testing.T) {
-	st, err := bpf.KernelStruct("py_proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := bpf.CheckLayout(st, reflect.TypeOf(KernelState{})); err != nil {
-		t.Error(err)
-	}
-	want := map[string]map[string]uint64{
+	interptest.CheckKernel(t, map[string]any{"py_proc": KernelState{}}, map[string]map[string]uint64{
 		"py_frame_encoding":     {"PY_RUNTIME": uint64(Number), "PY_CODE_ALIGN_SHIFT": codeAlignShift, "PY_OFFSET_BITS": offsetBits},
 		"py_frame_model":        {"PY_MODEL_FRAME_OBJECT": modelFrameObject, "PY_MODEL_ENTRY_FLAG": modelEntryFlag, "PY_MODEL_SHIM_FRAME": modelShimFrame},
 		"py_limits":             {"PY_NO_OFFSET": kernelNoOffset, "PY_MAX_FRAME_READ": maxFrameRead},
 		"interp_frame_encoding": {"INTERP_PAYLOAD_BITS": uint64(trace.InterpPayloadBits), "INTERP_RUNTIME_MAX": uint64(trace.InterpRuntimeMax)},
-	}
-	for enum, members := range want {
-		kernel, err := bpf.KernelEnum(enum)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for name, v := range members {
-			if k, ok := kernel[name]; !ok || k != v {
-				t.Errorf("%s: %d here, %d (%v) in the kernel", name, v, k, ok)
-			}
-		}
-	}
+	})
 }
 
 // TestFrameEncodingAgrees holds the package's decoding of Python frames, and package

@@ -4,38 +4,23 @@ import (
 	"debug/elf"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 
-	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/internal/testenv"
 	"github.com/sonde-profiler/sonde/interp/interptest"
 	"github.com/sonde-profiler/sonde/trace"
 )
-
-func hostFile(t *testing.T, path string) *objfile.File {
-	t.Helper()
-	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
-		t.Fatal(err)
-	}
-	f := objfile.HostFile(objfile.Key{Dev: st.Dev, Inode: st.Ino}, path)
-	if err := objfile.Identify(f); err != nil {
-		t.Fatal(err)
-	}
-	return f
-}
 
 // TestTracker: the interpreter among a process's mappings is found and placed at its load
 // bias; a file is inspected once whatever maps it; a process without one costs nothing
 // more; a process gone is deleted from the kernel.
 func TestTracker(t *testing.T) {
 	py := testenv.Pythons(t)[0]
-	lib := hostFile(t, py.Lib)
+	lib := interptest.HostFile(t, py.Lib)
 	sh, _ := filepath.EvalSymlinks("/bin/sh")
-	other := hostFile(t, sh)
+	other := interptest.HostFile(t, sh)
 	self, _ := os.Executable()
-	goFile := hostFile(t, self) // Go programs embed no CPython: not even inspected
+	goFile := interptest.HostFile(t, self) // Go programs embed no CPython: not even inspected
 	e, err := elf.Open(py.Lib)
 	if err != nil {
 		t.Fatal(err)
