@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"sync"
 
 	"github.com/sonde-profiler/sonde/trace"
 )
@@ -62,4 +63,24 @@ func (b *Base) LogValue() slog.Value {
 		}
 	}
 	return slog.GroupValue(attrs...)
+}
+
+// Counts are a part's counters (S, a struct of them), safe for concurrent use.
+type Counts[S any] struct {
+	mu sync.Mutex
+	s  S
+}
+
+// Add changes the counters under the lock.
+func (c *Counts[S]) Add(f func(*S)) {
+	c.mu.Lock()
+	f(&c.s)
+	c.mu.Unlock()
+}
+
+// Get returns the counters.
+func (c *Counts[S]) Get() S {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.s
 }

@@ -1,16 +1,15 @@
 package jvm
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/sonde-profiler/sonde/internal/lru"
-	"github.com/sonde-profiler/sonde/internal/readqueue"
+	"github.com/sonde-profiler/sonde/interp"
 	"github.com/sonde-profiler/sonde/trace"
 )
 
@@ -72,16 +71,12 @@ const (
 	outUnnamed                   // not read: [jit] …
 )
 
-// codeKey is a frame's code in one image: an address means something in one exec only.
-type codeKey struct{ image, code uint64 }
-
 // named is what was read for a frame's code: the lines of a pc (its methods, or its
 // blob), or the method of an interpreted frame, whose line depends on the frame's bci.
 type named struct {
 	lines   []trace.Line
 	mi      *MethodInfo
 	outcome outcome
-	checked time.Time
 }
 
 func (e *named) size() int {
@@ -108,11 +103,6 @@ func (e *named) same(o *named) bool {
 		a.CodeSize == b.CodeSize && slices.Equal(a.Lines, b.Lines)
 }
 
-type pendingCode struct {
-	pid   uint32
-	check *named // a recheck of this entry; nil: a first read
-}
-
 // names names the kernel's JVM frames: it reads the code a stack shows as soon as the
 // stack is first seen in an interval (SeenCode), through the process's Namer, on its own
 // goroutine (Run), so that the process is most likely still there; Name takes what was
@@ -120,45 +110,35 @@ type pendingCode struct {
 type names struct {
 	cfg     namesConfig
 	tracker *Tracker
-	mu      sync.Mutex
-	codes   *lru.LRU[codeKey, *named]
-	bytes   int // of what codes holds, kept by its eviction callback under mu
-	queue   *readqueue.Queue[codeKey, pendingCode]
-	stats   NamesStats
+	codes   *interp.Codes[*named]
+	stats   interp.Counts[NamesStats]
 }
 
 func newNames(cfg namesConfig, t *Tracker) *names {
-	if cfg.MaxCodes <= 0 {
-		cfg.MaxCodes = DefaultMaxCodes
-	}
 	if cfg.MaxBytes <= 0 {
 		cfg.MaxBytes = DefaultRuntimeBytes / 2
-	}
-	if cfg.MaxPending <= 0 {
-		cfg.MaxPending = DefaultMaxPending
-	}
-	if cfg.Recheck <= 0 {
-		cfg.Recheck = DefaultRecheck
 	}
 	if cfg.now == nil {
 		cfg.now = time.Now
 	}
-	n := &names{cfg: cfg, tracker: t, codes: lru.New[codeKey, *named](cfg.MaxCodes),
-		queue: readqueue.New[codeKey, pendingCode](cfg.MaxPending)}
-	n.codes.SetOnEvict(func(_ codeKey, e *named) { n.bytes -= e.size() })
+	n := &names{cfg: cfg, tracker: t}
+	n.codes = interp.NewCodes(interp.CodesConfig[*named]{
+		MaxCodes:   cmp.Or(max(cfg.MaxCodes, 0), DefaultMaxCodes),
+		MaxPending: cmp.Or(max(cfg.MaxPending, 0), DefaultMaxPending),
+		MaxBytes:   cfg.MaxBytes,
+		Size:       (*named).size,
+		Recheck:    cmp.Or(max(cfg.Recheck, 0), DefaultRecheck),
+		Read:       n.read,
+		// What was read is read again, to find whether it is still what runs there; a
+		// process gone leaves nothing to compare with, and what was named stays.
+		Same: func(pid uint32, k interp.CodeKey, old *named) (bool, bool) {
+			e, gone := n.read(pid, k, true)
+			return e.same(old), !gone
+		},
+		OnReuse: cfg.OnReuse,
+		Now:     func() time.Time { return n.cfg.now() },
+	})
 	return n
-}
-
-// add keeps what was read for k within the bounds; n.mu is held.
-func (n *names) add(k codeKey, e *named) {
-	n.codes.Remove(k)
-	n.codes.Add(k, e)
-	n.bytes += e.size()
-	for n.bytes > n.cfg.MaxBytes {
-		if _, _, ok := n.codes.RemoveOldest(); !ok {
-			break
-		}
-	}
 }
 
 // SeenCode queues code to be read, unless known or queued; what was read long enough
@@ -168,61 +148,21 @@ func (n *names) SeenCode(pid uint32, image, code uint64) {
 	if n.tracker.namer(pid, image, true) == nil {
 		return
 	}
-	k := codeKey{image: image, code: code}
-	if n.queue.Queued(k) {
-		return
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	var check *named
-	if e, ok := n.codes.Peek(k); ok {
-		if n.cfg.now().Sub(e.checked) < n.cfg.Recheck {
-			return
-		}
-		check = e
-	}
-	if !n.queue.Push(k, pendingCode{pid: pid, check: check}) {
-		n.stats.Dropped++
-	}
+	n.codes.Seen(pid, interp.CodeKey{Image: image, Code: code})
 }
 
 // Run reads what SeenCode queued until ctx ends.
-func (n *names) Run(ctx context.Context) error {
-	return n.queue.Run(ctx, func(k codeKey, p pendingCode) {
-		e, gone := n.read(p.pid, k, true)
-		n.mu.Lock()
-		switch {
-		case p.check == nil:
-			n.add(k, e)
-		case gone:
-			// Nothing to compare with: what was named stays.
-		default:
-			n.stats.Rechecks++
-			if e.same(p.check) {
-				p.check.checked = e.checked
-				break
-			}
-			n.stats.Reused++
-			n.codes.Remove(k)
-			n.mu.Unlock()
-			if n.cfg.OnReuse != nil {
-				n.cfg.OnReuse(p.pid, k.image)
-			}
-			return
-		}
-		n.mu.Unlock()
-	})
-}
+func (n *names) Run(ctx context.Context) error { return n.codes.Run(ctx) }
 
 // read reads a frame's code through the process's Namer; gone says the process (this
 // exec of it) is no longer there to read.
-func (n *names) read(pid uint32, k codeKey, bind bool) (e *named, gone bool) {
-	e = &named{checked: n.cfg.now(), outcome: outUnnamed}
-	pn := n.tracker.namer(pid, k.image, bind)
-	pc, ret, tag, isCode := codeFrame(k.code)
+func (n *names) read(pid uint32, k interp.CodeKey, bind bool) (e *named, gone bool) {
+	e = &named{outcome: outUnnamed}
+	pn := n.tracker.namer(pid, k.Image, bind)
+	pc, ret, tag, isCode := codeFrame(k.Code)
 	if pn == nil {
 		e.lines = []trace.Line{unnamedLine(isCode)}
-		n.count(func(s *NamesStats) { s.ReadErrors++ })
+		n.stats.Add(func(s *NamesStats) { s.ReadErrors++ })
 		return e, true
 	}
 	var err error
@@ -246,14 +186,14 @@ func (n *names) read(pid uint32, k codeKey, bind bool) (e *named, gone bool) {
 			e.lines, e.outcome = []trace.Line{unnamedLine(true)}, outUnnamed
 		}
 	} else {
-		e.mi, err = pn.interpretedMethod(k.code)
+		e.mi, err = pn.interpretedMethod(k.Code)
 		if err != nil {
 			e.mi, e.lines = nil, []trace.Line{unnamedLine(false)}
 		} else {
 			e.outcome = outNamed
 		}
 	}
-	n.count(func(s *NamesStats) {
+	n.stats.Add(func(s *NamesStats) {
 		s.Read++
 		if err != nil && e.outcome != outRecompiled {
 			s.ReadErrors++
@@ -293,16 +233,7 @@ func (n *names) Name(loc *trace.Location) ([]trace.Line, bool) {
 	if f == nil {
 		return nil, false
 	}
-	k := codeKey{image: f.Image, code: f.Code}
-	n.mu.Lock()
-	e, ok := n.codes.Get(k)
-	n.mu.Unlock()
-	if !ok {
-		e, _ = n.read(f.PID, k, false)
-		n.mu.Lock()
-		n.add(k, e)
-		n.mu.Unlock()
-	}
+	e, _ := n.codes.Get(f.PID, interp.CodeKey{Image: f.Image, Code: f.Code})
 	lines := e.lines
 	if e.mi != nil {
 		bci := int32(-1)
@@ -311,7 +242,7 @@ func (n *names) Name(loc *trace.Location) ([]trace.Line, bool) {
 		}
 		lines = []trace.Line{lineOf(frameOf(e.mi, bci))}
 	}
-	n.count(func(s *NamesStats) {
+	n.stats.Add(func(s *NamesStats) {
 		switch e.outcome {
 		case outNamed:
 			s.Named++
@@ -326,17 +257,10 @@ func (n *names) Name(loc *trace.Location) ([]trace.Line, bool) {
 	return slices.Clone(lines), true
 }
 
-func (n *names) count(f func(*NamesStats)) {
-	n.mu.Lock()
-	f(&n.stats)
-	n.mu.Unlock()
-}
-
 // Stats returns the counts so far.
 func (n *names) Stats() NamesStats {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	s := n.stats
-	s.Cached, s.CachedSize = n.codes.Len(), n.bytes
+	s := n.stats.Get()
+	cs := n.codes.Stats()
+	s.Dropped, s.Rechecks, s.Reused, s.Cached, s.CachedSize = cs.Dropped, cs.Rechecks, cs.Reused, cs.Cached, cs.Bytes
 	return s
 }

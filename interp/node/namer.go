@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -9,8 +10,7 @@ import (
 	"time"
 
 	"github.com/sonde-profiler/sonde/internal/lru"
-	"github.com/sonde-profiler/sonde/internal/readqueue"
-
+	"github.com/sonde-profiler/sonde/interp"
 	"github.com/sonde-profiler/sonde/trace"
 )
 
@@ -136,15 +136,11 @@ func (s NamerStats) LogValue() slog.Value {
 		slog.Uint64("rechecks", s.Rechecks), slog.Uint64("reused", s.Reused), slog.Uint64("idle", s.Idle), slog.Int("cached", s.Cached), slog.Int("cached_bytes", s.CachedBytes))
 }
 
-type codeKey struct{ image, code uint64 }
-
 // entry is what was read for a code identity: an interpreted function, or the frames at
 // a pc of compiled code; nil both when it could not be read.
 type entry struct {
-	fn      *function
-	lines   []trace.Line
-	checked time.Time
-	used    time.Time // when a stack last showed the code
+	fn    *function
+	lines []trace.Line
 }
 
 func (e *entry) ok() bool { return e.fn != nil || e.lines != nil }
@@ -179,22 +175,16 @@ func (e *entry) size() int {
 	return n
 }
 
-type pending struct {
-	pid   uint32
-	check *entry // a recheck of this entry; nil: a first read
-}
-
 // Namer names V8 frames, reading what they need as soon as stacks first show them.
 type Namer struct {
 	cfg     NamerConfig
+	codes   *interp.Codes[*entry]
 	mu      sync.Mutex
-	codes   *lru.LRU[codeKey, *entry]
 	scripts *lru.LRU[scriptKey, *scriptInfo]
-	queue   *readqueue.Queue[codeKey, pending]
-	stats   NamerStats
-	// Bytes of what codes and scripts keep, kept up to date by their eviction callbacks,
-	// which run under mu.
-	codeBytes, scriptBytes int
+	stats   interp.Counts[NamerStats]
+	// Bytes of what scripts keep, kept up to date by its eviction callback, which runs
+	// under mu.
+	scriptBytes int
 }
 
 // NewNamer returns a Namer; Run reads what SeenCode queues.
@@ -202,57 +192,34 @@ func NewNamer(cfg NamerConfig) *Namer {
 	if cfg.Memory == nil {
 		cfg.Memory = func(pid uint32) Memory { return ProcessMemory(pid) }
 	}
-	if cfg.MaxCodes <= 0 {
-		cfg.MaxCodes = DefaultMaxCodes
-	}
 	if cfg.MaxScripts <= 0 {
 		cfg.MaxScripts = DefaultMaxScripts
 	}
-	if cfg.MaxPending <= 0 {
-		cfg.MaxPending = DefaultMaxPending
-	}
-	if cfg.Recheck <= 0 {
-		cfg.Recheck = DefaultRecheck
-	}
-	if cfg.MaxIdle <= 0 {
-		cfg.MaxIdle = DefaultMaxIdle
-	}
-	if cfg.now == nil {
-		cfg.now = time.Now
-	}
-	codes := lru.New[codeKey, *entry](cfg.MaxCodes)
-	scripts := lru.New[scriptKey, *scriptInfo](cfg.MaxScripts)
 	if cfg.MaxBytes <= 0 {
 		cfg.MaxBytes = DefaultMaxBytes
 	}
-	n := &Namer{cfg: cfg, codes: codes, scripts: scripts, queue: readqueue.New[codeKey, pending](cfg.MaxPending)}
-	codes.SetOnEvict(func(_ codeKey, e *entry) { n.codeBytes -= e.size() })
+	scripts := lru.New[scriptKey, *scriptInfo](cfg.MaxScripts)
+	n := &Namer{cfg: cfg, scripts: scripts}
+	// Half of MaxBytes for what was read of code, half for the scripts' line ends.
+	n.codes = interp.NewCodes(interp.CodesConfig[*entry]{
+		MaxCodes:    cmp.Or(max(cfg.MaxCodes, 0), DefaultMaxCodes),
+		MaxPending:  cmp.Or(max(cfg.MaxPending, 0), DefaultMaxPending),
+		MaxBytes:    cfg.MaxBytes / 2,
+		Size:        (*entry).size,
+		MaxIdle:     cmp.Or(max(cfg.MaxIdle, 0), DefaultMaxIdle),
+		Recheck:     cmp.Or(max(cfg.Recheck, 0), DefaultRecheck),
+		Read:        func(pid uint32, k interp.CodeKey, _ bool) (*entry, bool) { return n.read(pid, k), false },
+		Recheckable: (*entry).ok,
+		Same: func(pid uint32, k interp.CodeKey, old *entry) (bool, bool) {
+			e := n.read(pid, k)
+			return e.ok() && e.same(old), true
+		},
+		Touch:   true,
+		OnReuse: cfg.OnReuse,
+		Now:     cfg.now,
+	})
 	scripts.SetOnEvict(func(_ scriptKey, s *scriptInfo) { n.scriptBytes -= s.size() })
 	return n
-}
-
-// addCode keeps what was read for k within the bounds, and lets what no stack showed
-// for MaxIdle go; n.mu is held. The cache's order is that of use: the idle are the
-// oldest.
-func (n *Namer) addCode(k codeKey, e *entry) {
-	now := n.cfg.now()
-	e.used = now
-	n.codes.Remove(k)
-	n.codes.Add(k, e)
-	n.codeBytes += e.size()
-	for n.codeBytes > n.cfg.MaxBytes/2 {
-		if _, _, ok := n.codes.RemoveOldest(); !ok {
-			break
-		}
-	}
-	for {
-		_, old, ok := n.codes.Oldest()
-		if !ok || now.Sub(old.used) < n.cfg.MaxIdle {
-			break
-		}
-		n.codes.RemoveOldest()
-		n.stats.Idle++
-	}
 }
 
 // addScript keeps a script's line ends within the bounds; n.mu is held.
@@ -273,71 +240,32 @@ func (n *Namer) SeenCode(pid uint32, image, code uint64) {
 	if img := n.cfg.Images.Image(pid); img != nil && img.v8.Unnamed != nil {
 		return // named [v8]: nothing to read
 	}
-	k := codeKey{image: image, code: code}
-	if n.queue.Queued(k) {
-		return
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	var check *entry
-	if e, ok := n.codes.Get(k); ok {
-		now := n.cfg.now()
-		e.used = now
-		if !e.ok() || now.Sub(e.checked) < n.cfg.Recheck {
-			return
-		}
-		check = e
-	}
-	if !n.queue.Push(k, pending{pid: pid, check: check}) {
-		n.stats.Dropped++
-	}
+	n.codes.Seen(pid, interp.CodeKey{Image: image, Code: code})
 }
 
 // Run reads what SeenCode queued until ctx ends.
-func (n *Namer) Run(ctx context.Context) error {
-	return n.queue.Run(ctx, func(k codeKey, p pending) {
-		e := n.read(p.pid, k)
-		n.mu.Lock()
-		if p.check == nil {
-			n.addCode(k, e)
-			n.mu.Unlock()
-			return
-		}
-		n.stats.Rechecks++
-		if e.ok() && e.same(p.check) {
-			p.check.checked = e.checked
-			n.mu.Unlock()
-			return
-		}
-		n.stats.Reused++
-		n.codes.Remove(k)
-		n.mu.Unlock()
-		if n.cfg.OnReuse != nil {
-			n.cfg.OnReuse(p.pid, k.image)
-		}
-	})
-}
+func (n *Namer) Run(ctx context.Context) error { return n.codes.Run(ctx) }
 
 // read reads what a code identity names in a process.
-func (n *Namer) read(pid uint32, k codeKey) *entry {
-	e := &entry{checked: n.cfg.now()}
+func (n *Namer) read(pid uint32, k interp.CodeKey) *entry {
+	e := &entry{}
 	img := n.cfg.Images.Image(pid)
 	if img == nil {
-		n.count(func(s *NamerStats) { s.ReadErrors++ })
+		n.stats.Add(func(s *NamerStats) { s.ReadErrors++ })
 		return e
 	}
 	h := img.heap(n.cfg.Memory(pid))
 	defer img.keep(h)
 	var err error
 	switch {
-	case k.code&jitFlag != 0:
-		e.lines, err = n.jitLines(h, pid, k.image, k.code&pcMask, k.code&retFlag != 0)
-	case k.code&arrayFlag != 0:
-		e.fn, err = n.interpreted(h, pid, k.image, k.code&^arrayFlag)
+	case k.Code&jitFlag != 0:
+		e.lines, err = n.jitLines(h, pid, k.Image, k.Code&pcMask, k.Code&retFlag != 0)
+	case k.Code&arrayFlag != 0:
+		e.fn, err = n.interpreted(h, pid, k.Image, k.Code&^arrayFlag)
 	default:
-		e.fn, err = n.function(h, k.image, k.code)
+		e.fn, err = n.function(h, k.Image, k.Code)
 	}
-	n.count(func(s *NamerStats) {
+	n.stats.Add(func(s *NamerStats) {
 		s.Read++
 		if err != nil {
 			s.ReadErrors++
@@ -449,22 +377,10 @@ func (n *Namer) Name(loc *trace.Location) ([]trace.Line, bool) {
 		return nil, false
 	}
 	if img := n.cfg.Images.Image(f.PID); img != nil && img.v8.Unnamed != nil {
-		n.count(func(s *NamerStats) { s.Unnamed++ })
+		n.stats.Add(func(s *NamerStats) { s.Unnamed++ })
 		return []trace.Line{{Function: "[v8]", SystemName: "[v8]"}}, true
 	}
-	k := codeKey{image: f.Image, code: f.Code}
-	n.mu.Lock()
-	e, ok := n.codes.Get(k)
-	if ok {
-		e.used = n.cfg.now()
-	}
-	n.mu.Unlock()
-	if !ok {
-		e = n.read(f.PID, k)
-		n.mu.Lock()
-		n.addCode(k, e)
-		n.mu.Unlock()
-	}
+	e, _ := n.codes.Get(f.PID, interp.CodeKey{Image: f.Image, Code: f.Code})
 	var lines []trace.Line
 	switch {
 	case e.lines != nil:
@@ -482,25 +398,21 @@ func (n *Namer) Name(loc *trace.Location) ([]trace.Line, bool) {
 		lines = []trace.Line{e.fn.lineAt(pos)}
 	}
 	if lines == nil {
-		n.count(func(s *NamerStats) { s.Unnamed++ })
+		n.stats.Add(func(s *NamerStats) { s.Unnamed++ })
 		return nil, false
 	}
-	n.count(func(s *NamerStats) { s.Named++ })
+	n.stats.Add(func(s *NamerStats) { s.Named++ })
 	return lines, true
-}
-
-func (n *Namer) count(f func(*NamerStats)) {
-	n.mu.Lock()
-	f(&n.stats)
-	n.mu.Unlock()
 }
 
 // Stats returns the counts so far.
 func (n *Namer) Stats() NamerStats {
+	st := n.stats.Get()
+	cs := n.codes.Stats()
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	st := n.stats
-	st.Cached = n.codes.Len()
-	st.CachedBytes = n.codeBytes + n.scriptBytes
+	scriptBytes := n.scriptBytes
+	n.mu.Unlock()
+	st.Dropped, st.Rechecks, st.Reused, st.Idle = cs.Dropped, cs.Rechecks, cs.Reused, cs.Idle
+	st.Cached, st.CachedBytes = cs.Cached, cs.Bytes+scriptBytes
 	return st
 }

@@ -1,14 +1,12 @@
 package python
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 
-	"github.com/sonde-profiler/sonde/internal/lru"
-	"github.com/sonde-profiler/sonde/internal/readqueue"
-
+	"github.com/sonde-profiler/sonde/interp"
 	"github.com/sonde-profiler/sonde/trace"
 )
 
@@ -64,34 +62,14 @@ func (s NamerStats) LogValue() slog.Value {
 		slog.Int("cached_codes", s.CachedCodes))
 }
 
-// codeKey is a code object of an image: an address means something in one exec of one
-// process only.
-type codeKey struct {
-	image, code uint64
-}
-
-type pendingCode struct {
-	pid   uint32
-	key   codeKey
-	check *cachedCode // a recheck of this entry; nil: a first read
-}
-
-// cachedCode is a code object as read, or nil code when it could not be.
-type cachedCode struct {
-	code    *Code
-	checked time.Time
-}
-
 // Namer names CPython frames. Code objects are read as soon as a stack holding them is
-// first seen in an interval (SeenCode, a trace.InterpObserver), on the Namer's own goroutine,
-// so that the process is most likely still there; naming at flush (Name) takes them from the
-// cache, reading those it missed then.
+// first seen in an interval (SeenCode, a trace.InterpObserver), on the Namer's own
+// goroutine, so that the process is most likely still there; naming at flush (Name) takes
+// them from the cache, reading those it missed then.
 type Namer struct {
 	cfg   NamerConfig
-	mu    sync.Mutex
-	codes *lru.LRU[codeKey, *cachedCode]
-	queue *readqueue.Queue[codeKey, pendingCode]
-	stats NamerStats
+	codes *interp.Codes[*Code] // nil: a code object that could not be read
+	stats interp.Counts[NamerStats]
 }
 
 // NewNamer returns a Namer; Run reads what SeenCode queues.
@@ -99,91 +77,49 @@ func NewNamer(cfg NamerConfig) *Namer {
 	if cfg.Memory == nil {
 		cfg.Memory = func(pid uint32) Memory { return ProcessMemory(pid) }
 	}
-	if cfg.MaxCodes <= 0 {
-		cfg.MaxCodes = DefaultMaxCodes
-	}
-	if cfg.MaxPending <= 0 {
-		cfg.MaxPending = DefaultMaxPending
-	}
-	if cfg.Recheck <= 0 {
-		cfg.Recheck = DefaultRecheck
-	}
-	if cfg.now == nil {
-		cfg.now = time.Now
-	}
-	codes := lru.New[codeKey, *cachedCode](cfg.MaxCodes)
-	return &Namer{cfg: cfg, codes: codes, queue: readqueue.New[codeKey, pendingCode](cfg.MaxPending)}
+	n := &Namer{cfg: cfg}
+	n.codes = interp.NewCodes(interp.CodesConfig[*Code]{
+		MaxCodes:    cmp.Or(max(cfg.MaxCodes, 0), DefaultMaxCodes),
+		MaxPending:  cmp.Or(max(cfg.MaxPending, 0), DefaultMaxPending),
+		Recheck:     cmp.Or(max(cfg.Recheck, 0), DefaultRecheck),
+		Read:        func(pid uint32, k interp.CodeKey, _ bool) (*Code, bool) { return n.read(pid, k.Code), false },
+		Recheckable: func(c *Code) bool { return c != nil },
+		Same:        n.same,
+		OnReuse:     cfg.OnReuse,
+		Now:         cfg.now,
+	})
+	return n
 }
 
 // SeenCode queues a code object to be read, unless it is known or queued already; one
 // read long enough ago is queued to be checked again.
 func (n *Namer) SeenCode(pid uint32, image, code uint64) {
-	k := codeKey{image: image, code: code}
-	if n.queue.Queued(k) {
-		return
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	var check *cachedCode
-	if c, ok := n.codes.Peek(k); ok {
-		if c.code == nil || n.cfg.now().Sub(c.checked) < n.cfg.Recheck {
-			return
-		}
-		check = c
-	}
-	if !n.queue.Push(k, pendingCode{pid: pid, key: k, check: check}) {
-		n.stats.Dropped++
-	}
+	n.codes.Seen(pid, interp.CodeKey{Image: image, Code: code})
 }
 
 // Run reads queued code objects until ctx ends.
-func (n *Namer) Run(ctx context.Context) error {
-	return n.queue.Run(ctx, func(_ codeKey, p pendingCode) {
-		if p.check != nil {
-			n.recheck(p)
-			return
-		}
-		c := n.read(p.pid, p.key.code)
-		n.mu.Lock()
-		n.codes.Add(p.key, &cachedCode{code: c, checked: n.cfg.now()})
-		n.mu.Unlock()
-	})
-}
+func (n *Namer) Run(ctx context.Context) error { return n.codes.Run(ctx) }
 
-// recheck checks that a code object is still the one named: if another took its address,
-// the image is renewed and the new one named afresh.
-func (n *Namer) recheck(p pendingCode) {
-	img := n.cfg.Images.Image(p.pid)
+// same checks that a code object is still the one named: if another took its address, the
+// image is renewed and the new one named afresh.
+func (n *Namer) same(pid uint32, k interp.CodeKey, old *Code) (same, decided bool) {
+	img := n.cfg.Images.Image(pid)
 	if img == nil {
-		return
+		return false, false
 	}
-	print, err := img.readFingerprint(n.cfg.Memory(p.pid), p.key.code)
-	n.count(func(s *NamerStats) { s.Rechecks++ })
-	if err == nil && print == p.check.code.print {
-		n.mu.Lock()
-		p.check.checked = n.cfg.now()
-		n.mu.Unlock()
-		return
-	}
-	// Another object, or none any more: what runs there now is read when next named.
-	n.mu.Lock()
-	n.codes.Remove(p.key)
-	n.stats.Reused++
-	n.mu.Unlock()
-	if n.cfg.OnReuse != nil {
-		n.cfg.OnReuse(p.pid, p.key.image)
-	}
+	print, err := img.readFingerprint(n.cfg.Memory(pid), k.Code)
+	return err == nil && print == old.print, true
 }
 
 // read reads a code object of the process, or returns nil.
 func (n *Namer) read(pid uint32, code uint64) *Code {
 	img := n.cfg.Images.Image(pid)
 	if img == nil {
-		n.count(func(s *NamerStats) { s.ReadErrors++ })
+		n.stats.Add(func(s *NamerStats) { s.ReadErrors++ })
 		return nil
 	}
 	c, err := img.ReadCode(n.cfg.Memory(pid), code)
-	n.count(func(s *NamerStats) {
+	n.stats.Add(func(s *NamerStats) {
 		s.CodesRead++
 		if err != nil {
 			s.ReadErrors++
@@ -205,41 +141,24 @@ func (n *Namer) Name(loc *trace.Location) ([]trace.Line, bool) {
 	if f == nil {
 		return nil, false
 	}
-	k := codeKey{image: f.Image, code: f.Code}
-	n.mu.Lock()
-	cached, ok := n.codes.Get(k)
-	n.mu.Unlock()
-	if !ok {
-		cached = &cachedCode{code: n.read(f.PID, f.Code), checked: n.cfg.now()}
-		n.mu.Lock()
-		n.codes.Add(k, cached)
-		n.mu.Unlock()
-	}
-	c := cached.code
+	c, known := n.codes.Get(f.PID, interp.CodeKey{Image: f.Image, Code: f.Code})
 	if c == nil {
-		n.count(func(s *NamerStats) {
+		n.stats.Add(func(s *NamerStats) {
 			s.Unnamed++
-			if !ok && n.cfg.Images.Image(f.PID) == nil {
+			if !known && n.cfg.Images.Image(f.PID) == nil {
 				s.UnnamedGone++
 			}
 		})
 		return nil, false
 	}
-	n.count(func(s *NamerStats) { s.Named++ })
+	n.stats.Add(func(s *NamerStats) { s.Named++ })
 	return []trace.Line{{Function: c.Name, SystemName: c.Name, File: c.File, Line: int64(c.Line(int(f.Offset)))}}, true
-}
-
-func (n *Namer) count(f func(*NamerStats)) {
-	n.mu.Lock()
-	f(&n.stats)
-	n.mu.Unlock()
 }
 
 // Stats returns the counts so far.
 func (n *Namer) Stats() NamerStats {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	st := n.stats
-	st.CachedCodes = n.codes.Len()
+	st := n.stats.Get()
+	cs := n.codes.Stats()
+	st.Dropped, st.Rechecks, st.Reused, st.CachedCodes = cs.Dropped, cs.Rechecks, cs.Reused, cs.Cached
 	return st
 }

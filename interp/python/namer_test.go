@@ -136,7 +136,7 @@ func TestNamer(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	settle := func() {
 		testenv.WaitFor(t, "the namer to read what was queued", testenv.StartTimeout, func() (bool, string) {
-			l := n.queue.Len()
+			l := n.codes.Pending()
 			return l == 0, fmt.Sprintf("%d codes queued", l)
 		})
 	}
