@@ -8,7 +8,7 @@
 // Runtime is what the agent drives, as it drives every language runtime. Its Tracker
 // looks at each process's mappings: a process that maps no libjvm.so costs a look at
 // their paths; one that does has its tables read once per exec, and its KernelState (for
-// that exec) written through Kernel when it changes. A JVM found before it set up its
+// that exec) written through its interp.Kernel when it changes. A JVM found before it set up its
 // code cache (ErrNotReady) is read again at its next mappings or after a short wait,
 // whichever comes first, a bounded number of times; a process gone, or exec'd, is
 // deleted from the kernel and its Namer's cache dropped.
