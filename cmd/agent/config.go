@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sonde-profiler/sonde/bpf"
+	"github.com/sonde-profiler/sonde/reporter/files"
 	"github.com/sonde-profiler/sonde/reporter/otlp"
 	"github.com/sonde-profiler/sonde/symbolize"
 	"github.com/sonde-profiler/sonde/symbolize/debuginfod"
@@ -27,7 +28,7 @@ type config struct {
 	pids         []uint32
 	frequency    int
 	duration     time.Duration
-	outputs      []output
+	outputs      []files.Output
 	kernelStacks bool
 	logLevel     slog.Level
 	top          int
@@ -140,7 +141,7 @@ func agentFlags(getenv func(string) string) (*flag.FlagSet, func(set *flag.FlagS
 	fs.StringVar(&pids, "pid", "", "profile only these processes (`PID[,PID...]`); filtered in the kernel")
 	fs.IntVar(&c.frequency, "frequency", 0, fmt.Sprintf("samples per second per CPU (`HZ`, at most %d) (default 19 host-wide, 199 with --pid)", maxFrequency))
 	fs.DurationVar(&c.duration, "duration", 0, "stop after this long (0: run until SIGINT or SIGTERM)")
-	fs.Func("output", "write the whole run, merged, to `FILE` when sonde stops; the name picks the format: "+formatNames+"; may be given more than once", func(s string) error {
+	fs.Func("output", "write the whole run, merged, to `FILE` when sonde stops; the name picks the format: "+files.Names+"; may be given more than once", func(s string) error {
 		outputs = append(outputs, s)
 		return nil
 	})
@@ -243,7 +244,7 @@ func agentFlags(getenv func(string) string) (*flag.FlagSet, func(set *flag.FlagS
 			return nil, usageError{fmt.Errorf("--duration %v: must not be negative", c.duration)}
 		}
 		for _, name := range outputs {
-			o, err := parseOutput(name)
+			o, err := files.Parse(name)
 			if err != nil {
 				return nil, usageError{err}
 			}

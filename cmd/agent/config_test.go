@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sonde-profiler/sonde/reporter/files"
 )
 
 func errAs[T any](err error, target *T) bool { return errors.As(err, target) }
@@ -32,7 +34,7 @@ func TestParseConfigOTLP(t *testing.T) {
 	if !c.export || c.otlp.Endpoint != "collector:4317" || !c.otlp.Insecure || c.interval != 2*time.Second || !c.timestamps {
 		t.Errorf("from the environment: %+v", c)
 	}
-	if len(c.outputs) != 1 || c.outputs[0].format != formatOTLP {
+	if len(c.outputs) != 1 || c.outputs[0].Format != files.OTLP {
 		t.Errorf("run.otlp.json: outputs %+v", c.outputs)
 	}
 	c, err = parseConfig([]string{"--otlp-endpoint", "127.0.0.1:9999", "--otlp-insecure=false"}, func(k string) string { return env[k] }, io.Discard)
@@ -103,14 +105,14 @@ func TestConfigPrecedence(t *testing.T) {
 	if c.frequency != 49 || c.interval != 4*time.Second || c.top != 7 || c.logLevel != slog.LevelWarn {
 		t.Errorf("file 49 Hz/3s/top 3, env 4s/top 5, flag top 7: got %d Hz, %v, top %d, log %v", c.frequency, c.interval, c.top, c.logLevel)
 	}
-	if len(c.outputs) != 2 || c.outputs[1].format != formatFolded {
+	if len(c.outputs) != 2 || c.outputs[1].Format != files.Folded {
 		t.Errorf("outputs from the file: %+v", c.outputs)
 	}
 	c, err = parseConfig([]string{"--output", "c.pb.gz"}, func(k string) string { return map[string]string{"SONDE_CONFIG": file}[k] }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.outputs) != 1 || c.outputs[0].path != "c.pb.gz" || c.frequency != 49 {
+	if len(c.outputs) != 1 || c.outputs[0].Path != "c.pb.gz" || c.frequency != 49 {
 		t.Errorf("SONDE_CONFIG and --output: %+v at %d Hz; the command line's outputs replace the file's", c.outputs, c.frequency)
 	}
 	for _, tc := range []struct {

@@ -14,6 +14,7 @@ import (
 	"github.com/sonde-profiler/sonde/bpf"
 	"github.com/sonde-profiler/sonde/internal/kube"
 	"github.com/sonde-profiler/sonde/internal/objfile"
+	"github.com/sonde-profiler/sonde/reporter/files"
 	"github.com/sonde-profiler/sonde/reporter/merge"
 	"github.com/sonde-profiler/sonde/reporter/otlp"
 	"github.com/sonde-profiler/sonde/reporter/top"
@@ -301,7 +302,7 @@ func (p *pipeline) makeSinks() []sink {
 	}
 	if p.cfg.top > 0 {
 		table := top.NewTable()
-		table.Time = viewTime(p.cfg.view)
+		table.Time = files.ViewTime(p.cfg.view)
 		sinks = append(sinks, &topSink{table: table, n: p.cfg.top, out: os.Stdout, hostWide: p.cfg.hostWide(), view: p.cfg.view})
 	}
 	return sinks
@@ -318,10 +319,10 @@ func (p *pipeline) shedders() []func() {
 }
 
 // facts describes the run for the outputs.
-func (p *pipeline) facts() runFacts {
-	f := runFacts{resource: p.resource, encode: p.encode, frequency: p.cfg.frequency, command: os.Args, lostSamples: -1}
+func (p *pipeline) facts() files.Facts {
+	f := files.Facts{Resource: p.resource, Encode: p.encode, Frequency: p.cfg.frequency, Command: os.Args, LostSamples: -1}
 	if c, err := p.sampler.Counters(); err == nil {
-		f.lostSamples = int64(c.RingBufferFull)
+		f.LostSamples = int64(c.RingBufferFull)
 	}
 	return f
 }

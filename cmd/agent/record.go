@@ -15,6 +15,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sonde-profiler/sonde/reporter/files"
 )
 
 const recordAbout = `Runs PROG with its ARGs, or CMD with /bin/sh -c, and profiles it and every process it
@@ -48,7 +50,7 @@ func recordMain(args []string) int {
 	}
 	command := s.fs.String("command", "", "run `CMD` with /bin/sh -c instead of PROG and its ARGs")
 	s.share("frequency", "", fmt.Sprintf("samples per second per CPU (`HZ`, at most %d) (default %d)", maxFrequency, targetFrequency))
-	s.share("output", "", "write the run to `FILE` when the program exits; the name picks the format: "+formatNames+"; may be given more than once (default "+defaultRecordOutput+")")
+	s.share("output", "", "write the run to `FILE` when the program exits; the name picks the format: "+files.Names+"; may be given more than once (default "+defaultRecordOutput+")")
 	s.share("top", "", "print the `N` hottest functions on standard error when the program exits (0: none)")
 	for _, name := range []string{"kernel-stacks", "symbolize", "unwind", "memory-limit", "bpf-stats", "off-cpu", "off-cpu-min", "off-cpu-rate", "off-cpu-goroutines", "view"} {
 		s.share(name, "", "")
@@ -74,11 +76,11 @@ func recordMain(args []string) int {
 		}
 	}
 	if len(c.outputs) == 0 {
-		o, err := parseOutput(defaultRecordOutput)
+		o, err := files.Parse(defaultRecordOutput)
 		if err != nil {
 			return usageStatus("record", fmt.Errorf("%w (or name a file with --output)", err), stderr)
 		}
-		c.outputs = []output{o}
+		c.outputs = []files.Output{o}
 	}
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
@@ -153,8 +155,8 @@ func record(c *config, path string, argv []string, log *slog.Logger) int {
 		return 1
 	}
 	for _, o := range c.outputs {
-		if o.format == formatHTML {
-			fmt.Fprintf(stderr, "flame graph: %s\n", fileURL(o.path))
+		if o.Format == files.HTML {
+			fmt.Fprintf(stderr, "flame graph: %s\n", fileURL(o.Path))
 		}
 	}
 	return status

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sonde-profiler/sonde/reporter/files"
 	"github.com/sonde-profiler/sonde/reporter/merge"
 	"github.com/sonde-profiler/sonde/reporter/otlp"
 	"github.com/sonde-profiler/sonde/reporter/top"
@@ -51,9 +52,9 @@ func (s *topSink) close(context.Context) error {
 // fileSink merges the run into one profile as it goes, and writes it to the output files
 // at exit: memory follows the distinct stacks, not the length of the run.
 type fileSink struct {
-	outputs  []output
+	outputs  []files.Output
 	merged   *merge.Merger
-	facts    func() runFacts
+	facts    func() files.Facts
 	log      *slog.Logger
 	start    time.Time
 	period   time.Duration
@@ -76,15 +77,15 @@ func (s *fileSink) close(context.Context) error {
 		s.log.Warn("the output profile reached its share of --memory-limit; samples of stacks first seen later were left out", "samples_left_out", n)
 	}
 	facts := s.facts()
-	facts.note = idleNote(s.hostWide, p.TotalCount(), p.Period, p.End.Sub(p.Start), hostCPUs())
-	facts.view = s.view
+	facts.Note = idleNote(s.hostWide, p.TotalCount(), p.Period, p.End.Sub(p.Start), hostCPUs())
+	facts.View = s.view
 	var errs []error
 	for _, o := range s.outputs {
-		if err := o.write(p, facts); err != nil {
+		if err := o.Write(p, facts); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		s.log.Info("wrote profile", "file", o.path)
+		s.log.Info("wrote profile", "file", o.Path)
 	}
 	return errors.Join(errs...)
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sonde-profiler/sonde/reporter/files"
 	"github.com/sonde-profiler/sonde/reporter/folded"
 	"github.com/sonde-profiler/sonde/reporter/merge"
 	"github.com/sonde-profiler/sonde/reporter/otlp"
@@ -34,10 +35,10 @@ func viewMain(args []string, stdout, stderr io.Writer) int {
 	}
 	focus := s.fs.String("focus", "", "keep the samples with a function matching `REGEXP` (Go syntax; inlined functions and unnamed frames such as \"0x1234 (/lib/x.so)\" match too)")
 	pidList := s.fs.String("pid", "", "keep only the samples of the processes `PID[,PID...]`")
-	s.share("output", "", "write the merged, filtered profile to `FILE`; the name picks the format: "+formatNames+"; may be given more than once")
+	s.share("output", "", "write the merged, filtered profile to `FILE`; the name picks the format: "+files.Names+"; may be given more than once")
 	s.share("top", "", "print the `N` hottest functions (0: none)")
 	viewName := s.fs.String("view", "", "what the top table, flame graphs and folded stacks weigh stacks by: `cpu`, off-cpu (time waited) or wall (both, as time) (default cpu; off-cpu for a profile of waits only)")
-	c, files, err := s.parseInterspersed(args)
+	c, inputs, err := s.parseInterspersed(args)
 	if err != nil {
 		return usageStatus("view", err, stderr)
 	}
@@ -50,12 +51,12 @@ func viewMain(args []string, stdout, stderr io.Writer) int {
 	if filter.PIDs, err = parsePIDs(*pidList); err != nil {
 		return usageStatus("view", err, stderr)
 	}
-	if len(files) == 0 {
+	if len(inputs) == 0 {
 		return usageStatus("view", errors.New("no profile to read: name one or more files"), stderr)
 	}
 
 	var all []*trace.Profile
-	for _, name := range files {
+	for _, name := range inputs {
 		profiles, err := readProfiles(name)
 		if err != nil {
 			fmt.Fprintf(stderr, "sonde view: %s\n", printable(err.Error()))
@@ -73,25 +74,25 @@ func viewMain(args []string, stdout, stderr io.Writer) int {
 	}
 	if c.top > 0 {
 		table := top.NewTable()
-		table.Time = viewTime(v)
+		table.Time = files.ViewTime(v)
 		table.Add(p.ForView(v))
 		if err := table.Print(stdout, c.top); err != nil {
 			fmt.Fprintf(stderr, "sonde view: print top table: %v\n", err)
 			return 1
 		}
 	}
-	facts := runFacts{encode: otlp.EncodeOptions{Version: version}, command: os.Args, lostSamples: -1, view: v}
+	facts := files.Facts{Encode: otlp.EncodeOptions{Version: version}, Command: os.Args, LostSamples: -1, View: v}
 	if p.Period > 0 {
-		facts.frequency = int(time.Second / p.Period)
+		facts.Frequency = int(time.Second / p.Period)
 	}
 	status := 0
 	for _, o := range c.outputs {
-		if err := o.write(p, facts); err != nil {
+		if err := o.Write(p, facts); err != nil {
 			fmt.Fprintf(stderr, "sonde view: %s\n", printable(err.Error()))
 			status = 1
 			continue
 		}
-		fmt.Fprintf(stderr, "wrote %s\n", printable(o.path))
+		fmt.Fprintf(stderr, "wrote %s\n", printable(o.Path))
 	}
 	return status
 }
@@ -138,7 +139,7 @@ func readProfiles(name string) ([]*trace.Profile, error) {
 		r = f
 	}
 	br := bufio.NewReaderSize(r, 64<<10)
-	format, err := formatOf(name)
+	format, err := files.FormatOf(name)
 	if err != nil || name == "-" {
 		format, err = sniff(br)
 		if err != nil {
@@ -147,18 +148,18 @@ func readProfiles(name string) ([]*trace.Profile, error) {
 	}
 	var profiles []*trace.Profile
 	switch format {
-	case formatPprof:
+	case files.Pprof:
 		var p *trace.Profile
 		if p, err = pprof.Read(br); err == nil {
 			profiles = []*trace.Profile{p}
 		}
-	case formatOTLP, formatOTLPJSON:
+	case files.OTLP, formatOTLPJSON:
 		var data []byte
 		if data, err = io.ReadAll(br); err == nil {
 			json := format == formatOTLPJSON || otlp.IsJSON(strings.ToLower(name))
 			profiles, err = otlp.Decode(data, json)
 		}
-	case formatFolded:
+	case files.Folded:
 		var p *trace.Profile
 		if p, err = folded.Read(br); err == nil {
 			profiles = []*trace.Profile{p}
@@ -177,12 +178,12 @@ func readProfiles(name string) ([]*trace.Profile, error) {
 // Formats that only sniffing tells apart: OTLP/JSON without its name, and a protobuf
 // that is pprof or OTLP.
 const (
-	formatOTLPJSON outputFormat = iota + 100
+	formatOTLPJSON files.Format = iota + 100
 	formatProtobuf
 )
 
 // sniff tells a profile's format from its first bytes.
-func sniff(br *bufio.Reader) (outputFormat, error) {
+func sniff(br *bufio.Reader) (files.Format, error) {
 	head, err := br.Peek(512)
 	if len(head) == 0 {
 		if err != nil && !errors.Is(err, io.EOF) {
@@ -192,11 +193,11 @@ func sniff(br *bufio.Reader) (outputFormat, error) {
 	}
 	switch trimmed := bytes.TrimLeft(head, " \t\r\n"); {
 	case bytes.HasPrefix(head, []byte{0x1f, 0x8b}):
-		return formatPprof, nil // sonde's only gzip-compressed format
+		return files.Pprof, nil // sonde's only gzip-compressed format
 	case len(trimmed) > 0 && trimmed[0] == '{':
 		return formatOTLPJSON, nil
 	case isText(head):
-		return formatFolded, nil
+		return files.Folded, nil
 	default:
 		return formatProtobuf, nil
 	}

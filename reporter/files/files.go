@@ -1,4 +1,7 @@
-package main
+// Package files writes a profile to a file in the format its name picks (pprof, OTLP, a
+// flame graph page or image, folded stacks), replacing the file atomically; and checks,
+// before a run, that such a file can be written.
+package files
 
 import (
 	"errors"
@@ -19,112 +22,112 @@ import (
 	"github.com/sonde-profiler/sonde/trace"
 )
 
-// outputFormat is how an output file is written, chosen by its name.
-type outputFormat int
+// Format is how an output file is written, chosen by its name.
+type Format int
 
 const (
-	formatPprof outputFormat = iota + 1
-	formatOTLP
-	formatHTML
-	formatSVG
-	formatFolded
+	Pprof Format = iota + 1
+	OTLP
+	HTML
+	SVG
+	Folded
 )
 
-// formatNames is the help text's list of what --output understands.
-const formatNames = ".pb.gz or .pprof (gzip pprof), .otlp.pb or .otlp.json (OTLP profiles), .html (flame graph page), .svg (flame graph), .folded or .txt (folded stacks)"
+// Names is the help text's list of the names the formats are picked by.
+const Names = ".pb.gz or .pprof (gzip pprof), .otlp.pb or .otlp.json (OTLP profiles), .html (flame graph page), .svg (flame graph), .folded or .txt (folded stacks)"
 
-// formatOf picks the format a file name asks for.
-func formatOf(name string) (outputFormat, error) {
+// FormatOf picks the format a file name asks for.
+func FormatOf(name string) (Format, error) {
 	lower := strings.ToLower(name)
 	for _, f := range []struct {
 		suffix string
-		format outputFormat
+		format Format
 	}{
-		{".otlp.pb", formatOTLP}, {".otlp.json", formatOTLP},
-		{".pb.gz", formatPprof}, {".pprof", formatPprof},
-		{".html", formatHTML}, {".svg", formatSVG},
-		{".folded", formatFolded}, {".txt", formatFolded},
+		{".otlp.pb", OTLP}, {".otlp.json", OTLP},
+		{".pb.gz", Pprof}, {".pprof", Pprof},
+		{".html", HTML}, {".svg", SVG},
+		{".folded", Folded}, {".txt", Folded},
 	} {
 		if strings.HasSuffix(lower, f.suffix) {
 			return f.format, nil
 		}
 	}
-	return 0, fmt.Errorf("--output %s: unknown format; name it %s", name, formatNames)
+	return 0, fmt.Errorf("--output %s: unknown format; name it %s", name, Names)
 }
 
-// output is a file sonde writes the run to when it stops.
-type output struct {
-	path   string
-	format outputFormat
+// Output is a file sonde writes a profile to.
+type Output struct {
+	Path   string
+	Format Format
 }
 
-// parseOutput checks, before anything is sampled, that a run's result can be written to
+// Parse checks, before anything is sampled, that a run's result can be written to
 // name: a known format, in a directory that exists, and not a directory or another
 // non-file itself. Losing a whole run to a typo at the end is what this prevents.
-func parseOutput(name string) (output, error) {
-	format, err := formatOf(name)
+func Parse(name string) (Output, error) {
+	format, err := FormatOf(name)
 	if err != nil {
-		return output{}, err
+		return Output{}, err
 	}
 	st, err := os.Stat(name)
 	switch {
 	case err == nil && st.IsDir():
-		return output{}, fmt.Errorf("--output %s: is a directory; name a file to write", name)
+		return Output{}, fmt.Errorf("--output %s: is a directory; name a file to write", name)
 	case err == nil && !st.Mode().IsRegular():
-		return output{}, fmt.Errorf("--output %s: is not a regular file (%v)", name, st.Mode().Type())
+		return Output{}, fmt.Errorf("--output %s: is not a regular file (%v)", name, st.Mode().Type())
 	case err != nil && !errors.Is(err, os.ErrNotExist):
-		return output{}, fmt.Errorf("--output %s: %w", name, err)
+		return Output{}, fmt.Errorf("--output %s: %w", name, err)
 	}
 	dir := filepath.Dir(name)
 	if err := unix.Access(dir, unix.W_OK|unix.X_OK); err != nil {
-		return output{}, fmt.Errorf("--output %s: cannot write there: %w", name, err)
+		return Output{}, fmt.Errorf("--output %s: cannot write there: %w", name, err)
 	}
-	return output{path: name, format: format}, nil
+	return Output{Path: name, Format: format}, nil
 }
 
-// runFacts describes the whole run, for the outputs that say more than the samples.
-type runFacts struct {
-	resource    otlp.Resource
-	encode      otlp.EncodeOptions
-	frequency   int
-	lostSamples int64
-	command     []string
-	note        string // a word to the reader about the run, such as an idle host's
-	// view is what the flame graphs and folded stacks weigh stacks by; pprof and OTLP
+// Facts describes the whole run, for the outputs that say more than the samples.
+type Facts struct {
+	Resource    otlp.Resource
+	Encode      otlp.EncodeOptions
+	Frequency   int
+	LostSamples int64 // -1: not known
+	Command     []string
+	Note        string // a word to the reader about the run, such as an idle host's
+	// View is what the flame graphs and folded stacks weigh stacks by; pprof and OTLP
 	// files keep every sample type.
-	view trace.View
+	View trace.View
 }
 
-// write writes p to the output, replacing the file atomically: readers never see half
+// Write writes p to the output, replacing the file atomically: readers never see half
 // of it, a failure leaves nothing behind, and the file gets the mode the umask allows.
-func (o output) write(p *trace.Profile, facts runFacts) error {
-	return writeAtomically(o.path, func(w io.Writer) error {
-		switch o.format {
-		case formatOTLP:
-			req := otlp.Encode([]*trace.Profile{p}, facts.resource, facts.encode)
-			return otlp.Write(w, otlp.IsJSON(strings.ToLower(o.path)), req)
-		case formatHTML, formatSVG:
-			p := p.ForView(facts.view)
+func (o Output) Write(p *trace.Profile, facts Facts) error {
+	return writeAtomically(o.Path, func(w io.Writer) error {
+		switch o.Format {
+		case OTLP:
+			req := otlp.Encode([]*trace.Profile{p}, facts.Resource, facts.Encode)
+			return otlp.Write(w, otlp.IsJSON(strings.ToLower(o.Path)), req)
+		case HTML, SVG:
+			p := p.ForView(facts.View)
 			f := flame.FactsFrom(p)
-			f.Host, f.Frequency, f.LostSamples = facts.resource.HostName, float64(facts.frequency), facts.lostSamples
-			f.Version, f.CommandLine, f.Note = facts.encode.Version, facts.command, facts.note
-			if facts.view != trace.ViewCPU {
-				f.Note = strings.TrimSpace(f.Note + " " + viewNote(facts.view))
+			f.Host, f.Frequency, f.LostSamples = facts.Resource.HostName, float64(facts.Frequency), facts.LostSamples
+			f.Version, f.CommandLine, f.Note = facts.Encode.Version, facts.Command, facts.Note
+			if facts.View != trace.ViewCPU {
+				f.Note = strings.TrimSpace(f.Note + " " + viewNote(facts.View))
 			}
-			if o.format == formatHTML {
+			if o.Format == HTML {
 				return flame.WriteHTML(w, p, f)
 			}
 			return flame.WriteSVG(w, p, f)
-		case formatFolded:
-			return folded.Write(w, p.ForView(facts.view))
+		case Folded:
+			return folded.Write(w, p.ForView(facts.View))
 		default:
 			return pprof.Write(w, p)
 		}
 	})
 }
 
-// viewTime names the time a view's samples stand for, for the top table's summary.
-func viewTime(v trace.View) string {
+// ViewTime names the time a view's samples stand for, for a top table's summary.
+func ViewTime(v trace.View) string {
 	switch v {
 	case trace.ViewOffCPU:
 		return "waiting"
