@@ -98,7 +98,7 @@ func (s *subcommand) parse(args []string) (*config, error) {
 	}
 	// A one-off command reports to the terminal and files, never to a collector the
 	// environment may name for the agent.
-	c.export = false
+	c.Export = false
 	return c, nil
 }
 

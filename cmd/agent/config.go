@@ -5,14 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sonde-profiler/sonde/bpf"
+	"github.com/sonde-profiler/sonde/cmd/agent/pipeline"
 	"github.com/sonde-profiler/sonde/reporter/files"
 	"github.com/sonde-profiler/sonde/reporter/otlp"
 	"github.com/sonde-profiler/sonde/symbolize"
@@ -24,43 +23,7 @@ import (
 type usageError struct{ error }
 
 // config is everything the command line and environment decide.
-type config struct {
-	pids         []uint32
-	frequency    int
-	duration     time.Duration
-	outputs      []files.Output
-	kernelStacks bool
-	logLevel     slog.Level
-	top          int
-	bpfStats     bool
-	symbolize    symbolize.Options
-	chunkSize    int
-	chunkCache   int
-	unwind       string // "tables" or "fp"
-	unwindRows   int
-	interval     time.Duration
-	timestamps   bool
-	// offCPU records where threads wait too; view is what local outputs weigh stacks by.
-	offCPU     bool
-	offCPUMin  time.Duration
-	offCPURate int
-	// offCPUGo adds goroutines' waits in Go's scheduler, by uprobes on Go binaries.
-	offCPUGo     bool
-	view         trace.View
-	traceContext bool
-	memoryLimit  int64
-	metricsAddr  string
-	metricsOTLP  bool
-	threadAttrs  otlp.ThreadAttributes
-	kube         kubeConfig
-	// followForks profiles the children of pids too (sonde record); no flag sets it.
-	followForks bool
-	// export is set when profiles go to a collector: --otlp-endpoint or the OTEL_* variables name one.
-	export bool
-	otlp   otlp.Config
-	// debuginfod is where debug files not on the host come from; no URLs: nowhere.
-	debuginfod debuginfod.Config
-}
+type config = pipeline.Config
 
 // maxFrequency is the highest sampling rate sonde accepts. A sample costs a few µs in the
 // kernel and about one in sonde, per CPU: at 10 kHz that is already several percent of
@@ -126,146 +89,146 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 // same. check validates what was parsed into the config, set being the flag set that
 // parsed it (the agent's, or a subcommand's sharing these flags' values).
 func agentFlags(getenv func(string) string) (*flag.FlagSet, func(set *flag.FlagSet) (*config, error), error) {
-	c := &config{}
+	c := &config{Version: version}
 	var err error
-	if c.otlp, err = otlp.ConfigFromEnv(getenv); err != nil {
+	if c.OTLP, err = otlp.ConfigFromEnv(getenv); err != nil {
 		return nil, nil, usageError{err}
 	}
 	envEndpoint := getenv("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != ""
-	if c.debuginfod, err = debuginfod.ConfigFromEnv(getenv); err != nil {
+	if c.Debuginfod, err = debuginfod.ConfigFromEnv(getenv); err != nil {
 		return nil, nil, usageError{err}
 	}
 	fs := flag.NewFlagSet("sonde", flag.ContinueOnError)
 	var pids, logLevel, memoryLimit string
 	var outputs []string
 	fs.StringVar(&pids, "pid", "", "profile only these processes (`PID[,PID...]`); filtered in the kernel")
-	fs.IntVar(&c.frequency, "frequency", 0, fmt.Sprintf("samples per second per CPU (`HZ`, at most %d) (default 19 host-wide, 199 with --pid)", maxFrequency))
-	fs.DurationVar(&c.duration, "duration", 0, "stop after this long (0: run until SIGINT or SIGTERM)")
+	fs.IntVar(&c.Frequency, "frequency", 0, fmt.Sprintf("samples per second per CPU (`HZ`, at most %d) (default 19 host-wide, 199 with --pid)", maxFrequency))
+	fs.DurationVar(&c.Duration, "duration", 0, "stop after this long (0: run until SIGINT or SIGTERM)")
 	fs.Func("output", "write the whole run, merged, to `FILE` when sonde stops; the name picks the format: "+files.Names+"; may be given more than once", func(s string) error {
 		outputs = append(outputs, s)
 		return nil
 	})
-	fs.BoolVar(&c.kernelStacks, "kernel-stacks", true, "record kernel stacks too")
+	fs.BoolVar(&c.KernelStacks, "kernel-stacks", true, "record kernel stacks too")
 	fs.StringVar(&logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
-	fs.IntVar(&c.top, "top", 15, "print the `N` hottest functions at exit (0: none)")
-	fs.BoolVar(&c.bpfStats, "bpf-stats", false, "measure the BPF program's run time and report ns per sample at exit")
+	fs.IntVar(&c.Top, "top", 15, "print the `N` hottest functions at exit (0: none)")
+	fs.BoolVar(&c.BPFStats, "bpf-stats", false, "measure the BPF program's run time and report ns per sample at exit")
 	var symMode string
 	fs.StringVar(&symMode, "symbolize", "full", "naming on the host: `full` (DWARF lines and inlines, Go pclntab, symbol tables), symtab (symbol tables and pclntab), none (addresses and build IDs only)")
-	fs.IntVar(&c.symbolize.FileCacheSize, "symbol-cache-files", symbolize.DefaultFileCacheSize, "parsed object files kept for naming (LRU), at most; their memory is bounded by --memory-limit too")
-	fs.IntVar(&c.symbolize.AddressCacheSize, "symbol-cache-addresses", symbolize.DefaultAddressCacheSize, "named addresses kept (LRU), at most; their memory is bounded by --memory-limit too")
+	fs.IntVar(&c.Symbolize.FileCacheSize, "symbol-cache-files", symbolize.DefaultFileCacheSize, "parsed object files kept for naming (LRU), at most; their memory is bounded by --memory-limit too")
+	fs.IntVar(&c.Symbolize.AddressCacheSize, "symbol-cache-addresses", symbolize.DefaultAddressCacheSize, "named addresses kept (LRU), at most; their memory is bounded by --memory-limit too")
 	var debuginfodURLs, debuginfodCacheSize string
 	fs.StringVar(&debuginfodURLs, "debuginfod-urls", getenv("DEBUGINFOD_URLS"), "fetch debug files of stripped code by build ID from these debuginfod servers (`URLS`, space-separated; default $DEBUGINFOD_URLS; empty: none), in the background; DEBUGINFOD_TIMEOUT, _MAXTIME, _MAXSIZE and _HEADERS_FILE apply")
-	fs.StringVar(&c.debuginfod.CacheDir, "debuginfod-cache-dir", debuginfod.DefaultCacheDir(getenv), "where fetched debug files are kept (`DIR`; default $DEBUGINFOD_CACHE_PATH, else debuginfod under systemd's $STATE_DIRECTORY, else the user's cache directory)")
+	fs.StringVar(&c.Debuginfod.CacheDir, "debuginfod-cache-dir", debuginfod.DefaultCacheDir(getenv), "where fetched debug files are kept (`DIR`; default $DEBUGINFOD_CACHE_PATH, else debuginfod under systemd's $STATE_DIRECTORY, else the user's cache directory)")
 	fs.StringVar(&debuginfodCacheSize, "debuginfod-cache-size", "2GiB", "bound of --debuginfod-cache-dir (`SIZE`); the least recently used files are removed past it")
-	fs.IntVar(&c.chunkSize, "chunk-size", trace.DefaultChunkSize, "frames per interned stack chunk; stacks sharing a prefix share its chunks")
-	fs.IntVar(&c.chunkCache, "chunk-cache", 0, "stack chunks kept in the intern cache (LRU) (0: sized from --memory-limit)")
-	fs.StringVar(&c.unwind, "unwind", "tables", "how user stacks are walked: `tables` (.eh_frame, no frame pointers needed; frame pointers where a file has none) or fp (frame pointers only)")
-	fs.IntVar(&c.unwindRows, "unwind-rows", 0, "rows (16 bytes of kernel memory each) all files' unwind tables may hold together; tables of files no process maps are freed to make room (0: sized from --memory-limit)")
-	fs.DurationVar(&c.interval, "interval", 10*time.Second, "how often collected samples are symbolized and sent (±10% jitter)")
-	fs.BoolVar(&c.timestamps, "timestamps", false, "send each sample's time, not only counts per stack")
-	fs.BoolVar(&c.offCPU, "off-cpu", false, "also record where threads wait off the CPU (locks, I/O, sleeps), by stack, weighted by the time waited: a second profile (off_cpu, nanoseconds) beside the CPU one")
-	fs.DurationVar(&c.offCPUMin, "off-cpu-min", bpf.DefaultOffCPUMin, "with --off-cpu, the shortest wait recorded")
-	fs.BoolVar(&c.offCPUGo, "off-cpu-goroutines", false, "with --off-cpu, also record where goroutines wait in Go's scheduler (channels, mutexes, timers, the network), by goroutine stack: uprobes on the profiled Go programs' runtime.gopark and runtime.execute, which cost those programs about a microsecond per goroutine switch")
-	fs.IntVar(&c.offCPURate, "off-cpu-rate", bpf.DefaultOffCPUWalks, "with --off-cpu, the switch-outs each CPU walks per second before it walks a random sample of them, weighted to keep totals right (`N`; 0: every one)")
+	fs.IntVar(&c.ChunkSize, "chunk-size", trace.DefaultChunkSize, "frames per interned stack chunk; stacks sharing a prefix share its chunks")
+	fs.IntVar(&c.ChunkCache, "chunk-cache", 0, "stack chunks kept in the intern cache (LRU) (0: sized from --memory-limit)")
+	fs.StringVar(&c.Unwind, "unwind", "tables", "how user stacks are walked: `tables` (.eh_frame, no frame pointers needed; frame pointers where a file has none) or fp (frame pointers only)")
+	fs.IntVar(&c.UnwindRows, "unwind-rows", 0, "rows (16 bytes of kernel memory each) all files' unwind tables may hold together; tables of files no process maps are freed to make room (0: sized from --memory-limit)")
+	fs.DurationVar(&c.Interval, "interval", 10*time.Second, "how often collected samples are symbolized and sent (±10% jitter)")
+	fs.BoolVar(&c.Timestamps, "timestamps", false, "send each sample's time, not only counts per stack")
+	fs.BoolVar(&c.OffCPU, "off-cpu", false, "also record where threads wait off the CPU (locks, I/O, sleeps), by stack, weighted by the time waited: a second profile (off_cpu, nanoseconds) beside the CPU one")
+	fs.DurationVar(&c.OffCPUMin, "off-cpu-min", bpf.DefaultOffCPUMin, "with --off-cpu, the shortest wait recorded")
+	fs.BoolVar(&c.OffCPUGoroutines, "off-cpu-goroutines", false, "with --off-cpu, also record where goroutines wait in Go's scheduler (channels, mutexes, timers, the network), by goroutine stack: uprobes on the profiled Go programs' runtime.gopark and runtime.execute, which cost those programs about a microsecond per goroutine switch")
+	fs.IntVar(&c.OffCPURate, "off-cpu-rate", bpf.DefaultOffCPUWalks, "with --off-cpu, the switch-outs each CPU walks per second before it walks a random sample of them, weighted to keep totals right (`N`; 0: every one)")
 	var view string
 	fs.StringVar(&view, "view", "", "what the flame graph, top table and folded stacks weigh stacks by: `cpu`, off-cpu (time waited) or wall (both, as time) (default cpu; off-cpu with --off-cpu)")
-	fs.BoolVar(&c.traceContext, "trace-context", true, "link samples to the span their thread was in: read OpenTelemetry thread and process contexts (OTEPs 4947, 4719) and Go pprof labels")
+	fs.BoolVar(&c.TraceContext, "trace-context", true, "link samples to the span their thread was in: read OpenTelemetry thread and process contexts (OTEPs 4947, 4719) and Go pprof labels")
 	fs.StringVar(&memoryLimit, "memory-limit", "256MiB", "memory sonde may use (`SIZE`, e.g. 128MiB, 1GiB), its own and its BPF maps': caches, queues and maps are sized from it, and under pressure caches and queued intervals are dropped first")
 	var endpoint string
 	fs.StringVar(&endpoint, "otlp-endpoint", "", "send OTLP profiles over gRPC to this collector (`host:port`, or https://, http://); default from OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT")
-	fs.BoolVar(&c.otlp.Insecure, "otlp-insecure", c.otlp.Insecure, "send to the collector in plaintext instead of TLS")
-	fs.IntVar(&c.otlp.QueueSize, "otlp-queue", c.otlp.QueueSize, "intervals kept while the collector is unreachable; beyond this, or beyond their share of --memory-limit, the oldest are dropped")
+	fs.BoolVar(&c.OTLP.Insecure, "otlp-insecure", c.OTLP.Insecure, "send to the collector in plaintext instead of TLS")
+	fs.IntVar(&c.OTLP.QueueSize, "otlp-queue", c.OTLP.QueueSize, "intervals kept while the collector is unreachable; beyond this, or beyond their share of --memory-limit, the oldest are dropped")
 	var threadAttrs string
 	fs.StringVar(&threadAttrs, "thread-attributes", "name", "per-sample thread attributes sent over OTLP: `name`, id, name,id or none (each distinct value can become a series in the backend)")
-	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve /healthz and /metrics (Prometheus text) on `ADDR`, e.g. :9464 (empty: none)")
-	fs.BoolVar(&c.metricsOTLP, "metrics-otlp", false, "also push sonde's metrics over OTLP to the collector profiles go to, every --interval")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve /healthz and /metrics (Prometheus text) on `ADDR`, e.g. :9464 (empty: none)")
+	fs.BoolVar(&c.MetricsOTLP, "metrics-otlp", false, "also push sonde's metrics over OTLP to the collector profiles go to, every --interval")
 	var namespaces, selector, cgroups string
 	fs.StringVar(&cgroups, "cgroup", "", "profile only processes in these cgroup v2 directories and below them (`PATH[,PATH...]`, relative to --cgroup-root); filtered in the kernel")
-	fs.StringVar(&c.kube.cgroupRoot, "cgroup-root", "", "where the host's cgroup v2 hierarchy is mounted (`DIR`; default: found in /proc/self/mountinfo)")
-	fs.StringVar(&c.kube.nodeName, "k8s-node-name", getenv("NODE_NAME"), "this Kubernetes node's `NAME` (default $NODE_NAME): with it, pods' names, namespaces, containers and workloads are added to their processes' resources")
-	fs.BoolVar(&c.kube.metadata, "k8s-metadata", true, "ask the API server about this node's pods (needs --k8s-node-name)")
-	fs.StringVar(&c.kube.kubeconfig, "k8s-kubeconfig", "", "reach the API server as this kubeconfig `FILE`'s current context says (a token, token file or client certificate) instead of the pod's service account: for sonde outside a pod")
+	fs.StringVar(&c.Kube.CgroupRoot, "cgroup-root", "", "where the host's cgroup v2 hierarchy is mounted (`DIR`; default: found in /proc/self/mountinfo)")
+	fs.StringVar(&c.Kube.NodeName, "k8s-node-name", getenv("NODE_NAME"), "this Kubernetes node's `NAME` (default $NODE_NAME): with it, pods' names, namespaces, containers and workloads are added to their processes' resources")
+	fs.BoolVar(&c.Kube.Metadata, "k8s-metadata", true, "ask the API server about this node's pods (needs --k8s-node-name)")
+	fs.StringVar(&c.Kube.Kubeconfig, "k8s-kubeconfig", "", "reach the API server as this kubeconfig `FILE`'s current context says (a token, token file or client certificate) instead of the pod's service account: for sonde outside a pod")
 	fs.StringVar(&namespaces, "k8s-namespaces", "", "profile only pods in these `NAMESPACES` (comma-separated); filtered in the kernel by the pods' cgroups")
 	fs.StringVar(&selector, "k8s-pod-selector", "", "profile only pods whose labels match this `SELECTOR` (a=b,c!=d,e in (f,g)); with --k8s-namespaces a pod must match both")
 	check := func(set *flag.FlagSet) (*config, error) {
 		if endpoint != "" {
-			c.otlp.Endpoint = endpoint
+			c.OTLP.Endpoint = endpoint
 		}
-		c.export = endpoint != "" || envEndpoint
-		if c.interval < 100*time.Millisecond {
-			return nil, usageError{fmt.Errorf("--interval %v: must be at least 100ms", c.interval)}
+		c.Export = endpoint != "" || envEndpoint
+		if c.Interval < 100*time.Millisecond {
+			return nil, usageError{fmt.Errorf("--interval %v: must be at least 100ms", c.Interval)}
 		}
-		if c.symbolize.Mode, err = symbolize.ParseMode(symMode); err != nil {
+		if c.Symbolize.Mode, err = symbolize.ParseMode(symMode); err != nil {
 			return nil, usageError{fmt.Errorf("--symbolize: %w", err)}
 		}
-		if c.symbolize.FileCacheSize < 1 || c.symbolize.AddressCacheSize < 0 {
+		if c.Symbolize.FileCacheSize < 1 || c.Symbolize.AddressCacheSize < 0 {
 			return nil, usageError{fmt.Errorf("--symbol-cache-files must be positive and --symbol-cache-addresses not negative")}
 		}
-		c.debuginfod.URLs = debuginfod.ParseURLs(debuginfodURLs)
-		if err := debuginfod.CheckURLs(c.debuginfod.URLs); err != nil {
+		c.Debuginfod.URLs = debuginfod.ParseURLs(debuginfodURLs)
+		if err := debuginfod.CheckURLs(c.Debuginfod.URLs); err != nil {
 			return nil, usageError{fmt.Errorf("--debuginfod-urls: %w", err)}
 		}
-		if c.debuginfod.CacheBytes, err = parseSize(debuginfodCacheSize); err != nil || c.debuginfod.CacheBytes == 0 {
+		if c.Debuginfod.CacheBytes, err = parseSize(debuginfodCacheSize); err != nil || c.Debuginfod.CacheBytes == 0 {
 			return nil, usageError{fmt.Errorf("--debuginfod-cache-size %q: want a size such as 2GiB, more than 0", debuginfodCacheSize)}
 		}
-		if c.chunkSize < 1 || c.chunkCache < 0 {
-			return nil, usageError{fmt.Errorf("--chunk-size %d must be positive and --chunk-cache %d not negative", c.chunkSize, c.chunkCache)}
+		if c.ChunkSize < 1 || c.ChunkCache < 0 {
+			return nil, usageError{fmt.Errorf("--chunk-size %d must be positive and --chunk-cache %d not negative", c.ChunkSize, c.ChunkCache)}
 		}
-		if c.unwind != "tables" && c.unwind != "fp" {
-			return nil, usageError{fmt.Errorf("--unwind %q: want tables or fp", c.unwind)}
+		if c.Unwind != "tables" && c.Unwind != "fp" {
+			return nil, usageError{fmt.Errorf("--unwind %q: want tables or fp", c.Unwind)}
 		}
-		if c.unwindRows < 0 {
-			return nil, usageError{fmt.Errorf("--unwind-rows %d: must not be negative", c.unwindRows)}
+		if c.UnwindRows < 0 {
+			return nil, usageError{fmt.Errorf("--unwind-rows %d: must not be negative", c.UnwindRows)}
 		}
-		if c.otlp.QueueSize < 1 {
-			return nil, usageError{fmt.Errorf("--otlp-queue %d: must be at least 1", c.otlp.QueueSize)}
+		if c.OTLP.QueueSize < 1 {
+			return nil, usageError{fmt.Errorf("--otlp-queue %d: must be at least 1", c.OTLP.QueueSize)}
 		}
-		if c.memoryLimit, err = parseSize(memoryLimit); err != nil {
+		if c.MemoryLimit, err = parseSize(memoryLimit); err != nil {
 			return nil, usageError{fmt.Errorf("--memory-limit %q: %w", memoryLimit, err)}
 		}
-		if c.memoryLimit < minMemoryLimit {
-			return nil, usageError{fmt.Errorf("--memory-limit %s: sonde needs at least %dMiB", memoryLimit, minMemoryLimit>>20)}
+		if c.MemoryLimit < pipeline.MinMemoryLimit {
+			return nil, usageError{fmt.Errorf("--memory-limit %s: sonde needs at least %dMiB", memoryLimit, pipeline.MinMemoryLimit>>20)}
 		}
-		if err := c.logLevel.UnmarshalText([]byte(logLevel)); err != nil {
+		if err := c.LogLevel.UnmarshalText([]byte(logLevel)); err != nil {
 			return nil, usageError{fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)}
 		}
-		if c.pids, err = parsePIDs(pids); err != nil {
+		if c.PIDs, err = parsePIDs(pids); err != nil {
 			return nil, usageError{err}
 		}
 		frequencySet := false
 		set.Visit(func(f *flag.Flag) { frequencySet = frequencySet || f.Name == "frequency" })
 		if !frequencySet {
-			c.frequency = defaultFrequency(c.pids)
+			c.Frequency = defaultFrequency(c.PIDs)
 		}
-		if err := checkFrequency(c.frequency); err != nil {
+		if err := checkFrequency(c.Frequency); err != nil {
 			return nil, usageError{err}
 		}
-		if c.duration < 0 {
-			return nil, usageError{fmt.Errorf("--duration %v: must not be negative", c.duration)}
+		if c.Duration < 0 {
+			return nil, usageError{fmt.Errorf("--duration %v: must not be negative", c.Duration)}
 		}
 		for _, name := range outputs {
 			o, err := files.Parse(name)
 			if err != nil {
 				return nil, usageError{err}
 			}
-			c.outputs = append(c.outputs, o)
+			c.Outputs = append(c.Outputs, o)
 		}
-		if c.top < 0 {
-			return nil, usageError{fmt.Errorf("--top %d: must not be negative", c.top)}
+		if c.Top < 0 {
+			return nil, usageError{fmt.Errorf("--top %d: must not be negative", c.Top)}
 		}
-		if c.threadAttrs, err = parseThreadAttributes(threadAttrs); err != nil {
+		if c.ThreadAttrs, err = parseThreadAttributes(threadAttrs); err != nil {
 			return nil, usageError{err}
 		}
-		if err := parseKube(&c.kube, namespaces, selector, cgroups); err != nil {
+		if err := pipeline.ParseKube(&c.Kube, namespaces, selector, cgroups); err != nil {
 			return nil, usageError{err}
 		}
-		if c.metricsOTLP && !c.export {
+		if c.MetricsOTLP && !c.Export {
 			return nil, usageError{errors.New("--metrics-otlp: no collector to push to; set --otlp-endpoint")}
 		}
-		if c.offCPUMin < 0 || c.offCPURate < 0 {
-			return nil, usageError{fmt.Errorf("--off-cpu-min %v and --off-cpu-rate %d must not be negative", c.offCPUMin, c.offCPURate)}
+		if c.OffCPUMin < 0 || c.OffCPURate < 0 {
+			return nil, usageError{fmt.Errorf("--off-cpu-min %v and --off-cpu-rate %d must not be negative", c.OffCPUMin, c.OffCPURate)}
 		}
-		if c.view, err = parseView(view, c.offCPU); err != nil {
+		if c.View, err = parseView(view, c.OffCPU); err != nil {
 			return nil, usageError{err}
 		}
 		return c, nil
@@ -367,14 +330,6 @@ func parseSize(s string) (int64, error) {
 }
 
 // checkPIDsExist fails fast on a --pid that names no running process.
-func checkPIDsExist(pids []uint32) error {
-	for _, pid := range pids {
-		if _, err := os.Stat(filepath.Join("/proc", strconv.FormatUint(uint64(pid), 10))); err != nil {
-			return fmt.Errorf("--pid %d: no such process", pid)
-		}
-	}
-	return nil
-}
 func parseThreadAttributes(s string) (otlp.ThreadAttributes, error) {
 	if strings.TrimSpace(s) == "none" {
 		return otlp.ThreadNone, nil

@@ -23,7 +23,7 @@ func TestParseConfigOTLP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.export || c.interval != 10*time.Second || c.timestamps {
+	if c.Export || c.Interval != 10*time.Second || c.Timestamps {
 		t.Errorf("export must be off without an endpoint: %+v", c)
 	}
 	env := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4317", "OTEL_EXPORTER_OTLP_INSECURE": "true"}
@@ -31,18 +31,18 @@ func TestParseConfigOTLP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !c.export || c.otlp.Endpoint != "collector:4317" || !c.otlp.Insecure || c.interval != 2*time.Second || !c.timestamps {
+	if !c.Export || c.OTLP.Endpoint != "collector:4317" || !c.OTLP.Insecure || c.Interval != 2*time.Second || !c.Timestamps {
 		t.Errorf("from the environment: %+v", c)
 	}
-	if len(c.outputs) != 1 || c.outputs[0].Format != files.OTLP {
-		t.Errorf("run.otlp.json: outputs %+v", c.outputs)
+	if len(c.Outputs) != 1 || c.Outputs[0].Format != files.OTLP {
+		t.Errorf("run.otlp.json: outputs %+v", c.Outputs)
 	}
 	c, err = parseConfig([]string{"--otlp-endpoint", "127.0.0.1:9999", "--otlp-insecure=false"}, func(k string) string { return env[k] }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.otlp.Endpoint != "127.0.0.1:9999" || c.otlp.Insecure {
-		t.Errorf("flags must win over the environment: %+v", c.otlp)
+	if c.OTLP.Endpoint != "127.0.0.1:9999" || c.OTLP.Insecure {
+		t.Errorf("flags must win over the environment: %+v", c.OTLP)
 	}
 	bad := func(k string) string { return map[string]string{"OTEL_EXPORTER_OTLP_TIMEOUT": "soon"}[k] }
 	if _, err := parseConfig(nil, bad, io.Discard); err == nil {
@@ -55,21 +55,21 @@ func TestParseConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.frequency != 19 || !c.kernelStacks || c.duration != 0 || c.top != 15 || len(c.pids) != 0 {
+	if c.Frequency != 19 || !c.KernelStacks || c.Duration != 0 || c.Top != 15 || len(c.PIDs) != 0 {
 		t.Errorf("host-wide defaults: %+v", c)
 	}
 	c, err = parseConfig([]string{"--pid", "1,2", "-duration", "5s"}, noEnv, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.frequency != 199 || !slices.Equal(c.pids, []uint32{1, 2}) || c.duration.Seconds() != 5 {
+	if c.Frequency != 199 || !slices.Equal(c.PIDs, []uint32{1, 2}) || c.Duration.Seconds() != 5 {
 		t.Errorf("--pid defaults: %+v", c)
 	}
 	c, err = parseConfig([]string{"--pid", "1", "--frequency", "49", "--kernel-stacks=false", "--output", "x.pprof"}, noEnv, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.frequency != 49 || c.kernelStacks {
+	if c.Frequency != 49 || c.KernelStacks {
 		t.Errorf("explicit flags lost: %+v", c)
 	}
 }
@@ -102,18 +102,18 @@ func TestConfigPrecedence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.frequency != 49 || c.interval != 4*time.Second || c.top != 7 || c.logLevel != slog.LevelWarn {
-		t.Errorf("file 49 Hz/3s/top 3, env 4s/top 5, flag top 7: got %d Hz, %v, top %d, log %v", c.frequency, c.interval, c.top, c.logLevel)
+	if c.Frequency != 49 || c.Interval != 4*time.Second || c.Top != 7 || c.LogLevel != slog.LevelWarn {
+		t.Errorf("file 49 Hz/3s/top 3, env 4s/top 5, flag top 7: got %d Hz, %v, top %d, log %v", c.Frequency, c.Interval, c.Top, c.LogLevel)
 	}
-	if len(c.outputs) != 2 || c.outputs[1].Format != files.Folded {
-		t.Errorf("outputs from the file: %+v", c.outputs)
+	if len(c.Outputs) != 2 || c.Outputs[1].Format != files.Folded {
+		t.Errorf("outputs from the file: %+v", c.Outputs)
 	}
 	c, err = parseConfig([]string{"--output", "c.pb.gz"}, func(k string) string { return map[string]string{"SONDE_CONFIG": file}[k] }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.outputs) != 1 || c.outputs[0].Path != "c.pb.gz" || c.frequency != 49 {
-		t.Errorf("SONDE_CONFIG and --output: %+v at %d Hz; the command line's outputs replace the file's", c.outputs, c.frequency)
+	if len(c.Outputs) != 1 || c.Outputs[0].Path != "c.pb.gz" || c.Frequency != 49 {
+		t.Errorf("SONDE_CONFIG and --output: %+v at %d Hz; the command line's outputs replace the file's", c.Outputs, c.Frequency)
 	}
 	for _, tc := range []struct {
 		file string
@@ -152,23 +152,23 @@ func TestParseConfigDebuginfod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.debuginfod.URLs) != 0 || c.debuginfod.CacheBytes != 2<<30 {
-		t.Errorf("defaults: %+v, want no servers and a 2GiB cache", c.debuginfod)
+	if len(c.Debuginfod.URLs) != 0 || c.Debuginfod.CacheBytes != 2<<30 {
+		t.Errorf("defaults: %+v, want no servers and a 2GiB cache", c.Debuginfod)
 	}
 	env := map[string]string{"DEBUGINFOD_URLS": "https://a.example/ http://b.example:8002", "DEBUGINFOD_TIMEOUT": "5", "STATE_DIRECTORY": "/var/lib/sonde"}
 	getenv := func(k string) string { return env[k] }
 	if c, err = parseConfig(nil, getenv, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(c.debuginfod.URLs, []string{"https://a.example", "http://b.example:8002"}) || c.debuginfod.Timeout != 5*time.Second ||
-		c.debuginfod.CacheDir != "/var/lib/sonde/debuginfod" {
-		t.Errorf("from DEBUGINFOD_*: %+v", c.debuginfod)
+	if !slices.Equal(c.Debuginfod.URLs, []string{"https://a.example", "http://b.example:8002"}) || c.Debuginfod.Timeout != 5*time.Second ||
+		c.Debuginfod.CacheDir != "/var/lib/sonde/debuginfod" {
+		t.Errorf("from DEBUGINFOD_*: %+v", c.Debuginfod)
 	}
 	if c, err = parseConfig([]string{"--debuginfod-urls", "", "--debuginfod-cache-size", "100MiB", "--debuginfod-cache-dir", "/c"}, getenv, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	if len(c.debuginfod.URLs) != 0 || c.debuginfod.CacheBytes != 100<<20 || c.debuginfod.CacheDir != "/c" {
-		t.Errorf("an empty --debuginfod-urls must disable, the flags win: %+v", c.debuginfod)
+	if len(c.Debuginfod.URLs) != 0 || c.Debuginfod.CacheBytes != 100<<20 || c.Debuginfod.CacheDir != "/c" {
+		t.Errorf("an empty --debuginfod-urls must disable, the flags win: %+v", c.Debuginfod)
 	}
 	for _, args := range [][]string{{"--debuginfod-urls", "ftp://x"}, {"--debuginfod-cache-size", "0"}, {"--debuginfod-cache-size", "lots"}} {
 		if _, err := parseConfig(args, noEnv, io.Discard); !errAs(err, new(usageError)) {

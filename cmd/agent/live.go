@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/sonde-profiler/sonde/cmd/agent/pipeline"
 	"github.com/sonde-profiler/sonde/internal/procfs"
 	"github.com/sonde-profiler/sonde/reporter/top"
 	"github.com/sonde-profiler/sonde/trace"
@@ -80,25 +81,25 @@ func topMain(args []string) int {
 	if err != nil {
 		return usageStatus("top", usageError{err}, stderr)
 	}
-	if !s.given("frequency") && len(c.pids) == 0 {
-		c.frequency = topHostFrequency
-		if err := checkFrequency(c.frequency); err != nil {
+	if !s.given("frequency") && len(c.PIDs) == 0 {
+		c.Frequency = topHostFrequency
+		if err := checkFrequency(c.Frequency); err != nil {
 			return usageStatus("top", usageError{err}, stderr)
 		}
 	}
-	c.interval, c.top, c.outputs = time.Second, 0, nil
+	c.Interval, c.Top, c.Outputs = time.Second, 0, nil
 
 	// Logs would scribble over the view: they are kept, the last of them, and shown after.
 	logs := &tailBuffer{max: 64 << 10}
-	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: c.logLevel}))
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: c.LogLevel}))
 	defer func() { os.Stderr.Write(logs.Bytes()) }()
 
 	scope := "host-wide"
 	switch {
-	case len(c.pids) > 0 && filter != nil:
-		scope = fmt.Sprintf("pid %s in cgroup %s", pidList(c.pids), filter.path)
-	case len(c.pids) > 0:
-		scope = "pid " + pidList(c.pids)
+	case len(c.PIDs) > 0 && filter != nil:
+		scope = fmt.Sprintf("pid %s in cgroup %s", pidList(c.PIDs), filter.path)
+	case len(c.PIDs) > 0:
+		scope = "pid " + pidList(c.PIDs)
 	case filter != nil:
 		scope = "cgroup " + filter.path
 	}
@@ -109,29 +110,25 @@ func topMain(args []string) int {
 		sortCum: *sortBy == "cum",
 		filter:  filter,
 		waiting: true,
-		title:   fmt.Sprintf("sonde top: %s, %d Hz, last %v", printable(scope), c.frequency, *window),
+		title:   fmt.Sprintf("sonde top: %s, %d Hz, last %v", printable(scope), c.Frequency, *window),
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx, quit := context.WithCancel(ctx)
 	defer quit()
 
-	p, err := build(c, log)
+	p, err := pipeline.Build(c, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "sonde top: %s\n", printable(explain(err)))
-		var uerr usageError
-		if errors.As(err, &uerr) {
+		if isUsage(err) {
 			return 2
 		}
 		return 1
 	}
-	defer p.sampler.Close()
-	p.quiet = true
-	p.sinks = append(p.sinks, v)
-	v.lost = func() uint64 {
-		c, _ := p.sampler.Counters()
-		return c.RingBufferFull
-	}
+	defer p.Close()
+	p.Quiet()
+	p.AddSink(v)
+	v.lost = p.LostSamples
 
 	restore, err := v.enter()
 	if err != nil {
@@ -143,13 +140,13 @@ func topMain(args []string) int {
 	go v.followResizes(ctx, restore)
 	v.draw()
 	began := time.Now()
-	if err := p.run(ctx); err != nil {
+	if err := p.Run(ctx); err != nil {
 		restore()
 		fmt.Fprintf(stderr, "sonde top: %s\n", printable(explain(err)))
 		return 1
 	}
 	// Neither a key, a signal nor --duration: the view closes because its targets did.
-	if ctx.Err() == nil && len(c.pids) > 0 && (c.duration == 0 || time.Since(began) < c.duration) {
+	if ctx.Err() == nil && len(c.PIDs) > 0 && (c.Duration == 0 || time.Since(began) < c.Duration) {
 		restore()
 		fmt.Fprintln(stderr, "sonde top: every --pid process exited")
 	}
@@ -173,7 +170,7 @@ type liveView struct {
 	size    [2]int     // columns, rows of the last draw
 }
 
-func (v *liveView) add(p *trace.Profile) {
+func (v *liveView) Add(p *trace.Profile) {
 	v.mu.Lock()
 	if v.filter != nil {
 		p = v.filter.apply(p)
@@ -184,7 +181,7 @@ func (v *liveView) add(p *trace.Profile) {
 	v.draw()
 }
 
-func (v *liveView) close(context.Context) error { return nil }
+func (v *liveView) Close(context.Context) error { return nil }
 
 // enter puts the terminal in raw mode (keys arrive one by one, Ctrl-C among them) and on
 // the alternate screen, cursor hidden; restore undoes it all, once, however often called.

@@ -31,7 +31,7 @@ func TestLiveViewDraws(t *testing.T) {
 	}
 	loc := func(name string) *trace.Location { return &trace.Location{Lines: []trace.Line{{Function: name}}} }
 	start := time.Unix(100, 0)
-	v.add(&trace.Profile{Start: start, End: start.Add(time.Second), Period: 10 * time.Millisecond, Samples: []*trace.Sample{
+	v.Add(&trace.Profile{Start: start, End: start.Add(time.Second), Period: 10 * time.Millisecond, Samples: []*trace.Sample{
 		{Process: &trace.Process{PID: 1}, Count: 3, Locations: []*trace.Location{loc("leaf"), loc("caller")}},
 		{Process: &trace.Process{PID: 1}, Count: 1, Locations: []*trace.Location{loc("evil\x1b]0;x\x07"), loc("root"), loc("caller")}},
 	}})
@@ -57,7 +57,7 @@ func TestLiveViewDraws(t *testing.T) {
 		t.Errorf("by cumulative, caller (100%%) leads:\n%q", frame)
 	}
 	v.key('p')
-	v.add(&trace.Profile{Start: start.Add(time.Second), End: start.Add(2 * time.Second), Samples: []*trace.Sample{{Process: &trace.Process{PID: 1}, Count: 100, Locations: []*trace.Location{loc("later")}}}})
+	v.Add(&trace.Profile{Start: start.Add(time.Second), End: start.Add(2 * time.Second), Samples: []*trace.Sample{{Process: &trace.Process{PID: 1}, Count: 100, Locations: []*trace.Location{loc("later")}}}})
 	frame = screen.String()[strings.LastIndex(screen.String(), "\x1b[H"):]
 	if !strings.Contains(frame, "[paused]") || strings.Contains(frame, "later") {
 		t.Errorf("paused, the screen changed:\n%q", frame)

@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/sonde-profiler/sonde/bpf"
+	"github.com/sonde-profiler/sonde/cmd/agent/pipeline"
 )
 
 // version is set at build time by the Makefile.
@@ -37,19 +38,29 @@ func runMain(args []string) int {
 		fmt.Fprintf(os.Stderr, "sonde: %v\nRun 'sonde --help' for usage.\n", err)
 		return 2
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, cfg, log); err != nil {
+	if err := pipeline.Run(ctx, cfg, log); err != nil {
 		fmt.Fprintf(os.Stderr, "sonde: %s\n", explain(err))
-		var uerr usageError
-		if errors.As(err, &uerr) {
+		if isUsage(err) {
 			return 2
 		}
 		return 1
 	}
 	return 0
+}
+
+// stderr is where sonde logs, through the pipeline's writer, which clears a progress line
+// before a log line.
+var stderr = pipeline.Stderr
+
+// isUsage tells an error in how sonde was invoked, which exits with status 2.
+func isUsage(err error) bool {
+	var uerr usageError
+	var perr pipeline.UsageError
+	return errors.As(err, &uerr) || errors.As(err, &perr)
 }
 
 // explain turns missing kernel features and privileges into one sentence saying how to fix them.

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sonde-profiler/sonde/cmd/agent/pipeline"
 	"github.com/sonde-profiler/sonde/reporter/files"
 )
 
@@ -70,17 +71,17 @@ func recordMain(args []string) int {
 		return usageStatus("record", errors.New("no program to run: sonde record -- PROG [ARG...]"), stderr)
 	}
 	if !s.given("frequency") {
-		c.frequency = targetFrequency
-		if err := checkFrequency(c.frequency); err != nil {
+		c.Frequency = targetFrequency
+		if err := checkFrequency(c.Frequency); err != nil {
 			return usageStatus("record", err, stderr)
 		}
 	}
-	if len(c.outputs) == 0 {
+	if len(c.Outputs) == 0 {
 		o, err := files.Parse(defaultRecordOutput)
 		if err != nil {
 			return usageStatus("record", fmt.Errorf("%w (or name a file with --output)", err), stderr)
 		}
-		c.outputs = []files.Output{o}
+		c.Outputs = []files.Output{o}
 	}
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
@@ -90,7 +91,7 @@ func recordMain(args []string) int {
 		}
 		return statusCannotRun
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: c.logLevel}))
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: c.LogLevel}))
 	return record(c, path, argv, log)
 }
 
@@ -119,28 +120,22 @@ func record(c *config, path string, argv []string, log *slog.Logger) int {
 	}()
 	go forwardSignals(sigs, shim.Process, exited)
 
-	c.pids = []uint32{uint32(shim.Process.Pid)}
-	c.followForks = true
-	p, err := build(c, log)
+	c.PIDs = []uint32{uint32(shim.Process.Pid)}
+	c.FollowForks = true
+	p, err := pipeline.Build(c, log)
 	if err != nil {
 		release(false)
 		<-exited
 		fmt.Fprintf(stderr, "sonde record: %s\n", printable(explain(err)))
 		return 1
 	}
-	defer p.sampler.Close()
-	p.quiet = true // the terminal is the program's
-	// The program's end is its wait status, not the kernel's exit event: that event also
-	// fires when a thread execs and the old leader thread dies, and the process lives on.
-	p.targets = newTargets(nil)
+	defer p.Close()
+	p.Quiet() // the terminal is the program's
+	p.EndByContext()
 	ran := false
-	p.started = func() { ran = release(true) }
-	for _, s := range p.sinks {
-		if t, ok := s.(*topSink); ok {
-			t.out = stderr
-		}
-	}
-	runErr := p.run(ctx)
+	p.OnStarted(func() { ran = release(true) })
+	p.TopTo(stderr)
+	runErr := p.Run(ctx)
 	release(false)
 	<-exited // sampling can end first: the kernel saw the exit, or failed
 	status := exitStatus(shim.ProcessState)
@@ -154,7 +149,7 @@ func record(c *config, path string, argv []string, log *slog.Logger) int {
 	if !ran {
 		return 1
 	}
-	for _, o := range c.outputs {
+	for _, o := range c.Outputs {
 		if o.Format == files.HTML {
 			fmt.Fprintf(stderr, "flame graph: %s\n", fileURL(o.Path))
 		}

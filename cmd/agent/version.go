@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sonde-profiler/sonde/bpf"
+	"github.com/sonde-profiler/sonde/cmd/agent/pipeline"
 )
 
 // versionMain is `sonde version`.
@@ -47,7 +48,7 @@ func writeVersion(w io.Writer) error {
 		fmt.Fprintf(&b, "kernel: %s %s %s %s\n", unix.ByteSliceToString(u.Sysname[:]), unix.ByteSliceToString(u.Release[:]),
 			unix.ByteSliceToString(u.Version[:]), unix.ByteSliceToString(u.Machine[:]))
 	}
-	caps, capsErr := effectiveCaps()
+	caps, capsErr := pipeline.EffectiveCaps()
 	privileged := os.Geteuid() == 0 || caps&(1<<unix.CAP_BPF) != 0 && caps&(1<<unix.CAP_PERFMON) != 0 || caps&(1<<unix.CAP_SYS_ADMIN) != 0
 	fmt.Fprintf(&b, "privileges: uid %d, %s\n", os.Geteuid(), capNames(caps, capsErr))
 	if rate, err := os.ReadFile("/proc/sys/kernel/perf_event_max_sample_rate"); err == nil {
@@ -109,15 +110,15 @@ func capNames(caps uint64, err error) string {
 		return "capabilities unknown: " + err.Error()
 	}
 	missing := map[string]bool{}
-	for _, c := range missingCaps(caps) {
-		missing[c.name] = true
+	for _, name := range pipeline.MissingCapabilities(caps) {
+		missing[name] = true
 	}
 	var have, lack []string
-	for _, c := range capabilities {
-		if missing[c.name] {
-			lack = append(lack, c.name)
+	for _, name := range pipeline.CapabilityNames() {
+		if missing[name] {
+			lack = append(lack, name)
 		} else {
-			have = append(have, c.name)
+			have = append(have, name)
 		}
 	}
 	s := "with " + strings.Join(have, " ")

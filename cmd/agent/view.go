@@ -72,11 +72,11 @@ func viewMain(args []string, stdout, stderr io.Writer) int {
 	if *viewName == "" && (!p.HasOffCPU() || p.TotalCount() > 0) {
 		v = trace.ViewCPU
 	}
-	if c.top > 0 {
+	if c.Top > 0 {
 		table := top.NewTable()
 		table.Time = files.ViewTime(v)
 		table.Add(p.ForView(v))
-		if err := table.Print(stdout, c.top); err != nil {
+		if err := table.Print(stdout, c.Top); err != nil {
 			fmt.Fprintf(stderr, "sonde view: print top table: %v\n", err)
 			return 1
 		}
@@ -86,7 +86,7 @@ func viewMain(args []string, stdout, stderr io.Writer) int {
 		facts.Frequency = int(time.Second / p.Period)
 	}
 	status := 0
-	for _, o := range c.outputs {
+	for _, o := range c.Outputs {
 		if err := o.Write(p, facts); err != nil {
 			fmt.Fprintf(stderr, "sonde view: %s\n", printable(err.Error()))
 			status = 1

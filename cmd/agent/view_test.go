@@ -70,7 +70,7 @@ func TestViewRoundTrip(t *testing.T) {
 	}
 	steps := []struct{ in, out, rename string }{
 		{"a.pb.gz", "b.otlp.pb", "b.bin"},
-		{"b.bin", "c.otlp.json", "c.data"},
+		{"b.bin", "c.OTLP.json", "c.data"},
 		{"c.data", "d.folded", ""},
 	}
 	for _, st := range steps {

@@ -1,4 +1,4 @@
-package main
+package pipeline
 
 import (
 	"context"
@@ -16,12 +16,12 @@ import (
 	"github.com/sonde-profiler/sonde/trace"
 )
 
-// sink is where each interval's symbolized profile goes: the terminal's top table, the
-// output files, the collector. The loop hands it every interval, empty ones included, so
-// that what it reports spans the run; close finishes what it makes within ctx.
-type sink interface {
-	add(p *trace.Profile)
-	close(ctx context.Context) error
+// Sink is where each interval's symbolized profile goes: the terminal's top table, the
+// output files, the collector, a live view. The loop hands it every interval, empty ones
+// included, so that what it reports spans the run; Close finishes what it makes within ctx.
+type Sink interface {
+	Add(p *trace.Profile)
+	Close(ctx context.Context) error
 }
 
 // topSink prints the hottest functions of the whole run at exit, and a word under them
@@ -34,9 +34,9 @@ type topSink struct {
 	view     trace.View
 }
 
-func (s *topSink) add(p *trace.Profile) { s.table.Add(p.ForView(s.view)) }
+func (s *topSink) Add(p *trace.Profile) { s.table.Add(p.ForView(s.view)) }
 
-func (s *topSink) close(context.Context) error {
+func (s *topSink) Close(context.Context) error {
 	if err := s.table.Print(s.out, s.n); err != nil {
 		return fmt.Errorf("print top table: %w", err)
 	}
@@ -62,9 +62,9 @@ type fileSink struct {
 	view     trace.View
 }
 
-func (s *fileSink) add(p *trace.Profile) { s.merged.Add(p) }
+func (s *fileSink) Add(p *trace.Profile) { s.merged.Add(p) }
 
-func (s *fileSink) close(context.Context) error {
+func (s *fileSink) Close(context.Context) error {
 	p := s.merged.Profile()
 	if len(p.Samples) == 0 {
 		// An idle target or host: still a valid profile, covering the run.
@@ -107,7 +107,7 @@ func newExportSink(e *otlp.Exporter, log *slog.Logger) *exportSink {
 	return s
 }
 
-func (s *exportSink) add(p *trace.Profile) {
+func (s *exportSink) Add(p *trace.Profile) {
 	if len(p.Samples) == 0 {
 		return
 	}
@@ -119,7 +119,7 @@ func (s *exportSink) add(p *trace.Profile) {
 
 // close reports a collector that did not take everything in the log, not as a failure
 // of the run: the profiles it did take, and the output files, stand.
-func (s *exportSink) close(context.Context) error {
+func (s *exportSink) Close(context.Context) error {
 	s.cancel()
 	if err := <-s.done; err != nil {
 		s.log.Warn("collector did not take every interval before exit", "err", err)

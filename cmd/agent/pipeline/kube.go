@@ -1,4 +1,4 @@
-package main
+package pipeline
 
 import (
 	"context"
@@ -19,31 +19,31 @@ import (
 	"github.com/sonde-profiler/sonde/trace"
 )
 
-// Kubernetes and cgroup settings.
-type kubeConfig struct {
-	nodeName    string   // --k8s-node-name: this node; empty outside Kubernetes
-	metadata    bool     // --k8s-metadata
-	kubeconfig  string   // --k8s-kubeconfig; the in-cluster service account when empty
-	namespaces  []string // --k8s-namespaces
-	selector    labels.Selector
-	cgroups     []string // --cgroup
-	cgroupRoot  string   // --cgroup-root; found in the mount table when empty
-	filterByPod bool     // the namespaces or the selector were given
+// KubeConfig is the Kubernetes and cgroup settings.
+type KubeConfig struct {
+	NodeName    string   // --k8s-node-name: this node; empty outside Kubernetes
+	Metadata    bool     // --k8s-metadata
+	Kubeconfig  string   // --k8s-kubeconfig; the in-cluster service account when empty
+	Namespaces  []string // --k8s-namespaces
+	Selector    labels.Selector
+	Cgroups     []string // --cgroup
+	CgroupRoot  string   // --cgroup-root; found in the mount table when empty
+	FilterByPod bool     // the namespaces or the selector were given
 }
 
-// parseKube checks the Kubernetes and cgroup flags.
-func parseKube(c *kubeConfig, namespaces, selector, cgroups string) error {
-	c.namespaces = splitList(namespaces)
-	c.cgroups = splitList(cgroups)
+// ParseKube checks the Kubernetes and cgroup flags.
+func ParseKube(c *KubeConfig, namespaces, selector, cgroups string) error {
+	c.Namespaces = splitList(namespaces)
+	c.Cgroups = splitList(cgroups)
 	if selector != "" {
 		s, err := labels.Parse(selector)
 		if err != nil {
 			return fmt.Errorf("--k8s-pod-selector %q: %w", selector, err)
 		}
-		c.selector = s
+		c.Selector = s
 	}
-	c.filterByPod = len(c.namespaces) > 0 || c.selector != nil
-	if c.filterByPod && (c.nodeName == "" || !c.metadata) {
+	c.FilterByPod = len(c.Namespaces) > 0 || c.Selector != nil
+	if c.FilterByPod && (c.NodeName == "" || !c.Metadata) {
 		return errors.New("--k8s-namespaces and --k8s-pod-selector need the pods of this node: set --k8s-node-name (NODE_NAME) and keep --k8s-metadata on")
 	}
 	return nil
@@ -61,21 +61,21 @@ func splitList(s string) []string {
 
 // cgroupIDs resolves --cgroup paths, relative to the cgroup v2 root, to the ids the
 // kernel's filter holds.
-func cgroupIDs(c *kubeConfig) ([]uint64, error) {
-	if len(c.cgroups) == 0 && !c.filterByPod {
+func cgroupIDs(c *KubeConfig) ([]uint64, error) {
+	if len(c.Cgroups) == 0 && !c.FilterByPod {
 		return nil, nil
 	}
-	if c.cgroupRoot == "" {
+	if c.CgroupRoot == "" {
 		root, err := cgroup.Root("/proc/self/mountinfo")
 		if err != nil {
 			return nil, fmt.Errorf("--cgroup: %w; say where it is with --cgroup-root", err)
 		}
-		c.cgroupRoot = root
+		c.CgroupRoot = root
 	}
 	var ids []uint64
-	for _, p := range c.cgroups {
-		if !filepath.IsAbs(p) || !strings.HasPrefix(filepath.Clean(p), filepath.Clean(c.cgroupRoot)) {
-			p = filepath.Join(c.cgroupRoot, p)
+	for _, p := range c.Cgroups {
+		if !filepath.IsAbs(p) || !strings.HasPrefix(filepath.Clean(p), filepath.Clean(c.CgroupRoot)) {
+			p = filepath.Join(c.CgroupRoot, p)
 		}
 		id, err := cgroup.ID(p)
 		if err != nil {
@@ -95,7 +95,7 @@ type kernelCgroups interface {
 // podFilter keeps the kernel's cgroup filter on the cgroups of the pods the namespaces
 // and the selector choose, as the pods of this node come and go.
 type podFilter struct {
-	cfg     *kubeConfig
+	cfg     *KubeConfig
 	kernel  kernelCgroups
 	watcher *kube.Watcher
 	log     *slog.Logger
@@ -106,10 +106,10 @@ type podFilter struct {
 }
 
 func (f *podFilter) chooses(p kube.Pod) bool {
-	if len(f.cfg.namespaces) > 0 && !slices.Contains(f.cfg.namespaces, p.Namespace) {
+	if len(f.cfg.Namespaces) > 0 && !slices.Contains(f.cfg.Namespaces, p.Namespace) {
 		return false
 	}
-	return f.cfg.selector == nil || f.cfg.selector.Matches(labels.Set(p.Labels))
+	return f.cfg.Selector == nil || f.cfg.Selector.Matches(labels.Set(p.Labels))
 }
 
 // update brings the filter in line with the pods known now.
@@ -127,7 +127,7 @@ func (f *podFilter) update() {
 		}
 		// The kubelet may make the pod's cgroup after the API server has the pod: a
 		// later update (its status changes as its containers start) finds it.
-		dir, err := cgroup.FindPod(f.cfg.cgroupRoot, p.UID)
+		dir, err := cgroup.FindPod(f.cfg.CgroupRoot, p.UID)
 		if err != nil {
 			continue
 		}
@@ -198,15 +198,15 @@ const watcherSyncTimeout = 10 * time.Second
 
 // newWatcher makes the Kubernetes pod watcher when sonde runs on a node and may ask the
 // API server; without access it says once that resources carry ids only.
-func newWatcher(cfg *config, log *slog.Logger) (*kube.Watcher, error) {
-	if cfg.kube.nodeName == "" || !cfg.kube.metadata {
+func newWatcher(cfg *Config, log *slog.Logger) (*kube.Watcher, error) {
+	if cfg.Kube.NodeName == "" || !cfg.Kube.Metadata {
 		return nil, nil
 	}
 	klog.SetSlogLogger(log.With("component", "client-go"))
-	kc := kube.Config{NodeName: cfg.kube.nodeName}
-	if cfg.kube.kubeconfig != "" {
+	kc := kube.Config{NodeName: cfg.Kube.NodeName}
+	if cfg.Kube.Kubeconfig != "" {
 		// A kubeconfig that cannot be read is a mistake to say, not a cluster to go without.
-		rc, err := kube.LoadKubeconfig(cfg.kube.kubeconfig)
+		rc, err := kube.LoadKubeconfig(cfg.Kube.Kubeconfig)
 		if err != nil {
 			return nil, fmt.Errorf("--k8s-kubeconfig: %w", err)
 		}
@@ -214,7 +214,7 @@ func newWatcher(cfg *config, log *slog.Logger) (*kube.Watcher, error) {
 	}
 	w, err := kube.New(kc)
 	if errors.Is(err, kube.ErrNoAPIAccess) {
-		if cfg.kube.filterByPod {
+		if cfg.Kube.FilterByPod {
 			return nil, fmt.Errorf("--k8s-namespaces and --k8s-pod-selector need the API server: %w", err)
 		}
 		log.Info("no Kubernetes API access: resources carry container and pod ids only", "err", err)
@@ -226,12 +226,12 @@ func newWatcher(cfg *config, log *slog.Logger) (*kube.Watcher, error) {
 // startWatcher runs the pod watcher as a stage and, with pod filters, keeps the kernel's
 // filter in line with it; it waits a while for the first list so that the processes read
 // first are described in full.
-func (p *pipeline) startWatcher(ctx context.Context, stages *sync.WaitGroup) {
+func (p *Pipeline) startWatcher(ctx context.Context, stages *sync.WaitGroup) {
 	if p.watcher == nil {
 		return
 	}
-	if p.cfg.kube.filterByPod {
-		p.pods = &podFilter{cfg: &p.cfg.kube, kernel: p.sampler, watcher: p.watcher, log: p.log, idOf: cgroup.ID, current: map[string]uint64{}}
+	if p.cfg.Kube.FilterByPod {
+		p.pods = &podFilter{cfg: &p.cfg.Kube, kernel: p.sampler, watcher: p.watcher, log: p.log, idOf: cgroup.ID, current: map[string]uint64{}}
 		p.watcher.OnChange(p.pods.update)
 	}
 	stages.Go(func() {

@@ -1,4 +1,4 @@
-package main
+package pipeline
 
 import (
 	"context"
@@ -133,8 +133,8 @@ func TestPodFilterFollowsPods(t *testing.T) {
 		testPod("a-1", "web-1", "shop", map[string]string{"tier": "web"}, strings.Repeat("a", 64)),
 		testPod("b-2", "db-1", "shop", map[string]string{"tier": "db"}, strings.Repeat("b", 64)),
 		testPod("c-3", "web-2", "other", map[string]string{"tier": "web"}, strings.Repeat("c", 64)))
-	cfg := &kubeConfig{nodeName: testNode, metadata: true, cgroupRoot: root}
-	if err := parseKube(cfg, "shop", "tier=web", ""); err != nil {
+	cfg := &KubeConfig{NodeName: testNode, Metadata: true, CgroupRoot: root}
+	if err := ParseKube(cfg, "shop", "tier=web", ""); err != nil {
 		t.Fatal(err)
 	}
 	kernel := fakeCgroupFilter{}
@@ -206,54 +206,5 @@ func TestProcessInPodGetsAttributes(t *testing.T) {
 	}
 	if p.PodUID != testUID || p.ContainerID != testCID || p.Attributes["k8s.pod.name"] != "checkout-7d9f8c6b5-x2x9z" || p.Attributes["service.name"] != "checkout" {
 		t.Errorf("process in the pod's container cgroup: %+v", p)
-	}
-}
-
-// --cgroup profiles the processes of a cgroup and those below it; a process in another
-// cgroup never appears.
-func TestCgroupFlag(t *testing.T) {
-	testenv.RequireRoot(t)
-	root, err := cgroup.Root("/proc/self/mountinfo")
-	if err != nil {
-		testenv.Unavailable(t, "no cgroup v2 here: %v", err)
-	}
-	dir, err := os.MkdirTemp(root, "sonde-flag-")
-	if err != nil {
-		testenv.Unavailable(t, "cannot make cgroups under %s: %v", root, err)
-	}
-	other, _ := os.MkdirTemp(root, "sonde-other-")
-	inner := filepath.Join(dir, "inner")
-	os.Mkdir(inner, 0o755)
-	// Registered before the workloads start, so that it runs after they are killed: a
-	// cgroup with a process in it cannot be removed, and the kernel frees an exited one's
-	// last task a moment later.
-	t.Cleanup(func() {
-		testenv.Wait("the test's cgroups to be removable", testenv.StartTimeout, func() (bool, string) {
-			var errs []string
-			for _, d := range []string{inner, dir, other} {
-				if err := os.Remove(d); err != nil && !os.IsNotExist(err) {
-					errs = append(errs, err.Error())
-				}
-			}
-			return len(errs) == 0, strings.Join(errs, "; ")
-		})
-	})
-	bin := buildWorkload(t, "chain", chainC, "-O2")
-	in, out := startWorkload(t, bin, 30), startWorkload(t, bin, 30)
-	os.WriteFile(filepath.Join(inner, "cgroup.procs"), []byte(strconv.Itoa(in.Process.Pid)), 0o644)
-	os.WriteFile(filepath.Join(other, "cgroup.procs"), []byte(strconv.Itoa(out.Process.Pid)), 0o644)
-	prof := filepath.Join(t.TempDir(), "cg.pb.gz")
-	if _, stderr, err := runSonde(t, "--cgroup", filepath.Base(dir), "--duration", "2s", "--frequency", "99", "--output", prof, "--top", "0"); err != nil {
-		t.Fatalf("sonde: %v\n%s", err, stderr)
-	}
-	pids := map[int64]int64{}
-	for _, s := range readProfile(t, prof).Sample {
-		pids[s.NumLabel["pid"][0]] += s.Value[0]
-	}
-	if pids[int64(in.Process.Pid)] == 0 || len(pids) != 1 {
-		t.Errorf("samples by pid %v: want only %d, the process below the cgroup", pids, in.Process.Pid)
-	}
-	if _, stderr, err := runSonde(t, "--cgroup", "no-such-cgroup", "--duration", "1s"); err == nil || !strings.Contains(stderr, "--cgroup") {
-		t.Errorf("a missing cgroup: %v\n%s", err, stderr)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package pipeline
 
 import (
 	"io"
@@ -88,7 +88,7 @@ func TestPressureShedsInOrder(t *testing.T) {
 // about once a second, whatever the polls' rate.
 func TestPolledChecksAboutOnceASecond(t *testing.T) {
 	checks := 0
-	p := &pipeline{pressure: &pressure{limit: 1, log: slog.New(slog.NewTextHandler(io.Discard, nil))}, ringWatch: ringWatch{done: true}}
+	p := &Pipeline{pressure: &pressure{limit: 1, log: slog.New(slog.NewTextHandler(io.Discard, nil))}, ringWatch: ringWatch{done: true}}
 	for range 10 {
 		p.pressure.sheds = append(p.pressure.sheds, func() { checks++ })
 	}

@@ -1,4 +1,4 @@
-package main
+package pipeline
 
 import (
 	"log/slog"
@@ -16,9 +16,9 @@ import (
 	"github.com/sonde-profiler/sonde/internal/procfs"
 )
 
-// minMemoryLimit is the least --memory-limit sonde can keep to: its code, one interval's
+// MinMemoryLimit is the least --memory-limit sonde can keep to: its code, one interval's
 // working set and a few symbol files.
-const minMemoryLimit = 32 << 20
+const MinMemoryLimit = 32 << 20
 
 // budget divides --memory-limit among everything that grows with what the host runs, so
 // that one number bounds sonde however busy or hostile the host is. About a quarter goes
@@ -60,14 +60,14 @@ const (
 )
 
 // newBudget divides limit. Flags that set one of the sizes explicitly win over it.
-func newBudget(limit int64, cfg *config, cpus int) budget {
+func newBudget(limit int64, cfg *Config, cpus int) budget {
 	b := budget{limit: limit}
 	share := func(percent int64) int64 { return limit * percent / 100 }
 	b.unwindRows = int(share(20) / unwindRowBytes)
 	b.maxProcesses = min(bpf.DefaultMaxProcesses, max(256, int(share(6))/procInfoBytes))
 	b.rss = limit - share(26)
 	b.goLimit = share(50)
-	b.ringBytes = ringBytes(cfg.frequency, cpus, share(4))
+	b.ringBytes = ringBytes(cfg.Frequency, cpus, share(4))
 	b.chunkCache = max(1024, int(share(5))/chunkBytes)
 	b.locations = max(4096, int(share(5))/locationBytes)
 	// The symbolizer's defaults at the default limit, in proportion to it: what a busy
@@ -84,11 +84,11 @@ func newBudget(limit int64, cfg *config, cpus int) budget {
 		}
 	}
 	b.mergedStacks = max(1024, int(share(8))/mergedBytes)
-	if cfg.unwindRows > 0 {
-		b.unwindRows = cfg.unwindRows
+	if cfg.UnwindRows > 0 {
+		b.unwindRows = cfg.UnwindRows
 	}
-	if cfg.chunkCache > 0 {
-		b.chunkCache = cfg.chunkCache
+	if cfg.ChunkCache > 0 {
+		b.chunkCache = cfg.ChunkCache
 	}
 	return b
 }

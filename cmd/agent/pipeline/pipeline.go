@@ -1,12 +1,16 @@
-package main
+package pipeline
 
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,16 +46,16 @@ const (
 // minute and after five and a half.
 const chunkIdle = 30 * time.Second
 
-// pipeline is sonde's stages, wired: the sampler feeds the aggregator and the process
+// Pipeline is sonde's stages, wired: the sampler feeds the aggregator and the process
 // tracker; the tracker feeds the unwind table maintainer; every interval the aggregator's
 // profile is symbolized and handed to the sinks.
-type pipeline struct {
+type Pipeline struct {
 	// vmas is reused for the kernel's naming of a sample's mappings (ring reader only).
 	vmas []trace.SampledMapping
 	// The ring reader's too: when Polled last checked, and its watch of the ring.
 	watchedAt  time.Time
 	ringWatch  ringWatch
-	cfg        *config
+	cfg        *Config
 	log        *slog.Logger
 	budget     budget
 	sampler    *bpf.Sampler
@@ -62,7 +66,7 @@ type pipeline struct {
 	symbolizer *symbolize.Symbolizer
 	debuginfod *debuginfod.Client // nil without --debuginfod-urls
 	exporter   *otlp.Exporter
-	sinks      []sink
+	sinks      []Sink
 	pressure   *pressure
 	period     time.Duration
 	runStart   time.Time
@@ -82,15 +86,64 @@ type pipeline struct {
 	started func() // called once sampling runs: sonde record lets its program start
 }
 
-// run samples until ctx ends, --duration passes or every --pid target exits. Every
+// Quiet keeps the progress line off: a live view or a recorded program owns the terminal.
+func (p *Pipeline) Quiet() { p.quiet = true }
+
+// OnStarted has f called once sampling runs: sonde record lets its program start then.
+func (p *Pipeline) OnStarted(f func()) { p.started = f }
+
+// EndByContext makes the run end when its context does, not when its targets exit: a
+// recorded program's end is its wait status, not the kernel's exit event, which also fires
+// when a thread execs and the old leader thread dies while the process lives on.
+func (p *Pipeline) EndByContext() { p.targets = newTargets(nil) }
+
+// TopTo sends the top table to w instead of standard output.
+func (p *Pipeline) TopTo(w io.Writer) {
+	for _, s := range p.sinks {
+		if t, ok := s.(*topSink); ok {
+			t.out = w
+		}
+	}
+}
+
+// AddSink hands every interval to s too.
+func (p *Pipeline) AddSink(s Sink) { p.sinks = append(p.sinks, s) }
+
+// LostSamples is how many samples the kernel dropped for a full ring buffer so far.
+func (p *Pipeline) LostSamples() uint64 {
+	c, _ := p.sampler.Counters()
+	return c.RingBufferFull
+}
+
+// Close unloads the kernel's programs.
+func (p *Pipeline) Close() { p.sampler.Close() }
+
+// Run samples until ctx ends, --duration passes or every --pid target exits. Every
 // interval it symbolizes what was collected and hands it to the sinks.
-func run(ctx context.Context, cfg *config, log *slog.Logger) error {
-	p, err := build(cfg, log)
+func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
+	p, err := Build(cfg, log)
 	if err != nil {
 		return err
 	}
 	defer p.sampler.Close()
-	return p.run(ctx)
+	return p.Run(ctx)
+}
+
+// UsageError marks errors in how sonde was invoked, found as the pipeline is built: they
+// exit with status 2.
+type UsageError struct{ Err error }
+
+func (e UsageError) Error() string { return e.Err.Error() }
+func (e UsageError) Unwrap() error { return e.Err }
+
+// checkPIDsExist fails for a --pid no process has.
+func checkPIDsExist(pids []uint32) error {
+	for _, pid := range pids {
+		if _, err := os.Stat(filepath.Join("/proc", strconv.FormatUint(uint64(pid), 10))); err != nil {
+			return fmt.Errorf("--pid %d: no such process", pid)
+		}
+	}
+	return nil
 }
 
 // closers undoes what build made, the last made first, should a later stage fail: each
@@ -106,17 +159,17 @@ func (c closers) close() {
 	}
 }
 
-// build checks what can be checked, loads the kernel programs and makes every stage; it
+// Build checks what can be checked, loads the kernel programs and makes every stage; it
 // starts nothing.
-func build(cfg *config, log *slog.Logger) (_ *pipeline, err error) {
+func Build(cfg *Config, log *slog.Logger) (_ *Pipeline, err error) {
 	var undo closers
 	defer func() {
 		if err != nil {
 			undo.close()
 		}
 	}()
-	if err := checkPIDsExist(cfg.pids); err != nil {
-		return nil, usageError{err}
+	if err := checkPIDsExist(cfg.PIDs); err != nil {
+		return nil, UsageError{err}
 	}
 	if err := checkCapabilities(log); err != nil {
 		return nil, err
@@ -125,7 +178,7 @@ func build(cfg *config, log *slog.Logger) (_ *pipeline, err error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &pipeline{cfg: cfg, log: log, budget: newBudget(cfg.memoryLimit, cfg, len(cpus)), period: time.Second / time.Duration(cfg.frequency)}
+	p := &Pipeline{cfg: cfg, log: log, budget: newBudget(cfg.MemoryLimit, cfg, len(cpus)), period: time.Second / time.Duration(cfg.Frequency)}
 	debug.SetMemoryLimit(p.budget.goLimit)
 	if os.Getenv("GOGC") == "" {
 		// A node is provisioned for the agent's peak, and sonde's heap is mostly caches
@@ -138,48 +191,48 @@ func build(cfg *config, log *slog.Logger) (_ *pipeline, err error) {
 	if err != nil {
 		log.Warn("resource attributes from the environment ignored", "err", err)
 	}
-	p.encode = otlp.EncodeOptions{Version: version, Timestamps: cfg.timestamps, ThreadAttributes: cfg.threadAttrs}
-	if cfg.export {
-		ocfg := cfg.otlp
+	p.encode = otlp.EncodeOptions{Version: cfg.Version, Timestamps: cfg.Timestamps, ThreadAttributes: cfg.ThreadAttrs}
+	if cfg.Export {
+		ocfg := cfg.OTLP
 		ocfg.QueueBytes = p.budget.queueBytes
 		// However long the collector was away, it gets the queue within an interval of
 		// its return: retries never wait longer than that.
-		if ocfg.RetryMax == 0 || ocfg.RetryMax > cfg.interval {
-			ocfg.RetryMax = max(cfg.interval, time.Second)
+		if ocfg.RetryMax == 0 || ocfg.RetryMax > cfg.Interval {
+			ocfg.RetryMax = max(cfg.Interval, time.Second)
 		}
 		if p.exporter, err = otlp.New(ocfg, otlp.WithLogger(log), otlp.WithResource(p.resource), otlp.WithEncodeOptions(p.encode)); err != nil {
-			return nil, usageError{err}
+			return nil, UsageError{err}
 		}
 		undo.push(func() { p.exporter.Close() })
 	}
-	cgroupIDs, err := cgroupIDs(&cfg.kube)
+	cgroupIDs, err := cgroupIDs(&cfg.Kube)
 	if err != nil {
-		return nil, usageError{err}
+		return nil, UsageError{err}
 	}
-	if cfg.offCPU && cfg.offCPUGo {
+	if cfg.OffCPU && cfg.OffCPUGoroutines {
 		if caps, err := effectiveCaps(); err == nil && caps&(1<<unix.CAP_SYS_ADMIN) == 0 {
 			return nil, errors.New("--off-cpu-goroutines needs CAP_SYS_ADMIN: the kernel lets only it put uprobes on programs (the deployed capabilities leave it out; run without the flag, or as root)")
 		}
 	}
 	bcfg := bpf.Config{
-		PIDs:                 cfg.pids,
+		PIDs:                 cfg.PIDs,
 		Cgroups:              cgroupIDs,
-		CgroupFilter:         cfg.kube.filterByPod,
+		CgroupFilter:         cfg.Kube.FilterByPod,
 		MaxCgroups:           maxFilteredPods,
-		Frequency:            cfg.frequency,
-		KernelStacks:         cfg.kernelStacks,
-		CollectStats:         cfg.bpfStats,
-		FramePointersOnly:    cfg.unwind == "fp",
+		Frequency:            cfg.Frequency,
+		KernelStacks:         cfg.KernelStacks,
+		CollectStats:         cfg.BPFStats,
+		FramePointersOnly:    cfg.Unwind == "fp",
 		MaxProcesses:         p.budget.maxProcesses,
 		RingBufferBytes:      p.budget.ringBytes,
-		FollowForks:          cfg.followForks,
-		OffCPU:               cfg.offCPU,
-		OffCPUMin:            cfg.offCPUMin,
-		OffCPUWalksPerSecond: offCPUWalks(cfg.offCPURate),
-		OffCPUGoroutines:     cfg.offCPUGo,
+		FollowForks:          cfg.FollowForks,
+		OffCPU:               cfg.OffCPU,
+		OffCPUMin:            cfg.OffCPUMin,
+		OffCPUWalksPerSecond: offCPUWalks(cfg.OffCPURate),
+		OffCPUGoroutines:     cfg.OffCPUGoroutines,
 		Runtimes:             kernelMaps(runtimeSpecs),
 	}
-	if cfg.unwind == "tables" && !bcfg.TableUnwinding() {
+	if cfg.Unwind == "tables" && !bcfg.TableUnwinding() {
 		log.Info("unwind tables are not supported on this architecture yet; user stacks are walked by frame pointer")
 	}
 	// Loading the programs decodes the kernel's BTF and verifies them: a burst of heap
@@ -223,7 +276,7 @@ func build(cfg *config, log *slog.Logger) (_ *pipeline, err error) {
 		return nil, err
 	}
 	var contexts trace.ContextObserver
-	if cfg.traceContext {
+	if cfg.TraceContext {
 		contexts = kernelContexts{p.sampler}
 	}
 	p.procs = trace.NewProcesses(trace.ProcessConfig{
@@ -234,7 +287,7 @@ func build(cfg *config, log *slog.Logger) (_ *pipeline, err error) {
 		Observer:     observer,
 		Contexts:     contexts,
 		ExecIDs:      p.sampler,
-		Pinned:       cfg.pids,
+		Pinned:       cfg.PIDs,
 		MaxProcesses: p.budget.maxProcesses,
 		// As long as the chunks of its stacks stay: beside the side-by-side workloads, the
 		// collector, the peer, the shell and sonde itself, each sampled every few
@@ -249,31 +302,31 @@ func build(cfg *config, log *slog.Logger) (_ *pipeline, err error) {
 	if p.agg, err = trace.NewAggregator(trace.Config{
 		Period:         p.period,
 		Kernel:         kernel,
-		KeepTimestamps: cfg.timestamps,
-		ChunkSize:      cfg.chunkSize,
+		KeepTimestamps: cfg.Timestamps,
+		ChunkSize:      cfg.ChunkSize,
 		ChunkCapacity:  p.budget.chunkCache,
 		MaxLocations:   p.budget.locations,
 		MaxIdle:        chunkIdle,
 		Runtimes:       p.frameDecoders(),
 	}, p.procs, p.runStart); err != nil {
-		return nil, usageError{err}
+		return nil, UsageError{err}
 	}
-	symOpts := cfg.symbolize
+	symOpts := cfg.Symbolize
 	symOpts.FileCacheBytes = p.budget.fileCacheBytes
 	symOpts.DWARFCacheBytes = p.budget.dwarfCacheBytes
 	symOpts.MaxDecompressedBytes = p.budget.decompressedBytes
 	symOpts.AddressCacheBytes = p.budget.addressCacheBytes
 	symOpts.Runtimes = p.namers()
-	if p.debuginfod = newDebuginfod(cfg.debuginfod, log); p.debuginfod != nil {
+	if p.debuginfod = newDebuginfod(cfg.Debuginfod, log); p.debuginfod != nil {
 		symOpts.DebugFetcher = p.debuginfod
 	}
 	p.symbolizer = symbolize.New(symOpts)
 	p.sinks = p.makeSinks()
 	p.pressure = &pressure{limit: p.budget.rss, log: log, sheds: p.shedders()}
 	p.ringWatch = ringWatch{sampler: p.sampler, log: log}
-	p.targets = newTargets(cfg.pids)
+	p.targets = newTargets(cfg.PIDs)
 	p.health = &health{sampler: p.sampler}
-	if cfg.metricsAddr != "" {
+	if cfg.MetricsAddr != "" {
 		if p.telemetry, err = newTelemetry(p, p.health); err != nil {
 			return nil, err
 		}
@@ -283,34 +336,34 @@ func build(cfg *config, log *slog.Logger) (_ *pipeline, err error) {
 }
 
 // makeSinks lists where intervals go: the collector, the output files, the top table.
-func (p *pipeline) makeSinks() []sink {
-	var sinks []sink
+func (p *Pipeline) makeSinks() []Sink {
+	var sinks []Sink
 	if p.exporter != nil {
 		sinks = append(sinks, newExportSink(p.exporter, p.log))
 	}
-	if len(p.cfg.outputs) > 0 {
+	if len(p.cfg.Outputs) > 0 {
 		sinks = append(sinks, &fileSink{
-			outputs:  p.cfg.outputs,
+			outputs:  p.cfg.Outputs,
 			merged:   merge.NewMerger(p.budget.mergedStacks),
 			facts:    p.facts,
 			log:      p.log,
 			start:    p.runStart,
 			period:   p.period,
 			hostWide: p.cfg.hostWide(),
-			view:     p.cfg.view,
+			view:     p.cfg.View,
 		})
 	}
-	if p.cfg.top > 0 {
+	if p.cfg.Top > 0 {
 		table := top.NewTable()
-		table.Time = files.ViewTime(p.cfg.view)
-		sinks = append(sinks, &topSink{table: table, n: p.cfg.top, out: os.Stdout, hostWide: p.cfg.hostWide(), view: p.cfg.view})
+		table.Time = files.ViewTime(p.cfg.View)
+		sinks = append(sinks, &topSink{table: table, n: p.cfg.Top, out: os.Stdout, hostWide: p.cfg.hostWide(), view: p.cfg.View})
 	}
 	return sinks
 }
 
 // shedders lists what can give memory back, least valuable first: names are read again
 // from files when needed, intervals queued for an absent collector are lost.
-func (p *pipeline) shedders() []func() {
+func (p *Pipeline) shedders() []func() {
 	s := []func(){func() { p.symbolizer.Shed() }}
 	if p.exporter != nil {
 		s = append(s, func() { p.exporter.Shed() })
@@ -319,16 +372,16 @@ func (p *pipeline) shedders() []func() {
 }
 
 // facts describes the run for the outputs.
-func (p *pipeline) facts() files.Facts {
-	f := files.Facts{Resource: p.resource, Encode: p.encode, Frequency: p.cfg.frequency, Command: os.Args, LostSamples: -1}
+func (p *Pipeline) facts() files.Facts {
+	f := files.Facts{Resource: p.resource, Encode: p.encode, Frequency: p.cfg.Frequency, Command: os.Args, LostSamples: -1}
 	if c, err := p.sampler.Counters(); err == nil {
 		f.LostSamples = int64(c.RingBufferFull)
 	}
 	return f
 }
 
-// run starts the stages, runs the interval loop until sampling ends, and shuts down.
-func (p *pipeline) run(ctx context.Context) error {
+// Run starts the stages, runs the interval loop until sampling ends, and shuts down.
+func (p *Pipeline) Run(ctx context.Context) error {
 	// Stages that serve the sampler run until shutdown tells them to stop.
 	stageCtx, stopStages := context.WithCancel(context.Background())
 	defer stopStages()
@@ -349,7 +402,7 @@ func (p *pipeline) run(ctx context.Context) error {
 	}
 	p.startWatcher(stageCtx, &stages)
 	p.prime()
-	if p.cfg.kernelStacks {
+	if p.cfg.KernelStacks {
 		// Before sampling starts, while sonde's memory is at its lowest.
 		if err := p.symbolizer.PrepareKernel(); err != nil {
 			p.log.Info("cannot symbolize; frames keep addresses and build ids", "err", err)
@@ -368,12 +421,12 @@ func (p *pipeline) run(ctx context.Context) error {
 	if p.started != nil {
 		p.started()
 	}
-	p.log.Info("sampling", "frequency_hz", p.cfg.frequency, "pids", p.cfg.pids, "duration", p.cfg.duration,
-		"otlp_endpoint", p.exportTarget(), "interval", p.cfg.interval, "memory", p.budget, "version", version)
+	p.log.Info("sampling", "frequency_hz", p.cfg.Frequency, "pids", p.cfg.PIDs, "duration", p.cfg.Duration,
+		"otlp_endpoint", p.exportTarget(), "interval", p.cfg.Interval, "memory", p.budget, "version", p.cfg.Version)
 
-	if p.cfg.duration > 0 {
+	if p.cfg.Duration > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, p.cfg.duration)
+		ctx, cancel = context.WithTimeout(ctx, p.cfg.Duration)
 		defer cancel()
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -423,13 +476,13 @@ func freeLargeTables(rows int) {
 
 // prime reads the mappings of the targets named in advance, and builds their unwind
 // tables, before sampling starts: their first samples are walked with tables.
-func (p *pipeline) prime() {
-	if len(p.cfg.pids) == 0 {
+func (p *Pipeline) prime() {
+	if len(p.cfg.PIDs) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), primeTimeout)
 	defer cancel()
-	for _, pid := range p.cfg.pids {
+	for _, pid := range p.cfg.PIDs {
 		p.procs.Prime(pid)
 	}
 	p.procs.Settle(ctx)
@@ -444,8 +497,8 @@ func (p *pipeline) prime() {
 const ownCacheEvery = time.Minute
 
 // loop flushes an interval every --interval until sampling ends.
-func (p *pipeline) loop(sampled <-chan error) error {
-	timer := time.NewTimer(jittered(p.cfg.interval))
+func (p *Pipeline) loop(sampled <-chan error) error {
+	timer := time.NewTimer(jittered(p.cfg.Interval))
 	defer timer.Stop()
 	var dropped time.Time
 	for first := true; ; first = false {
@@ -468,27 +521,27 @@ func (p *pipeline) loop(sampled <-chan error) error {
 				dropped = now
 			}
 			p.send(prof)
-			timer.Reset(jittered(p.cfg.interval))
+			timer.Reset(jittered(p.cfg.Interval))
 		case err := <-sampled:
 			return err
 		}
 	}
 }
 
-func (p *pipeline) releaseOwnCode(exact bool) {
+func (p *Pipeline) releaseOwnCode(exact bool) {
 	if _, err := releaseOwnCode(exact); err != nil {
 		p.log.Debug("cannot release own code pages", "err", err)
 	}
 }
 
 // deliver names an interval's locations and hands it to every sink.
-func (p *pipeline) deliver(prof *trace.Profile) {
+func (p *Pipeline) deliver(prof *trace.Profile) {
 	p.name(prof)
 	p.send(prof)
 }
 
 // name names an interval's locations.
-func (p *pipeline) name(prof *trace.Profile) {
+func (p *Pipeline) name(prof *trace.Profile) {
 	if len(prof.Samples) > 0 {
 		for _, err := range p.symbolizer.Symbolize(prof) {
 			p.log.Info("cannot symbolize; frames keep addresses and build ids", "err", err)
@@ -499,16 +552,16 @@ func (p *pipeline) name(prof *trace.Profile) {
 }
 
 // send hands a named interval to every sink.
-func (p *pipeline) send(prof *trace.Profile) {
+func (p *Pipeline) send(prof *trace.Profile) {
 	for _, s := range p.sinks {
-		s.add(prof)
+		s.Add(prof)
 	}
 }
 
-func (p *pipeline) closeSinks() error {
+func (p *Pipeline) closeSinks() error {
 	var errs []error
 	for _, s := range p.sinks {
-		if err := s.close(context.Background()); err != nil {
+		if err := s.Close(context.Background()); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -517,7 +570,7 @@ func (p *pipeline) closeSinks() error {
 
 // HandleSample feeds a kernel sample to the aggregator; it implements bpf.Handler, on the
 // goroutine that drains the ring buffer.
-func (p *pipeline) HandleSample(b *bpf.Sample) {
+func (p *Pipeline) HandleSample(b *bpf.Sample) {
 	var mappings []trace.SampledMapping
 	if len(b.VMAs) > 0 {
 		p.vmas = p.vmas[:0]
@@ -531,7 +584,7 @@ func (p *pipeline) HandleSample(b *bpf.Sample) {
 }
 
 // HandleProcessEvent tells the process tracker of execs and exits.
-func (p *pipeline) HandleProcessEvent(e bpf.ProcessEvent) {
+func (p *Pipeline) HandleProcessEvent(e bpf.ProcessEvent) {
 	switch e.Kind {
 	case bpf.ProcessExec:
 		p.procs.Exec(e.PID, e.ExecID)
@@ -541,11 +594,11 @@ func (p *pipeline) HandleProcessEvent(e bpf.ProcessEvent) {
 	}
 }
 
-func (p *pipeline) exportTarget() string {
-	if !p.cfg.export {
+func (p *Pipeline) exportTarget() string {
+	if !p.cfg.Export {
 		return "none"
 	}
-	return p.cfg.otlp.Endpoint
+	return p.cfg.OTLP.Endpoint
 }
 
 // targets notices when every --pid target has exited.
@@ -614,8 +667,8 @@ func (w *ringWatch) check() {
 }
 
 // logSummary logs what every stage counted, each in its own group.
-func (p *pipeline) logSummary() {
-	attrs := []any{"kernel", kernelSummary{p.sampler, p.cfg.bpfStats}, "processes", p.procs.Stats(), "stacks", p.agg.Stats()}
+func (p *Pipeline) logSummary() {
+	attrs := []any{"kernel", kernelSummary{p.sampler, p.cfg.BPFStats}, "processes", p.procs.Stats(), "stacks", p.agg.Stats()}
 	if p.tables != nil {
 		attrs = append(attrs, "unwind", p.tables.Stats())
 	}
@@ -687,7 +740,7 @@ func contextKind(s bpf.ContextSource) trace.ContextKind {
 }
 
 // frameDecoders are the runtimes as the aggregator decodes their frames, by number.
-func (p *pipeline) frameDecoders() trace.Runtimes {
+func (p *Pipeline) frameDecoders() trace.Runtimes {
 	out := trace.Runtimes{}
 	for _, r := range p.runtimes {
 		out[r.spec.Number] = r.rt
@@ -696,7 +749,7 @@ func (p *pipeline) frameDecoders() trace.Runtimes {
 }
 
 // namers are the runtimes as the symbolizer names their frames, by number.
-func (p *pipeline) namers() map[uint8]symbolize.InterpNamer {
+func (p *Pipeline) namers() map[uint8]symbolize.InterpNamer {
 	out := map[uint8]symbolize.InterpNamer{}
 	for _, r := range p.runtimes {
 		out[r.spec.Number] = r.rt
@@ -711,7 +764,7 @@ const watchEvery = time.Second
 // Polled runs, about once a second, the checks of sonde itself, on the ring buffer
 // reader's wake-ups: the memory budget (pressure) and the ring's overflow (ringWatch).
 // It implements bpf.Poller.
-func (p *pipeline) Polled(now time.Time) {
+func (p *Pipeline) Polled(now time.Time) {
 	if now.Sub(p.watchedAt) < watchEvery*9/10 { // a poll may come a little early
 		return
 	}

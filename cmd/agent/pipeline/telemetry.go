@@ -1,4 +1,4 @@
-package main
+package pipeline
 
 import (
 	"context"
@@ -60,8 +60,8 @@ type telemetry struct {
 }
 
 // newTelemetry registers sonde's instruments, reading each stage's counters when metrics
-// are collected, and listens on cfg.metricsAddr. It serves nothing until serve.
-func newTelemetry(p *pipeline, h *health) (*telemetry, error) {
+// are collected, and listens on cfg.MetricsAddr. It serves nothing until serve.
+func newTelemetry(p *Pipeline, h *health) (*telemetry, error) {
 	reg := prometheus.NewRegistry()
 	// The live heap as of the last collection (go_gc_heap_live_bytes) beside the usual
 	// memstats: what sonde holds, without the garbage the next collection takes.
@@ -73,12 +73,12 @@ func newTelemetry(p *pipeline, h *health) (*telemetry, error) {
 		return nil, fmt.Errorf("prometheus exporter: %w", err)
 	}
 	opts := []sdkmetric.Option{sdkmetric.WithReader(exp)}
-	if p.cfg.metricsOTLP {
+	if p.cfg.MetricsOTLP {
 		push, err := otlpMetricExporter(p)
 		if err != nil {
 			return nil, err
 		}
-		opts = append(opts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(push, sdkmetric.WithInterval(p.cfg.interval))))
+		opts = append(opts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(push, sdkmetric.WithInterval(p.cfg.Interval))))
 	}
 	t := &telemetry{provider: sdkmetric.NewMeterProvider(opts...)}
 	if err := registerInstruments(t.provider.Meter("sonde"), p); err != nil {
@@ -91,8 +91,8 @@ func newTelemetry(p *pipeline, h *health) (*telemetry, error) {
 		w.WriteHeader(code)
 		fmt.Fprintln(w, msg)
 	})
-	if t.listener, err = net.Listen("tcp", p.cfg.metricsAddr); err != nil {
-		return nil, usageError{fmt.Errorf("--metrics-addr %s: %w", p.cfg.metricsAddr, err)}
+	if t.listener, err = net.Listen("tcp", p.cfg.MetricsAddr); err != nil {
+		return nil, UsageError{fmt.Errorf("--metrics-addr %s: %w", p.cfg.MetricsAddr, err)}
 	}
 	t.server = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	return t, nil
@@ -115,18 +115,18 @@ func (t *telemetry) close() {
 }
 
 // otlpMetricExporter pushes to the profiles' collector, with the same TLS and headers.
-func otlpMetricExporter(p *pipeline) (sdkmetric.Exporter, error) {
-	addr, plaintext, err := p.cfg.otlp.Target()
+func otlpMetricExporter(p *Pipeline) (sdkmetric.Exporter, error) {
+	addr, plaintext, err := p.cfg.OTLP.Target()
 	if err != nil {
-		return nil, usageError{fmt.Errorf("--metrics-otlp: %w", err)}
+		return nil, UsageError{fmt.Errorf("--metrics-otlp: %w", err)}
 	}
-	opts := []otlpmetricgrpc.Option{otlpmetricgrpc.WithEndpoint(addr), otlpmetricgrpc.WithHeaders(p.cfg.otlp.Headers), otlpmetricgrpc.WithTimeout(p.cfg.otlp.Timeout)}
+	opts := []otlpmetricgrpc.Option{otlpmetricgrpc.WithEndpoint(addr), otlpmetricgrpc.WithHeaders(p.cfg.OTLP.Headers), otlpmetricgrpc.WithTimeout(p.cfg.OTLP.Timeout)}
 	if plaintext {
 		opts = append(opts, otlpmetricgrpc.WithInsecure())
 	} else {
-		tc, err := p.cfg.otlp.TLS()
+		tc, err := p.cfg.OTLP.TLS()
 		if err != nil {
-			return nil, usageError{fmt.Errorf("--metrics-otlp: %w", err)}
+			return nil, UsageError{fmt.Errorf("--metrics-otlp: %w", err)}
 		}
 		opts = append(opts, otlpmetricgrpc.WithTLSCredentials(credentials.NewTLS(tc)))
 	}
@@ -139,7 +139,7 @@ func otlpMetricExporter(p *pipeline) (sdkmetric.Exporter, error) {
 
 // registerInstruments makes the instruments and one callback that reads every stage's
 // counters once per collection.
-func registerInstruments(m metric.Meter, p *pipeline) error {
+func registerInstruments(m metric.Meter, p *Pipeline) error {
 	var errs []error
 	counter := func(name, desc, unit string) metric.Int64ObservableCounter {
 		c, err := m.Int64ObservableCounter(name, metric.WithDescription(desc), metric.WithUnit(unit))
@@ -197,17 +197,17 @@ func registerInstruments(m metric.Meter, p *pipeline) error {
 				for end, n := range c.UnwindEnds {
 					o.ObserveInt64(walks, nonNegative(n), outcome(bpf.UnwindEnd(end).String()))
 				}
-				if p.cfg.offCPU {
+				if p.cfg.OffCPU {
 					o.ObserveInt64(offSamples, nonNegative(c.OffCPU.Samples+c.OffCPU.GoSamples))
 					o.ObserveInt64(offSwitches, nonNegative(c.OffCPU.Walked), outcome("walked"))
 					o.ObserveInt64(offSwitches, nonNegative(c.OffCPU.Switches-min(c.OffCPU.Walked, c.OffCPU.Switches)), outcome("skipped"))
-					if p.cfg.offCPUGo {
+					if p.cfg.OffCPUGoroutines {
 						o.ObserveInt64(offGoParks, nonNegative(c.OffCPU.GoWalked), outcome("walked"))
 						o.ObserveInt64(offGoParks, nonNegative(c.OffCPU.GoParks-min(c.OffCPU.GoWalked, c.OffCPU.GoParks)), outcome("skipped"))
 					}
 				}
 			}
-			if p.cfg.offCPU {
+			if p.cfg.OffCPU {
 				if st, err := p.sampler.OffCPUState(); err == nil {
 					where := func(v string) metric.ObserveOption { return metric.WithAttributes(attribute.String("where", v)) }
 					o.ObserveInt64(offThreads, int64(st.Kernel), where("kernel"))

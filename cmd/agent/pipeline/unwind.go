@@ -1,4 +1,4 @@
-package main
+package pipeline
 
 import (
 	"errors"
@@ -58,8 +58,8 @@ type kernelGoroutines struct {
 
 // goroutineProbes is the Maintainer's unwind.GoroutineProbes: nil unless goroutines'
 // waits are recorded.
-func goroutineProbes(s *bpf.Sampler, cfg *config, log *slog.Logger) unwind.GoroutineProbes {
-	if !cfg.offCPU || !cfg.offCPUGo {
+func goroutineProbes(s *bpf.Sampler, cfg *Config, log *slog.Logger) unwind.GoroutineProbes {
+	if !cfg.OffCPU || !cfg.OffCPUGoroutines {
 		return nil
 	}
 	return kernelGoroutines{s: s, log: log, logged: new(sync.Once)}

@@ -1,4 +1,4 @@
-package main
+package pipeline
 
 import (
 	"bufio"
@@ -91,4 +91,25 @@ func checkCapabilities(log *slog.Logger) error {
 		log.Log(context.Background(), level, "missing "+c.name+": "+c.without, "needed_to", c.for_)
 	}
 	return nil
+}
+
+// EffectiveCaps returns sonde's effective capabilities, a bit per capability number.
+func EffectiveCaps() (uint64, error) { return effectiveCaps() }
+
+// CapabilityNames lists the capabilities sonde uses.
+func CapabilityNames() []string {
+	out := make([]string, len(capabilities))
+	for i, c := range capabilities {
+		out[i] = c.name
+	}
+	return out
+}
+
+// MissingCapabilities lists the capabilities sonde uses that eff lacks.
+func MissingCapabilities(eff uint64) []string {
+	var out []string
+	for _, c := range missingCaps(eff) {
+		out = append(out, c.name)
+	}
+	return out
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -29,18 +28,5 @@ func TestTopTableSpansIdleIntervals(t *testing.T) {
 	}
 	if span, _ := strconv.ParseFloat(m[1], 64); span < 2 || span > 4 {
 		t.Errorf("span %.1fs of a 2 s run", span)
-	}
-}
-
-// closers undo in the reverse order of making, each once.
-func TestClosersUndoLastFirst(t *testing.T) {
-	var undo closers
-	var order []int
-	for i := range 3 {
-		undo.push(func() { order = append(order, i) })
-	}
-	undo.close()
-	if fmt.Sprint(order) != "[2 1 0]" {
-		t.Errorf("undone in the order %v, want [2 1 0]", order)
 	}
 }

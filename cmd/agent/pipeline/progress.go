@@ -1,4 +1,4 @@
-package main
+package pipeline
 
 import (
 	"fmt"
@@ -11,9 +11,9 @@ import (
 	"golang.org/x/term"
 )
 
-// stderr is where sonde logs. A progress line may stand on the terminal's last line;
+// Stderr is where sonde logs. A progress line may stand on the terminal's last line;
 // anything else written clears it first, and the next redraw puts it back below.
-var stderr = &statusWriter{w: os.Stderr}
+var Stderr = &statusWriter{w: os.Stderr}
 
 // statusWriter is a writer with a one-line status kept at its end on a terminal.
 type statusWriter struct {
@@ -84,7 +84,7 @@ func (p progress) line(width int) string {
 
 // showProgress redraws a progress line on stderr while sonde samples, when stderr is a
 // terminal and no live view owns it; stop clears it, before the final output.
-func (p *pipeline) showProgress() (stop func()) {
+func (p *Pipeline) showProgress() (stop func()) {
 	fd := int(os.Stderr.Fd())
 	if p.quiet || !term.IsTerminal(fd) {
 		return func() {}
@@ -102,7 +102,7 @@ func (p *pipeline) showProgress() (stop func()) {
 				return
 			case <-tick.C:
 			}
-			pr := progress{elapsed: time.Since(start), duration: p.cfg.duration, samples: p.agg.Stats().Samples, processes: p.procs.Stats().Processes}
+			pr := progress{elapsed: time.Since(start), duration: p.cfg.Duration, samples: p.agg.Stats().Samples, processes: p.procs.Stats().Processes}
 			if c, err := p.sampler.Counters(); err == nil {
 				pr.lost = c.RingBufferFull
 			}
@@ -112,12 +112,12 @@ func (p *pipeline) showProgress() (stop func()) {
 			}
 			// One column spare: a line filling the last column leaves some terminals'
 			// cursor past the edge, and the next \r then returns on the line below.
-			stderr.show(pr.line(width - 1))
+			Stderr.show(pr.line(width - 1))
 		}
 	}()
 	return func() {
 		close(done)
 		<-finished
-		stderr.clear()
+		Stderr.clear()
 	}
 }

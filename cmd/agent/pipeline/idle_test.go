@@ -1,4 +1,4 @@
-package main
+package pipeline
 
 import (
 	"bytes"
@@ -54,8 +54,8 @@ func TestTopSinkSaysTheHostWasIdle(t *testing.T) {
 	for _, hostWide := range []bool{true, false} {
 		var out bytes.Buffer
 		s := &topSink{table: top.NewTable(), n: 5, out: &out, hostWide: hostWide}
-		s.add(p)
-		if err := s.close(t.Context()); err != nil {
+		s.Add(p)
+		if err := s.Close(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 		if got := strings.Contains(out.String(), "nearly idle"); got != hostWide {

@@ -1,4 +1,4 @@
-package main
+package pipeline
 
 import (
 	"fmt"
@@ -31,8 +31,8 @@ func idleNote(hostWide bool, samples int64, period, span time.Duration, cpus int
 }
 
 // hostWide reports whether the run samples every process of the host.
-func (c *config) hostWide() bool {
-	return len(c.pids) == 0 && !c.followForks && len(c.kube.cgroups) == 0 && !c.kube.filterByPod
+func (c *Config) hostWide() bool {
+	return len(c.PIDs) == 0 && !c.FollowForks && len(c.Kube.Cgroups) == 0 && !c.Kube.FilterByPod
 }
 
 // hostCPUs is the number of CPUs sampling covers: the online ones.
