@@ -22,6 +22,7 @@ import (
 	"github.com/sonde-profiler/sonde/internal/testprog"
 	"github.com/sonde-profiler/sonde/trace"
 	"github.com/sonde-profiler/sonde/unwind"
+	"github.com/sonde-profiler/sonde/unwind/walkmodel"
 )
 
 // TestWalkersAgreeRecorded stops real programs with ptrace at random points, and walks
@@ -202,7 +203,7 @@ func stopAndCopy(pid, tid int, c *walkCase) error {
 
 // copyStack takes a stopped thread's registers and the memory a walk of its stack reads.
 func copyStack(pid int, regs *unix.PtraceRegs, c *walkCase) error {
-	c.thread = unwind.Thread{PC: regs.Rip, TLS: regs.Fs_base, GPR: [16]uint64{
+	c.thread = walkmodel.Thread{PC: regs.Rip, TLS: regs.Fs_base, GPR: [16]uint64{
 		regs.Rax, regs.Rdx, regs.Rcx, regs.Rbx, regs.Rsi, regs.Rdi, regs.Rbp, regs.Rsp,
 		regs.R8, regs.R9, regs.R10, regs.R11, regs.R12, regs.R13, regs.R14, regs.R15}}
 
@@ -235,8 +236,8 @@ func copyStack(pid int, regs *unix.PtraceRegs, c *walkCase) error {
 		return uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
 			uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56, true
 	}
-	k := unwind.KernelView{Mappings: c.maps, Table: c.table, GoRuntime: func(id uint32) *unwind.KernelGoRuntime { return c.goRT[id] }}
-	unwind.Walk(c.thread, k, read)
+	k := walkmodel.KernelView{Mappings: c.maps, Table: c.table, GoRuntime: func(id uint32) *unwind.KernelGoRuntime { return c.goRT[id] }}
+	walkmodel.Walk(c.thread, k, read)
 	// Also the pages around the stack pointer, which a walker that read more than the
 	// model would reach first.
 	for d := uint64(0); d < 4; d++ {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sonde-profiler/sonde/unwind"
+	"github.com/sonde-profiler/sonde/unwind/walkmodel"
 )
 
 // TestWalkersAgreeSynthetic builds stacks frame by frame from random tables, so that
@@ -102,7 +103,7 @@ type synth struct {
 	uc       uint64
 	regSet   map[uint8]bool // registers of the frame already chosen
 
-	thread unwind.Thread
+	thread walkmodel.Thread
 	// The Go runtime objects all switches of the walk read.
 	g, m, curg uint64
 	// healthy cases pick only code whose rows lead on: long walks.

@@ -20,17 +20,18 @@ import (
 
 	"github.com/sonde-profiler/sonde/internal/testenv"
 	"github.com/sonde-profiler/sonde/unwind"
+	"github.com/sonde-profiler/sonde/unwind/walkmodel"
 )
 
 // The kernel's walker (unwinder.h) and package unwind's Go model of it are held together
 // by running both on the same inputs: testdata/walker.c compiles unwinder.h natively with
 // stand-ins for the BPF helpers, and every case below goes through it and through
-// unwind.Walk. Frames and the way the walk ended must agree exactly.
+// walkmodel.Walk. Frames and the way the walk ended must agree exactly.
 
 // walkCase is one walk: the registers it starts from and everything the walker reads.
 type walkCase struct {
 	name   string
-	thread unwind.Thread
+	thread walkmodel.Thread
 	noProc bool // the process has no mappings in the kernel: frame pointers throughout
 	// again: a later sample of the previous case's process, its mappings (maps) the same
 	// writing of them, so that what the memo of rows found then still holds.
@@ -74,11 +75,11 @@ func (c *walkCase) table(id uint32) []unwind.KernelRow {
 
 // model walks the case with package unwind.
 func (c *walkCase) model() walkResult {
-	k := unwind.KernelView{Table: c.table, GoRuntime: func(id uint32) *unwind.KernelGoRuntime { return c.goRT[id] }}
+	k := walkmodel.KernelView{Table: c.table, GoRuntime: func(id uint32) *unwind.KernelGoRuntime { return c.goRT[id] }}
 	if !c.noProc {
 		k.Mappings = c.maps
 	}
-	frames, end := unwind.Walk(c.thread, k, c.read)
+	frames, end := walkmodel.Walk(c.thread, k, c.read)
 	return walkResult{frames: frames, end: uint32(end)}
 }
 
@@ -92,7 +93,7 @@ var (
 )
 
 // ptregs lays a thread's registers out as struct pt_regs, user mode.
-func ptregs(t unwind.Thread) []uint64 {
+func ptregs(t walkmodel.Thread) []uint64 {
 	byName := map[string]uint64{"rip": t.PC, "cs": 0x33, "ss": 0x2b}
 	for i, name := range dwarfOrder {
 		byName[name] = t.GPR[i]
@@ -261,7 +262,7 @@ func compareWalkers(t *testing.T, cases []*walkCase) []walkResult {
 			// The whole input, to replay with: walker < file.
 			os.WriteFile(filepath.Join(dir, fmt.Sprintf("case%d.txt", i)), in.Bytes(), 0o644)
 		}
-		t.Errorf("case %s:\n  kernel walker: %s\n  unwind.Walk:   %s\ninput:\n%s", c.name, native[i], m, truncate(in.String(), 4000))
+		t.Errorf("case %s:\n  kernel walker: %s\n  walkmodel.Walk:   %s\ninput:\n%s", c.name, native[i], m, truncate(in.String(), 4000))
 	}
 	if fails > 10 {
 		t.Errorf("%d more cases disagree", fails-10)

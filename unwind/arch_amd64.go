@@ -12,14 +12,14 @@ const machine = elf.EM_X86_64
 // bpf/arch_x86.h holds the same offsets for the kernel's walker.
 const (
 	ucontextGregs  = 40
-	signalFPOffset = ucontextGregs + 8*10 // 120
-	signalSPOffset = ucontextGregs + 8*15 // 160
-	signalPCOffset = ucontextGregs + 8*16 // 168
+	SignalFPOffset = ucontextGregs + 8*10 // 120
+	SignalSPOffset = ucontextGregs + 8*15 // 160
+	SignalPCOffset = ucontextGregs + 8*16 // 168
 )
 
-// ucontextOffset is where a ucontext keeps each general-purpose register, by DWARF number
+// UContextOffset is where a ucontext keeps each general-purpose register, by DWARF number
 // (rax rdx rcx rbx rsi rdi rbp rsp r8-r15): glibc's REG_* order from uc_mcontext.gregs.
-var ucontextOffset = [numGPR]uint64{144, 136, 152, 128, 112, 104, 120, 160, 40, 48, 56, 64, 72, 80, 88, 96}
+var UContextOffset = [NumGPR]uint64{144, 136, 152, 128, 112, 104, 120, 160, 40, 48, 56, 64, 72, 80, 88, 96}
 
 // tableArch: rows for this architecture can be built and walked.
 const tableArch = true

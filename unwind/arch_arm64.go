@@ -11,12 +11,12 @@ const machine = elf.EM_AARCH64
 // The ucontext offsets of the x86-64 model have no arm64 counterpart yet: signal frames
 // are walked by frame pointer there.
 const (
-	signalFPOffset = 0
-	signalSPOffset = 0
-	signalPCOffset = 0
+	SignalFPOffset = 0
+	SignalSPOffset = 0
+	SignalPCOffset = 0
 )
 
-var ucontextOffset [numGPR]uint64
+var UContextOffset [NumGPR]uint64
 
 // tableArch: rows for arm64 cannot be built yet (see arch_arm64.go).
 const tableArch = false

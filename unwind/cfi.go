@@ -2,8 +2,9 @@ package unwind
 
 import (
 	"encoding/binary"
-	"github.com/sonde-profiler/sonde/internal/leb128"
 	"math"
+
+	"github.com/sonde-profiler/sonde/internal/leb128"
 )
 
 // Pointer encodings (DW_EH_PE_*) used by .eh_frame and .eh_frame_hdr.

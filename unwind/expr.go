@@ -270,7 +270,7 @@ func addLin(a, b exprValue) (exprValue, bool) {
 	case 2:
 		// The unscaled term is the base; of two unscaled ones, the stack or frame pointer.
 		i := 0
-		if terms[1].shift == 0 && (terms[0].shift != 0 || terms[1].reg == regSP || terms[1].reg == regFP) {
+		if terms[1].shift == 0 && (terms[0].shift != 0 || terms[1].reg == RegSP || terms[1].reg == RegFP) {
 			i = 1
 		}
 		if terms[i].shift != 0 || terms[i].reg == exprCFA || terms[1-i].reg == exprCFA {
@@ -296,7 +296,7 @@ func (st *state) setCFAExpr(e []byte) {
 	if v.kind == exprLin && v.base == exprNone && v.shift == 0 {
 		v.base, v.index = v.index, exprNone
 	}
-	if v.base < 0 || v.base >= 256 || v.index >= numGPR {
+	if v.base < 0 || v.base >= 256 || v.index >= NumGPR {
 		return
 	}
 	switch v.kind {
@@ -322,9 +322,9 @@ func regExprRule(e []byte) rule {
 	switch v.base {
 	case exprCFA:
 		return rule{ruleOffset, v.off}
-	case regFP:
+	case RegFP:
 		return rule{ruleAtFP, v.off}
-	case regSP:
+	case RegSP:
 		return rule{ruleAtSP, v.off}
 	}
 	return rule{kind: ruleExpr}

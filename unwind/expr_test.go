@@ -1,16 +1,14 @@
 package unwind
 
 import (
-	"encoding/binary"
 	"math/rand/v2"
-	"testing"
 )
 
 // dwarfMachine evaluates an expression the way a DWARF consumer does, on concrete
 // registers and memory: the reference that evalExpr's symbolic reading, turned into a
 // row and followed by Step, must agree with. ok is false where the expression is
 // malformed or uses an operation the machine does not know.
-func dwarfMachine(e []byte, regs *[numGPR]uint64, mem func(uint64) uint64) (uint64, bool) {
+func dwarfMachine(e []byte, regs *[NumGPR]uint64, mem func(uint64) uint64) (uint64, bool) {
 	var stack []uint64
 	r := reader{b: e}
 	pop := func() uint64 {
@@ -81,7 +79,7 @@ func dwarfMachine(e []byte, regs *[numGPR]uint64, mem func(uint64) uint64) (uint
 // registers and constants, sometimes random sequences of operations.
 func randomExpr(r *rand.Rand) []byte {
 	w := &cfiWriter{}
-	breg := func() { w.u8(opBreg0 + byte(r.IntN(numGPR))); w.sleb(int64(r.IntN(512) - 128)) }
+	breg := func() { w.u8(opBreg0 + byte(r.IntN(NumGPR))); w.sleb(int64(r.IntN(512) - 128)) }
 	lit := func() {
 		switch r.IntN(4) {
 		case 0:
@@ -131,46 +129,17 @@ func randomExpr(r *rand.Rand) []byte {
 	return w.b
 }
 
-// TestExpressionsMatchDWARF checks the symbolic evaluation of CFA expressions against
-// a concrete DWARF stack machine: where sonde turns an expression into a row, the CFA
-// the kernel's rule computes (Step) must be what the expression computes, for any
-// registers and memory.
-func TestExpressionsMatchDWARF(t *testing.T) {
-	r := rand.New(rand.NewPCG(1, 2))
-	mem := func(a uint64) uint64 {
-		var b [8]byte
-		binary.LittleEndian.PutUint64(b[:], a*0x9e3779b97f4a7c15)
-		return binary.LittleEndian.Uint64(b[:]) >> 8 // keeps CFAs clear of wrapping around
-	}
-	read := func(a uint64) (uint64, bool) { return mem(a), true }
+// ExprRow is the row sonde makes of a CFA expression e, for the test beside the walker's
+// model (expr_model_test.go) to evaluate; RandomExpr and DwarfMachine give it expressions
+// and what they compute.
+func ExprRow(e []byte) Row {
 	c := &cie{raReg: regRA}
-	followed, compared := map[CFARule]int{}, 0
-	for range 50000 {
-		e := randomExpr(r)
-		st := state{ra: rule{ruleOffset, -8}}
-		st.setCFAExpr(e)
-		row := c.row(&st)
-		followed[row.CFA]++
-		var regs [numGPR]uint64
-		for i := range regs {
-			regs[i] = r.Uint64() >> 16
-		}
-		want, ok := dwarfMachine(e, &regs, mem)
-		if row.CFA == CFAExpression || row.CFA == CFAPLT {
-			continue
-		}
-		if !ok {
-			t.Fatalf("% x: sonde follows it as %s, a DWARF machine fails on it", e, ruleString(row))
-		}
-		from := Regs{SP: regs[regSP], FP: regs[regFP], Others: Others{Source: RegsLeaf, Leaf: &regs}}
-		next, res := Step(row, from, read)
-		if res != StepOK || next.SP != want {
-			t.Fatalf("% x as %s: CFA %#x (%s), the expression computes %#x", e, ruleString(row), next.SP, res, want)
-		}
-		compared++
-	}
-	if followed[CFADeref] < 10000 || followed[CFAReg]+followed[CFASP]+followed[CFAFP] < 5000 || followed[CFAExpression] < 5000 {
-		t.Errorf("too few of each kind: %v", followed)
-	}
-	t.Logf("%d expressions compared; rules %v", compared, followed)
+	st := state{ra: rule{ruleOffset, -8}}
+	st.setCFAExpr(e)
+	return c.row(&st)
 }
+
+var (
+	RandomExpr   = randomExpr
+	DwarfMachine = dwarfMachine
+)

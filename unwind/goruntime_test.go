@@ -116,14 +116,14 @@ func TestGoTable(t *testing.T) {
 			s := sym(name)
 			for _, pc := range []uint64{s.Value, s.Value + s.Size - 1} {
 				if r := lookupRule(tab, pc); r.CFA != CFAGo || GoFunc(r.CFAReg) != kind {
-					t.Errorf("%s: %s at %#x is %s, want Go function %d", g.Version, name, pc, ruleString(r), kind)
+					t.Errorf("%s: %s at %#x is %s, want Go function %d", g.Version, name, pc, r.String(), kind)
 				}
 			}
 		}
 		for _, name := range []string{"crosscall2", "runtime.sigtramp"} {
 			s := sym(name)
 			if r := lookupRule(tab, s.Value); r.CFA != CFASP || r.CFAOffset != 8 {
-				t.Errorf("%s: %s starts with %s, want rsp+8", g.Version, name, ruleString(r))
+				t.Errorf("%s: %s starts with %s, want rsp+8", g.Version, name, r.String())
 			}
 			deepest := int32(0)
 			for _, r := range tab.Rows {
@@ -138,16 +138,16 @@ func TestGoTable(t *testing.T) {
 		}
 		s := sym("runtime.sigreturn__sigaction")
 		if r := lookupRule(tab, s.Value-1); r.CFA != CFASignal {
-			t.Errorf("%s: the byte before Go's signal restorer is %s, want signal", g.Version, ruleString(r))
+			t.Errorf("%s: the byte before Go's signal restorer is %s, want signal", g.Version, r.String())
 		}
 		if r := lookupRule(tab, sym("main.callC").Value+4); r.CFA != CFAFramePointer {
-			t.Errorf("%s: Go code is %s, want frame pointer", g.Version, ruleString(r))
+			t.Errorf("%s: Go code is %s, want frame pointer", g.Version, r.String())
 		}
 		// The C functions of the cgo preamble come with CFI.
 		for _, s := range syms {
 			if elf.ST_TYPE(s.Info) == elf.STT_FUNC && strings.HasPrefix(s.Name, "cgo_inner") {
 				if r := lookupRule(tab, s.Value); r.CFA != CFASP {
-					t.Errorf("%s: C function %s is %s, want its CFI", g.Version, s.Name, ruleString(r))
+					t.Errorf("%s: C function %s is %s, want its CFI", g.Version, s.Name, r.String())
 				}
 			}
 		}

@@ -7,8 +7,8 @@ import (
 
 // x86-64 DWARF register numbers.
 const (
-	regFP = 6  // rbp
-	regSP = 7  // rsp
+	RegFP = 6  // rbp
+	RegSP = 7  // rsp
 	regRA = 16 // the return address column (rip)
 )
 
@@ -165,9 +165,9 @@ func (c *cie) row(st *state) Row {
 			return Row{}
 		}
 		switch reg {
-		case regSP:
+		case RegSP:
 			r.CFA = CFASP
-		case regFP:
+		case RegFP:
 			r.CFA = CFAFP
 		default:
 			// Another register: the kernel knows it only in the frame it interrupted.
@@ -195,7 +195,7 @@ func (c *cie) row(st *state) Row {
 		r.FP = map[ruleKind]FPRule{ruleOffset: FPAtCFA, ruleAtFP: FPAtFP, ruleAtSP: FPAtSP}[st.fp.kind]
 		r.FPOffset = int32(st.fp.off)
 	case ruleRegister:
-		if st.fp.off == regFP {
+		if st.fp.off == RegFP {
 			r.FP = FPUnchanged
 		} else {
 			r.FP = FPInvalid
@@ -346,7 +346,7 @@ func (b *builder) exec(c *cie, ins []byte, insAddr uint64, st *state, loc uint64
 
 	set := func(reg uint64, ru rule) {
 		switch reg {
-		case regFP:
+		case RegFP:
 			st.fp = ru
 		case c.raReg:
 			st.ra = ru
@@ -358,7 +358,7 @@ func (b *builder) exec(c *cie, ins []byte, insAddr uint64, st *state, loc uint64
 			return
 		}
 		switch reg {
-		case regFP:
+		case RegFP:
 			st.fp = c.init.fp
 		case c.raReg:
 			st.ra = c.init.ra

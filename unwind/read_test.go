@@ -119,7 +119,7 @@ func TestLookup(t *testing.T) {
 	} {
 		got, ok := tab.Lookup(tc.pc)
 		if got != tc.want || ok != tc.ok {
-			t.Errorf("Lookup(%#x) = %s %v, want %s %v", tc.pc, ruleString(got), ok, ruleString(tc.want), tc.ok)
+			t.Errorf("Lookup(%#x) = %s %v, want %s %v", tc.pc, got.String(), ok, tc.want.String(), tc.ok)
 		}
 	}
 }

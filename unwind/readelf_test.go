@@ -335,13 +335,13 @@ func compareWithReadelf(t *testing.T, path, section string) counts {
 			n.loc++
 			tally(want)
 			if !sameRule(got, want) {
-				fail("%s: FDE %#x at %#x: readelf %s gives %s, sonde has %s", filepath.Base(path), e.off, row.loc, row, ruleString(want), ruleString(got))
+				fail("%s: FDE %#x at %#x: readelf %s gives %s, sonde has %s", filepath.Base(path), e.off, row.loc, row, want.String(), got.String())
 			}
 		}
 		if c, _ := covering(e.end); c == nil {
 			n.loc++
 			if got := lookupRule(tab, e.end); got.CFA != CFAInvalid {
-				fail("%s: FDE %#x ends at %#x, but sonde has %s there", filepath.Base(path), e.off, e.end, ruleString(got))
+				fail("%s: FDE %#x ends at %#x, but sonde has %s there", filepath.Base(path), e.off, e.end, got.String())
 			}
 		}
 	}
@@ -372,7 +372,7 @@ func compareWithReadelf(t *testing.T, path, section string) counts {
 		}
 		n.rows++
 		if !sameRule(r, want) {
-			fail("%s: sonde row at %#x is %s, readelf says %s", filepath.Base(path), r.PC, ruleString(r), ruleString(want))
+			fail("%s: sonde row at %#x is %s, readelf says %s", filepath.Base(path), r.PC, r.String(), want.String())
 		}
 	}
 	t.Logf("%s (%s): %d FDEs, %d readelf rows and FDE ends looked up, %d sonde rows checked, %d ambiguous, %d overlapping FDEs skipped; rbp-based %d, PLT %d, signal %d, end of stack %d, dereferencing %d, other register %d, rbp by expression %d, unfollowed %d",
@@ -396,58 +396,9 @@ func checkSorted(t testing.TB, tab *Table) {
 			t.Fatalf("rows %d and %d out of order: %#x, %#x", i-1, i, a.PC, b.PC)
 		}
 		if sameRule(a, b) {
-			t.Fatalf("rows %d and %d at %#x and %#x not merged: %s", i-1, i, a.PC, b.PC, ruleString(a))
+			t.Fatalf("rows %d and %d at %#x and %#x not merged: %s", i-1, i, a.PC, b.PC, a.String())
 		}
 	}
-}
-
-func ruleString(r Row) string {
-	var cfa string
-	switch r.CFA {
-	case CFAInvalid:
-		return "invalid"
-	case CFASP:
-		cfa = fmt.Sprintf("rsp%+d", r.CFAOffset)
-	case CFAFP:
-		cfa = fmt.Sprintf("rbp%+d", r.CFAOffset)
-	case CFAReg:
-		cfa = fmt.Sprintf("r%d%+d", r.CFAReg, r.CFAOffset)
-	case CFADeref:
-		cfa = fmt.Sprintf("*(r%d%+d", r.CFAReg, r.CFAOffset)
-		if r.CFAIndex&CFAIndex != 0 {
-			cfa += fmt.Sprintf("+r%d<<%d", r.CFAIndex&15, (r.CFAIndex>>4)&3)
-		}
-		cfa += fmt.Sprintf(")%+d", r.CFAPost)
-	case CFAPLT:
-		cfa = "plt"
-	case CFASignal:
-		return "signal"
-	case CFAEndOfStack:
-		return "end"
-	case CFAExpression:
-		return "expression"
-	case CFARAElsewhere:
-		return "ra elsewhere"
-	case CFAFramePointer:
-		return "frame pointer"
-	case CFAGo:
-		return fmt.Sprintf("go %d", r.CFAReg)
-	default:
-		cfa = fmt.Sprintf("cfa?%d", r.CFA)
-	}
-	switch r.FP {
-	case FPUnchanged:
-		return cfa + " fp=u"
-	case FPAtCFA:
-		return fmt.Sprintf("%s fp=c%+d", cfa, r.FPOffset)
-	case FPAtFP:
-		return fmt.Sprintf("%s fp=rbp%+d", cfa, r.FPOffset)
-	case FPAtSP:
-		return fmt.Sprintf("%s fp=rsp%+d", cfa, r.FPOffset)
-	case FPInvalid:
-		return cfa + " fp=invalid"
-	}
-	return fmt.Sprintf("%s fp?%d", cfa, r.FP)
 }
 
 // reRow is one row of readelf's interpreted table: the CFA, rbp and return address columns.

@@ -244,10 +244,10 @@ func wantRows(t *testing.T, tab *Table, want []Row) {
 		for i := range max(len(tab.Rows), len(want)) {
 			var g, w string
 			if i < len(tab.Rows) {
-				g = hexPC(tab.Rows[i].PC) + " " + ruleString(tab.Rows[i])
+				g = hexPC(tab.Rows[i].PC) + " " + tab.Rows[i].String()
 			}
 			if i < len(want) {
-				w = hexPC(want[i].PC) + " " + ruleString(want[i])
+				w = hexPC(want[i].PC) + " " + want[i].String()
 			}
 			mark := "  "
 			if g != w {
@@ -270,7 +270,7 @@ func fpInvalid(r Row) Row   { r.FP = FPInvalid; return r }
 func invalid(pc uint64) Row { return Row{PC: pc} }
 
 // The initial instructions every synthetic CIE uses: CFA = rsp+8, RA at CFA-8.
-var initIns = []byte{cfaDefCFA, regSP, 8, cfaOffset | regRA, 1}
+var initIns = []byte{cfaDefCFA, RegSP, 8, cfaOffset | regRA, 1}
 
 func TestDebugFrame64BitV4(t *testing.T) {
 	w := &cfiWriter{debug: true}
@@ -278,15 +278,15 @@ func TestDebugFrame64BitV4(t *testing.T) {
 	w.fde(true, c, func() { w.u64(synText); w.u64(0x40) }, nil,
 		cfaAdvanceLoc|1, // code alignment 4: 0x1004
 		cfaDefCFAOffset, 16,
-		cfaOffset|regFP, 2,
+		cfaOffset|RegFP, 2,
 		cfaSetLoc, 0x10, 0x10, 0, 0, 0, 0, 0, 0,
-		cfaDefCFARegister, regFP,
+		cfaDefCFARegister, RegFP,
 		cfaAdvanceLoc1, 4, // 0x1020
-		cfaUndefined, regFP,
+		cfaUndefined, RegFP,
 		cfaAdvanceLoc2, 2, 0, // 0x1028
-		cfaDefCFA, regSP, 8,
+		cfaDefCFA, RegSP, 8,
 		cfaAdvanceLoc4, 1, 0, 0, 0, // 0x102c
-		cfaRestore|regFP,
+		cfaRestore|RegFP,
 		cfaAdvanceLoc|100, // past the end: ignored
 		cfaDefCFAOffset, 99,
 	)
@@ -312,7 +312,7 @@ func TestDebugFrameCIEVersions(t *testing.T) {
 	sig := w.cie(false, 1, "S", 1, -8, regRA, nil, initIns...)
 	bad := w.cie(false, 1, "x", 1, -8, regRA, nil, initIns...)
 	w.fde(false, v3, func() { w.u64(0x1000); w.u64(0x10) }, nil, cfaAdvanceLoc|4, cfaDefCFAOffsetSF, 0x7e) // -2*-8
-	w.fde(false, eh, func() { w.u64(0x1010); w.u64(0x10) }, nil, cfaDefCFASF, regFP, 0x7e)
+	w.fde(false, eh, func() { w.u64(0x1010); w.u64(0x10) }, nil, cfaDefCFASF, RegFP, 0x7e)
 	w.fde(false, sig, func() { w.u64(0x1020); w.u64(0x10) }, nil)
 	w.fde(false, bad, func() { w.u64(0x1030); w.u64(0x10) }, nil)
 	w.fde(false, 0x7fff0, func() { w.u64(0x1040); w.u64(0x10) }, nil) // CIE pointer out of range
@@ -457,16 +457,16 @@ func TestMalformedPrograms(t *testing.T) {
 		// The others start with a good row, so that the bad one shows.
 		f(0x1100, cfaAdvanceLoc|2, cfaRestoreState)                                          // nothing to restore
 		f(0x1200, cfaAdvanceLoc|2, cfaSetLoc, 0x00, 0x12, 0, 0)                              // backwards
-		f(0x1300, cfaAdvanceLoc|1, cfaDefCFA, regSP, 0x80, 0x80, 0x80, 0x80, 0x10)           // offset 1<<32
+		f(0x1300, cfaAdvanceLoc|1, cfaDefCFA, RegSP, 0x80, 0x80, 0x80, 0x80, 0x10)           // offset 1<<32
 		f(0x1400, cfaAdvanceLoc|1, cfaDefCFA, 12, 8)                                         // CFA on r12
 		f(0x1500, cfaAdvanceLoc|1, cfaOffset|regRA, 2)                                       // RA at CFA-16
 		f(0x1600, cfaAdvanceLoc|1, cfaRegister, regRA, 1)                                    // RA in rdx
-		f(0x1700, cfaAdvanceLoc|1, cfaOffsetExtendedSF, regFP, 0x80, 0x80, 0x80, 0x80, 0x08) // rbp too far
+		f(0x1700, cfaAdvanceLoc|1, cfaOffsetExtendedSF, RegFP, 0x80, 0x80, 0x80, 0x80, 0x08) // rbp too far
 		// def_cfa_offset after an expression keeps the expression, here rsp+16.
 		f(0x1800, cfaAdvanceLoc|1, cfaDefCFAExpression, 2, 0x77, 0x10, cfaAdvanceLoc|1, cfaDefCFAOffset, 32)
 		// Seven bytes of instructions need no padding, so the operand is really missing.
 		f(0x1900, cfaAdvanceLoc|1, cfaNop, cfaNop, cfaNop, cfaNop, cfaNop, cfaDefCFAOffset)
-		f(0x1a00, cfaAdvanceLoc|1, cfaExpression, regFP, 5, 0x77) // block beyond the end
+		f(0x1a00, cfaAdvanceLoc|1, cfaExpression, RegFP, 5, 0x77) // block beyond the end
 		f(0x1b00, append([]byte{cfaAdvanceLoc | 1}, bytes.Repeat([]byte{cfaRememberState}, maxStateStack+1)...)...)
 		return nil
 	})

@@ -214,3 +214,54 @@ func (r Row) kernel() KernelRow {
 	}
 	return k
 }
+
+// String says what a row does, for a person: its CFA rule and where the caller's frame
+// pointer is (rsp+16 fp=c-16).
+func (r Row) String() string {
+	var cfa string
+	switch r.CFA {
+	case CFAInvalid:
+		return "invalid"
+	case CFASP:
+		cfa = fmt.Sprintf("rsp%+d", r.CFAOffset)
+	case CFAFP:
+		cfa = fmt.Sprintf("rbp%+d", r.CFAOffset)
+	case CFAReg:
+		cfa = fmt.Sprintf("r%d%+d", r.CFAReg, r.CFAOffset)
+	case CFADeref:
+		cfa = fmt.Sprintf("*(r%d%+d", r.CFAReg, r.CFAOffset)
+		if r.CFAIndex&CFAIndex != 0 {
+			cfa += fmt.Sprintf("+r%d<<%d", r.CFAIndex&15, (r.CFAIndex>>4)&3)
+		}
+		cfa += fmt.Sprintf(")%+d", r.CFAPost)
+	case CFAPLT:
+		cfa = "plt"
+	case CFASignal:
+		return "signal"
+	case CFAEndOfStack:
+		return "end"
+	case CFAExpression:
+		return "expression"
+	case CFARAElsewhere:
+		return "ra elsewhere"
+	case CFAFramePointer:
+		return "frame pointer"
+	case CFAGo:
+		return fmt.Sprintf("go %d", r.CFAReg)
+	default:
+		cfa = fmt.Sprintf("cfa?%d", r.CFA)
+	}
+	switch r.FP {
+	case FPUnchanged:
+		return cfa + " fp=u"
+	case FPAtCFA:
+		return fmt.Sprintf("%s fp=c%+d", cfa, r.FPOffset)
+	case FPAtFP:
+		return fmt.Sprintf("%s fp=rbp%+d", cfa, r.FPOffset)
+	case FPAtSP:
+		return fmt.Sprintf("%s fp=rsp%+d", cfa, r.FPOffset)
+	case FPInvalid:
+		return cfa + " fp=invalid"
+	}
+	return fmt.Sprintf("%s fp?%d", cfa, r.FP)
+}

@@ -1,8 +1,6 @@
-package unwind
+package walkmodel
 
-// numGPR is how many general-purpose registers DWARF numbers before the return address
-// column: rax rdx rcx rbx rsi rdi rbp rsp r8-r15 on x86-64.
-const numGPR = 16
+import "github.com/sonde-profiler/sonde/unwind"
 
 // Regs are the registers the unwinder tracks from frame to frame.
 type Regs struct {
@@ -24,7 +22,7 @@ const (
 // Others locates a frame's general-purpose registers (REGS_* in bpf/unwinder.h).
 type Others struct {
 	Source   RegSource
-	Leaf     *[numGPR]uint64 // by DWARF number
+	Leaf     *[unwind.NumGPR]uint64 // by DWARF number
 	UContext uint64
 }
 
@@ -75,11 +73,11 @@ func (r StepResult) String() string {
 // reg reads a general-purpose register of the frame by its DWARF number.
 func (r Regs) reg(n uint8, read func(uint64) (uint64, bool)) (uint64, StepResult) {
 	switch {
-	case n == regSP:
+	case n == unwind.RegSP:
 		return r.SP, StepOK
-	case n == regFP:
+	case n == unwind.RegFP:
 		return r.FP, StepOK
-	case n >= numGPR:
+	case n >= unwind.NumGPR:
 		return 0, StepRegister
 	case r.Others.Source == RegsLeaf:
 		if r.Others.Leaf == nil {
@@ -87,7 +85,7 @@ func (r Regs) reg(n uint8, read func(uint64) (uint64, bool)) (uint64, StepResult
 		}
 		return r.Others.Leaf[n], StepOK
 	case r.Others.Source == RegsUContext:
-		v, ok := read(r.Others.UContext + ucontextOffset[n])
+		v, ok := read(r.Others.UContext + unwind.UContextOffset[n])
 		if !ok {
 			return 0, StepBadRead
 		}
@@ -107,26 +105,26 @@ func (r Regs) reg(n uint8, read func(uint64) (uint64, bool)) (uint64, StepResult
 //
 // After a CFASignal step PC is the interrupted instruction rather than a return address,
 // so the caller must look it up as is, not as PC-1; its registers are in the ucontext.
-func Step(row Row, regs Regs, read func(addr uint64) (uint64, bool)) (Regs, StepResult) {
+func Step(row unwind.Row, regs Regs, read func(addr uint64) (uint64, bool)) (Regs, StepResult) {
 	var cfa uint64
 	switch row.CFA {
-	case CFASP:
+	case unwind.CFASP:
 		cfa = regs.SP + uint64(int64(row.CFAOffset))
-	case CFAFP:
+	case unwind.CFAFP:
 		cfa = regs.FP + uint64(int64(row.CFAOffset))
-	case CFAReg:
+	case unwind.CFAReg:
 		v, res := regs.reg(row.CFAReg, read)
 		if res != StepOK {
 			return regs, res
 		}
 		cfa = v + uint64(int64(row.CFAOffset))
-	case CFADeref:
+	case unwind.CFADeref:
 		addr, res := regs.reg(row.CFAReg, read)
 		if res != StepOK {
 			return regs, res
 		}
 		addr += uint64(int64(row.CFAOffset))
-		if row.CFAIndex&CFAIndex != 0 {
+		if row.CFAIndex&unwind.CFAIndex != 0 {
 			x, res := regs.reg(row.CFAIndex&15, read)
 			if res != StepOK {
 				return regs, res
@@ -138,28 +136,28 @@ func Step(row Row, regs Regs, read func(addr uint64) (uint64, bool)) (Regs, Step
 			return regs, StepBadRead
 		}
 		cfa = v + uint64(int64(row.CFAPost))
-	case CFAPLT:
+	case unwind.CFAPLT:
 		// A lazy PLT entry is jmpq *GOT (offsets 0-5), pushq $index (6-10), jmpq PLT0
 		// (11-15): the pushed word is on the stack only from offset 11.
 		cfa = regs.SP + 8
 		if regs.PC&15 >= 11 {
 			cfa += 8
 		}
-	case CFASignal:
-		pc, ok1 := read(regs.SP + signalPCOffset)
-		sp, ok2 := read(regs.SP + signalSPOffset)
-		fp, ok3 := read(regs.SP + signalFPOffset)
+	case unwind.CFASignal:
+		pc, ok1 := read(regs.SP + unwind.SignalPCOffset)
+		sp, ok2 := read(regs.SP + unwind.SignalSPOffset)
+		fp, ok3 := read(regs.SP + unwind.SignalFPOffset)
 		if !ok1 || !ok2 || !ok3 {
 			return regs, StepBadRead
 		}
 		return Regs{PC: pc, SP: sp, FP: fp, Others: Others{Source: RegsUContext, UContext: regs.SP}}, StepOK
-	case CFAEndOfStack:
+	case unwind.CFAEndOfStack:
 		return regs, StepEnd
-	case CFAInvalid:
+	case unwind.CFAInvalid:
 		return regs, StepNoRow
-	case CFAExpression:
+	case unwind.CFAExpression:
 		return regs, StepExpression
-	case CFARAElsewhere:
+	case unwind.CFARAElsewhere:
 		return regs, StepRAElsewhere
 	default:
 		return regs, StepInvalid
@@ -172,13 +170,13 @@ func Step(row Row, regs Regs, read func(addr uint64) (uint64, bool)) (Regs, Step
 	next := Regs{PC: pc, SP: cfa, FP: regs.FP}
 	var at uint64
 	switch row.FP {
-	case FPAtCFA:
+	case unwind.FPAtCFA:
 		at = cfa
-	case FPAtFP:
+	case unwind.FPAtFP:
 		at = regs.FP
-	case FPAtSP:
+	case unwind.FPAtSP:
 		at = regs.SP
-	case FPInvalid:
+	case unwind.FPInvalid:
 		next.FP = 0
 		return next, StepOK
 	default:

@@ -1,55 +1,13 @@
-package unwind
+package walkmodel
 
-import (
-	"structs"
-)
-
-// End says how a walk of a user stack ended. The values are the kernel's enum unwind_end
-// (bpf/types.h); a test holds the two together.
-type End uint8
-
-const (
-	EndComplete      End = iota // reached the outermost frame, every frame by its table
-	EndCompleteFP               // reached the outermost frame; code without a table by frame pointer
-	EndTruncated                // MaxDepth frames and still going
-	EndNoUser                   // a kernel thread: no user stack
-	EndFPBroken                 // code without a table, and its frame pointer led nowhere readable
-	EndBadRead                  // a table's rule named memory that could not be read
-	EndNoRow                    // in a file with a table, outside every function it describes
-	EndCFAExpression            // a CFA expression the walker does not evaluate
-	EndRegister                 // a rule needs a register the frame does not know
-	EndRARule                   // the return address is not at CFA-8
-	EndNotAbove                 // the caller's frame does not lie above its callee's
-	EndTableGone                // the file's table is no longer in the kernel
-	EndGoSwitch                 // a Go stack switch could not be followed
-	EndInvalid                  // a rule the walker does not know
-	// EndCount is how many ways a walk can end: UNWIND_END_MAX.
-	EndCount int = iota
-)
-
-// MaxDepth is how many user frames the kernel walks at most: MAX_USER_DEPTH.
-const MaxDepth = 256
-
-// maxMappings is how many mappings of a process the kernel holds: MAX_PROC_MAPPINGS.
-const maxMappings = 256
-
-// KernelMapping is an executable mapping as the kernel unwinder stores it: struct
-// exec_mapping of bpf/types.h, field for field, so that bpf.ExecMapping converts to it.
-type KernelMapping struct {
-	_         structs.HostLayout
-	Start     uint64
-	End       uint64
-	Bias      uint64 // runtime address - ELF virtual address
-	TableId   uint32 // the file's table, as the kernel numbers tables
-	RowsCount uint32 // 0: no table, walk by frame pointer
-}
+import "github.com/sonde-profiler/sonde/unwind"
 
 // Thread is what a walk starts from: the registers the sampled thread was interrupted
 // with.
 type Thread struct {
 	// GPR holds the general-purpose registers by DWARF number (rax rdx rcx rbx rsi rdi
 	// rbp rsp r8-r15).
-	GPR [numGPR]uint64
+	GPR [unwind.NumGPR]uint64
 	PC  uint64
 	// TLS is the thread pointer (FS base), where Go keeps the running g.
 	TLS uint64
@@ -59,35 +17,35 @@ type Thread struct {
 // mappings, sorted by Start, and its files' tables and Go runtime layouts by table id,
 // nil for none.
 type KernelView struct {
-	Mappings  []KernelMapping
-	Table     func(id uint32) []KernelRow
-	GoRuntime func(id uint32) *KernelGoRuntime
+	Mappings  []unwind.KernelMapping
+	Table     func(id uint32) []unwind.KernelRow
+	GoRuntime func(id uint32) *unwind.KernelGoRuntime
 }
 
 // Walk is the Go model of the kernel's stack walker (bpf/unwinder.h), step for step: from
 // the thread's registers, through the process's mappings and their files' tables, it
 // returns the frames, leaf first, and how the walk ended. read returns the 8-byte word at
 // an address.
-func Walk(t Thread, k KernelView, read func(addr uint64) (uint64, bool)) ([]uint64, End) {
+func Walk(t Thread, k KernelView, read func(addr uint64) (uint64, bool)) ([]uint64, unwind.End) {
 	gpr := t.GPR
 	w := walker{
 		k:     k,
 		read:  read,
-		regs:  Regs{PC: t.PC, SP: gpr[regSP], FP: gpr[regFP], Others: Others{Source: RegsLeaf, Leaf: &gpr}},
+		regs:  Regs{PC: t.PC, SP: gpr[unwind.RegSP], FP: gpr[unwind.RegFP], Others: Others{Source: RegsLeaf, Leaf: &gpr}},
 		tls:   t.TLS,
 		exact: true,
 	}
-	end, done := EndTruncated, false
-	for range MaxDepth + 1 {
+	end, done := unwind.EndTruncated, false
+	for range unwind.MaxDepth + 1 {
 		if end, done = w.step(); done {
 			break
 		}
 	}
 	switch {
 	case !done:
-		end = EndTruncated
-	case end == EndComplete && w.usedFP:
-		end = EndCompleteFP
+		end = unwind.EndTruncated
+	case end == unwind.EndComplete && w.usedFP:
+		end = unwind.EndCompleteFP
 	}
 	return w.frames, end
 }
@@ -111,24 +69,24 @@ type walker struct {
 
 // step is walker_step: it records the current frame and moves to its caller, or says
 // how the walk ends.
-func (w *walker) step() (End, bool) {
+func (w *walker) step() (unwind.End, bool) {
 	if w.regs.PC == 0 {
-		return EndComplete, true
+		return unwind.EndComplete, true
 	}
-	if len(w.frames) >= MaxDepth {
-		return EndTruncated, true
+	if len(w.frames) >= unwind.MaxDepth {
+		return unwind.EndTruncated, true
 	}
 	w.frames = append(w.frames, w.regs.PC)
 
-	var row *Row
+	var row *unwind.Row
 	var tableID uint32
 	if m := findMapping(w.k.Mappings, w.regs.PC); m != nil && m.RowsCount > 0 {
-		var rows []KernelRow
+		var rows []unwind.KernelRow
 		if w.k.Table != nil {
 			rows = w.k.Table(m.TableId)
 		}
 		if rows == nil {
-			return EndTableGone, true
+			return unwind.EndTableGone, true
 		}
 		back := uint64(1)
 		if w.exact {
@@ -141,7 +99,7 @@ func (w *walker) step() (End, bool) {
 		row, tableID = &r, m.TableId
 	}
 	if w.guessed {
-		if row == nil || row.CFA == CFAInvalid {
+		if row == nil || row.CFA == unwind.CFAInvalid {
 			return w.noRow()
 		}
 		w.guessed = false
@@ -149,10 +107,10 @@ func (w *walker) step() (End, bool) {
 	if row == nil {
 		return w.fpStep()
 	}
-	if row.CFA == CFAGo && !w.exact {
-		return w.goStep(GoFunc(row.CFAReg), tableID)
+	if row.CFA == unwind.CFAGo && !w.exact {
+		return w.goStep(unwind.GoFunc(row.CFAReg), tableID)
 	}
-	if row.CFA == CFAGo || row.CFA == CFAFramePointer {
+	if row.CFA == unwind.CFAGo || row.CFA == unwind.CFAFramePointer {
 		// A switch interrupted in itself rather than returned to: its frame pointer leads on.
 		return w.fpStep()
 	}
@@ -161,21 +119,21 @@ func (w *walker) step() (End, bool) {
 	next, res := Step(*row, w.regs, w.read)
 	switch res {
 	case StepEnd:
-		return EndComplete, true
+		return unwind.EndComplete, true
 	case StepBadRead:
-		return EndBadRead, true
+		return unwind.EndBadRead, true
 	case StepNoRow:
 		return w.noRow()
 	case StepExpression:
-		return EndCFAExpression, true
+		return unwind.EndCFAExpression, true
 	case StepRegister:
-		return EndRegister, true
+		return unwind.EndRegister, true
 	case StepRAElsewhere:
-		return EndRARule, true
+		return unwind.EndRARule, true
 	case StepInvalid:
-		return EndInvalid, true
+		return unwind.EndInvalid, true
 	}
-	if row.CFA == CFASignal {
+	if row.CFA == unwind.CFASignal {
 		// The interrupted frame's PC is exact, and its stack may lie anywhere.
 		w.regs, w.exact = next, true
 		return 0, false
@@ -187,19 +145,19 @@ func (w *walker) step() (End, bool) {
 // without call frame information) is taken for a leaf that pushed nothing, its return
 // address at SP, which the next step keeps only if a row describes it; a frame so
 // guessed is taken back, and the walk ends.
-func (w *walker) noRow() (End, bool) {
+func (w *walker) noRow() (unwind.End, bool) {
 	if w.guessed {
 		if len(w.frames) > 0 {
 			w.frames = w.frames[:len(w.frames)-1]
 		}
-		return EndNoRow, true
+		return unwind.EndNoRow, true
 	}
 	if !w.exact {
-		return EndNoRow, true
+		return unwind.EndNoRow, true
 	}
 	ra, ok := w.read(w.regs.SP)
 	if !ok {
-		return EndNoRow, true
+		return unwind.EndNoRow, true
 	}
 	w.guessed = true
 	return w.advance(Regs{PC: ra, SP: w.regs.SP + 8, FP: w.regs.FP}, true)
@@ -207,9 +165,9 @@ func (w *walker) noRow() (End, bool) {
 
 // advance moves to the caller. Within one stack a caller's frame lies above its
 // callee's; only the switches between stacks may go elsewhere.
-func (w *walker) advance(next Regs, sameStack bool) (End, bool) {
+func (w *walker) advance(next Regs, sameStack bool) (unwind.End, bool) {
 	if sameStack && next.SP <= w.regs.SP && len(w.frames) > 1 {
-		return EndNotAbove, true
+		return unwind.EndNotAbove, true
 	}
 	next.Others = Others{}
 	w.regs, w.exact = next, false
@@ -218,134 +176,134 @@ func (w *walker) advance(next Regs, sameStack bool) (End, bool) {
 
 // fpStep is fp_step: the caller of code without a table, by frame pointer; a zero frame
 // pointer marks the outermost frame.
-func (w *walker) fpStep() (End, bool) {
+func (w *walker) fpStep() (unwind.End, bool) {
 	w.usedFP = true
 	if w.frameless {
 		w.frameless = false
 		ra, ok := w.read(w.regs.SP)
 		if !ok {
-			return EndFPBroken, true
+			return unwind.EndFPBroken, true
 		}
 		return w.advance(Regs{PC: ra, SP: w.regs.SP + 8, FP: w.regs.FP}, true)
 	}
 	if w.regs.FP == 0 {
-		return EndComplete, true
+		return unwind.EndComplete, true
 	}
 	ra, ok1 := w.read(w.regs.FP + 8)
 	fp, ok2 := w.read(w.regs.FP)
 	if !ok1 || !ok2 {
-		return EndFPBroken, true
+		return unwind.EndFPBroken, true
 	}
 	return w.advance(Regs{PC: ra, SP: w.regs.FP + 16, FP: fp}, true)
 }
 
 // goStep is go_step: it follows a Go runtime function that switches stacks, or ends them,
 // to the frame that called it.
-func (w *walker) goStep(kind GoFunc, tableID uint32) (End, bool) {
+func (w *walker) goStep(kind unwind.GoFunc, tableID uint32) (unwind.End, bool) {
 	w.usedFP = true
 	read := w.read
 	switch kind {
-	case GoFuncTop:
-		return EndComplete, true
-	case GoFuncFPSwitch:
+	case unwind.GoFuncTop:
+		return unwind.EndComplete, true
+	case unwind.GoFuncFPSwitch:
 		ra, ok1 := read(w.regs.FP + 8)
 		fp, ok2 := read(w.regs.FP)
 		if !ok1 || !ok2 {
-			return EndGoSwitch, true
+			return unwind.EndGoSwitch, true
 		}
 		return w.advance(Regs{PC: ra, SP: w.regs.FP + 16, FP: fp}, false)
 	}
-	var rt *KernelGoRuntime
+	var rt *unwind.KernelGoRuntime
 	if w.k.GoRuntime != nil {
 		rt = w.k.GoRuntime(tableID)
 	}
 	if rt == nil {
-		return EndGoSwitch, true
+		return unwind.EndGoSwitch, true
 	}
-	if kind == GoFuncAsmcgocall {
+	if kind == unwind.GoFuncAsmcgocall {
 		g, ok1 := read(w.regs.SP + uint64(rt.CgoG))
 		sp, ok2 := read(w.regs.SP + uint64(rt.CgoDepth))
 		if !ok1 || !ok2 {
-			return EndGoSwitch, true
+			return unwind.EndGoSwitch, true
 		}
 		if g != 0 {
 			hi, ok := read(g + uint64(rt.G_stackHi))
 			if !ok {
-				return EndGoSwitch, true
+				return unwind.EndGoSwitch, true
 			}
 			sp = hi - sp
 		}
 		ra, ok := read(sp)
 		if !ok {
-			return EndGoSwitch, true
+			return unwind.EndGoSwitch, true
 		}
 		return w.advance(Regs{PC: ra, SP: sp + 8, FP: w.regs.FP}, false)
 	}
 	g, ok1 := read(w.tls + uint64(int64(rt.TlsG)))
 	if !ok1 {
-		return EndGoSwitch, true
+		return unwind.EndGoSwitch, true
 	}
 	m, ok2 := read(g + uint64(rt.G_m))
 	if !ok2 {
-		return EndGoSwitch, true
+		return unwind.EndGoSwitch, true
 	}
 	curg, ok3 := read(m + uint64(rt.M_curg))
 	if !ok3 {
-		return EndGoSwitch, true
+		return unwind.EndGoSwitch, true
 	}
 	if curg == 0 {
 		// newstack preempted the goroutine; the scheduler runs for none.
-		if kind == GoFuncMorestack {
-			return EndComplete, true
+		if kind == unwind.GoFuncMorestack {
+			return unwind.EndComplete, true
 		}
-		return EndGoSwitch, true
+		return unwind.EndGoSwitch, true
 	}
 	sched := curg + uint64(rt.G_sched)
 	sp, ok4 := read(sched + uint64(rt.GobufSp))
 	fp, ok5 := read(sched + uint64(rt.GobufBp))
 	if !ok4 || !ok5 {
-		return EndGoSwitch, true
+		return unwind.EndGoSwitch, true
 	}
 	switch kind {
-	case GoFuncSystemstack:
+	case unwind.GoFuncSystemstack:
 		if sp == fp {
 			// systemstack's own frame: the caller's frame pointer, then the return address.
 			callerFP, ok1 := read(fp)
 			ra, ok2 := read(fp + 8)
 			if !ok1 || !ok2 {
-				return EndGoSwitch, true
+				return unwind.EndGoSwitch, true
 			}
 			return w.advance(Regs{PC: ra, SP: fp + 16, FP: callerFP}, false)
 		}
 		ra, ok := read(sp)
 		if !ok {
-			return EndGoSwitch, true
+			return unwind.EndGoSwitch, true
 		}
 		return w.advance(Regs{PC: ra, SP: sp + 8, FP: fp}, false)
-	case GoFuncMorestack:
+	case unwind.GoFuncMorestack:
 		status, ok := read(curg + uint64(rt.G_status))
 		if !ok {
-			return EndGoSwitch, true
+			return unwind.EndGoSwitch, true
 		}
 		if status&0xffffffff&^gScan == gCopystack {
 			// newstack is copying the goroutine's stack: no state to walk.
-			return EndComplete, true
+			return unwind.EndComplete, true
 		}
 		pc, ok := read(sched + uint64(rt.GobufPc))
 		if !ok {
-			return EndGoSwitch, true
+			return unwind.EndGoSwitch, true
 		}
 		end, done := w.advance(Regs{PC: pc, SP: sp, FP: fp}, false)
 		w.frameless = true
 		return end, done
 	}
-	return EndInvalid, true
+	return unwind.EndInvalid, true
 }
 
 // findMapping is the kernel's binary search over a process's mappings: at most
-// maxMappings of them, in ten halvings.
-func findMapping(ms []KernelMapping, pc uint64) *KernelMapping {
-	lo, hi := 0, min(len(ms), maxMappings)
+// MaxMappings of them, in ten halvings.
+func findMapping(ms []unwind.KernelMapping, pc uint64) *unwind.KernelMapping {
+	lo, hi := 0, min(len(ms), unwind.MaxMappings)
 	for range 10 {
 		if lo >= hi {
 			break
@@ -371,7 +329,7 @@ func findMapping(ms []KernelMapping, pc uint64) *KernelMapping {
 // halvings. Like the kernel's, it stops where the table has no row at an index (a count
 // larger than the table), and it returns rows whose rule is CFAInvalid, which Step then
 // refuses.
-func findRow(rows []KernelRow, count uint32, vaddr uint32) (Row, bool) {
+func findRow(rows []unwind.KernelRow, count uint32, vaddr uint32) (unwind.Row, bool) {
 	lo, hi := uint32(0), count
 	for range 25 {
 		if lo >= hi {
@@ -388,7 +346,7 @@ func findRow(rows []KernelRow, count uint32, vaddr uint32) (Row, bool) {
 		}
 	}
 	if lo == 0 {
-		return Row{}, false
+		return unwind.Row{}, false
 	}
 	return rows[lo-1].Row(), true
 }
@@ -398,20 +356,3 @@ const (
 	gCopystack = 8
 	gScan      = 0x1000
 )
-
-// KernelGoRuntime is a Go binary's runtime layout as the kernel walker reads it: struct
-// go_runtime of bpf/types.h, field for field, so that bpf.GoRuntime converts to it.
-type KernelGoRuntime struct {
-	_         structs.HostLayout
-	TlsG      int32 // the running g is at the thread pointer + TlsG
-	G_m       uint16
-	G_sched   uint16
-	M_curg    uint16
-	G_status  uint16 // offsetof(g, atomicstatus)
-	GobufSp   uint8
-	GobufPc   uint8
-	GobufBp   uint8
-	G_stackHi uint8
-	CgoDepth  uint8 // where asmcgocall keeps the goroutine's stack depth, from its SP at the call
-	CgoG      uint8 // and the goroutine
-}
