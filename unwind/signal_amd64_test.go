@@ -14,8 +14,9 @@ import (
 	"github.com/sonde-profiler/sonde/internal/testenv"
 )
 
-// TestSignalFrameOffsets ties unwind's ucontext offsets (the ones the kernel walker and the model use) to glibc's headers and to the CFI
-// glibc itself gives __restore_rt: the registers the walker reads from a signal frame,
+// TestSignalFrameOffsets ties unwind's ucontext offsets (which the kernel walker and the
+// model both use) to glibc's headers and to the CFI glibc itself gives __restore_rt: the
+// registers the walker reads from a signal frame,
 // and every general-purpose register a dereferencing rule may name.
 func TestSignalFrameOffsets(t *testing.T) {
 	want := map[string]int{"rip": SignalPCOffset, "rsp": SignalSPOffset, "rbp": SignalFPOffset}
