@@ -4,7 +4,7 @@
  * (_PyEval_EvalFrameDefault) as one return address. Each activation runs a span of the
  * thread's Python frames, innermost first: one frame object (3.9, 3.10); frames up to and
  * including the first marked is_entry (3.11); frames up to the shim frame the activation
- * pushed on entry, owned by the C stack (3.12, 3.13). python_frames replaces each
+ * pushed on entry, owned by the C stack (3.12 to 3.15). python_frames replaces each
  * activation's native frame by its span, so a stack reads Python, C extension, libc in the
  * order they called each other, and keeps it where a span is empty.
  *
@@ -77,6 +77,9 @@ struct py_proc {
 	__u16 frame_size;             /* bytes read of a frame: past every offset above */
 	__u16 code_adaptive;          /* PyCodeObject: co_code_adaptive (3.11+) */
 	__u16 lasti_bytes;            /* 1: f_lasti counts bytes (3.9), 0: code units (3.10) */
+	__u16 code_tag_bits;          /* bits of f_executable that tag the reference (3.14+'s
+	                               * _PyStackRef), cleared to get the code object */
+	__u16 pad[3];
 };
 
 /* For bpf2go -type. */
@@ -250,7 +253,7 @@ static __always_inline long py_step(struct py_walk *w)
 		st->end = PY_BAD_READ;
 		return 1;
 	}
-	__u64 code = py_field(s, p->frame_code);
+	__u64 code = py_field(s, p->frame_code) & ~(__u64)p->code_tag_bits;
 	__u64 next = py_field(s, p->frame_previous);
 	if (next == st->frame) {
 		st->end = PY_INVALID;

@@ -279,6 +279,8 @@ type samplerPyProc struct {
 	FrameSize      uint16
 	CodeAdaptive   uint16
 	LastiBytes     uint16
+	CodeTagBits    uint16
+	Pad            [3]uint16
 }
 
 type samplerPyScratch struct {

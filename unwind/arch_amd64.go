@@ -23,3 +23,7 @@ var UContextOffset = [NumGPR]uint64{144, 136, 152, 128, 112, 104, 120, 160, 40, 
 
 // tableArch: rows for this architecture can be built and walked.
 const tableArch = true
+
+// entryCFAOffset is the CFA's offset from SP at a function's first instruction: the
+// call's return address alone is on the stack.
+const entryCFAOffset = 8

@@ -20,3 +20,7 @@ var UContextOffset [NumGPR]uint64
 
 // tableArch: rows for arm64 cannot be built yet (see arch_arm64.go).
 const tableArch = false
+
+// entryCFAOffset is the CFA's offset from SP at a function's first instruction: the
+// return address is in the link register, nothing is pushed.
+const entryCFAOffset = 0

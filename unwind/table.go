@@ -153,6 +153,15 @@ func (t *Table) Lookup(pc uint64) (Row, bool) {
 	return r, r.CFA != CFAInvalid
 }
 
+// AtEntry reports whether pc's row is a function entry's: the CFA is SP plus the call's
+// return address and nothing else. The first address of an FDE that is not at an entry
+// continues a frame another FDE opened: the part of a function a compiler moved out of
+// line (gcc's .cold).
+func (t *Table) AtEntry(pc uint64) bool {
+	r, ok := t.Lookup(pc)
+	return ok && r.CFA == CFASP && r.CFAOffset == entryCFAOffset
+}
+
 // KernelRow is a Row as the kernel unwinder stores it: struct unwind_row of bpf/types.h,
 // field for field, so that bpf.UnwindRow converts to it and back. Its rules hold the
 // values of CFARule and FPRule, which are the kernel's enum values.

@@ -60,7 +60,11 @@ func startGroup(t *testing.T, warm time.Duration, ready string, cmds ...*exec.Cm
 			t.Fatalf("start %v: %v", cmd.Args, err)
 		}
 		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		g.pids = append(g.pids, cmd.Process.Pid)
+		pid, err := testenv.ProgramPID(cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.pids = append(g.pids, pid)
 		if out != nil {
 			go func() {
 				sc := bufio.NewScanner(out)
@@ -175,8 +179,8 @@ func (g *group) profile(perProcess int, extra ...string) *groupProfile {
 
 // signal sends sig to every process of the group.
 func (g *group) signal(sig syscall.Signal) {
-	for _, cmd := range g.cmds {
-		cmd.Process.Signal(sig)
+	for _, pid := range g.pids {
+		syscall.Kill(pid, sig)
 	}
 }
 

@@ -16,11 +16,51 @@ type Python struct {
 	Version string // "3.11.7"
 	Path    string // the program
 	// Lib is the file holding the interpreter: Path's libpython, or Path itself when it
-	// links the interpreter statically.
+	// links the interpreter statically. It is a path on the host.
 	Lib string
+	// Root, where not empty, is the Debian root the interpreter runs in as a container's
+	// (DebianPythons): Path is inside it.
+	Root string
 }
 
-// Pythons finds this machine's CPython 3.9 to 3.13: pyenv's versions and the system's
+// Command runs the interpreter with args: on the host, or Contained in its root.
+func (py Python) Command(args ...string) *exec.Cmd {
+	if py.Root != "" {
+		return Contained(py.Root, append([]string{py.Path}, args...)...)
+	}
+	return exec.Command(py.Path, args...)
+}
+
+// Script returns the path the interpreter runs a host file by: the file's own, or a copy
+// in the interpreter's root, at /sonde-test/ and the file's name.
+func (py Python) Script(t testing.TB, hostFile string) string {
+	t.Helper()
+	if py.Root == "" {
+		return hostFile
+	}
+	return CopyInto(t, py.Root, hostFile, "/sonde-test/"+filepath.Base(hostFile))
+}
+
+// DebianPythons are Debian's own builds of the CPython versions services start on
+// (statically linked, stripped, LTO and PGO, Debian's patch releases), in a Debian root
+// (DebianRoot) and run in their own namespaces as a container runs them.
+func DebianPythons(t testing.TB) []Python {
+	t.Helper()
+	root := DebianRoot(t)
+	var out []Python
+	for _, name := range []string{"python3.13", "python3.14", "python3.15"} {
+		path := "/usr/bin/" + name
+		b, err := exec.Command("chroot", root, path, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])").Output()
+		if err != nil {
+			Unavailable(t, "%s in %s: %v", path, root, err)
+		}
+		v := strings.TrimSpace(string(b))
+		out = append(out, Python{Name: v + " (debian)", Version: v, Path: path, Lib: filepath.Join(root, path), Root: root})
+	}
+	return out
+}
+
+// Pythons finds this machine's CPython 3.9 to 3.15: pyenv's versions and the system's
 // python3. Fewer than two fails the test in CI, which installs Debian's python3 beside
 // the machine image's pyenv versions; elsewhere it skips.
 func Pythons(t testing.TB) []Python {
@@ -87,7 +127,7 @@ func needs(program, lib string) bool {
 }
 
 func supportedPython(version string) bool {
-	for _, p := range []string{"3.9.", "3.10.", "3.11.", "3.12.", "3.13."} {
+	for _, p := range []string{"3.9.", "3.10.", "3.11.", "3.12.", "3.13.", "3.14.", "3.15."} {
 		if strings.HasPrefix(version, p) {
 			return true
 		}

@@ -85,6 +85,8 @@ func Inspect(f *elf.File) (in *Interpreter, err error) {
 	in.loads = objfile.LoadsOf(f)
 	if s, ok, _ := objfile.FindSymbol(f, elf.SHT_SYMTAB, "_PyEval_EvalFrameDefault.cold", true); ok && s.Value != 0 && s.Size > 0 {
 		in.EvalCold = [2]uint64{s.Value, s.Value + s.Size}
+	} else if f.Section(".symtab") == nil {
+		in.EvalCold = outOfLinePart(f, in.Eval[0], in.Eval[1])
 	}
 	head, _ := readVaddr(f, runtime.Value, maxRuntimeRead)
 	if bytes.HasPrefix(head, debugOffsetsCookie) {

@@ -7,7 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -30,9 +30,13 @@ type reportedCode struct {
 // compares name, file, first line and the line of every instruction with what the
 // interpreter itself reports (co_lines(), dis.findlinestarts() on 3.9).
 func TestCodeObjects(t *testing.T) {
-	for _, py := range testenv.Pythons(t) {
+	for _, py := range append(testenv.Pythons(t), testenv.DebianPythons(t)...) {
 		t.Run(py.Name, func(t *testing.T) {
-			cmd := exec.Command(py.Path, "testdata/codeobjects.py")
+			script, err := filepath.Abs("testdata/codeobjects.py")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd := py.Command(py.Script(t, script))
 			stdin, _ := cmd.StdinPipe()
 			stdout, _ := cmd.StdoutPipe()
 			if err := cmd.Start(); err != nil {
@@ -47,8 +51,12 @@ func TestCodeObjects(t *testing.T) {
 			if err := json.Unmarshal([]byte(line), &codes); err != nil {
 				t.Fatal(err)
 			}
-			img := mappedImage(t, cmd.Process.Pid, py.Lib)
-			mem := ProcessMemory(cmd.Process.Pid)
+			pid, err := testenv.ProgramPID(cmd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			img := mappedImage(t, pid, py)
+			mem := ProcessMemory(pid)
 			if len(codes) < 10 {
 				t.Fatalf("%d code objects reported", len(codes))
 			}
@@ -89,8 +97,10 @@ func TestCodeObjects(t *testing.T) {
 }
 
 // mappedImage finds the interpreter file in the process's mappings and places it.
-func mappedImage(t *testing.T, pid int, lib string) *Image {
+func mappedImage(t *testing.T, pid int, py testenv.Python) *Image {
 	t.Helper()
+	// A contained process's mappings show its files by their path on the host.
+	lib := py.Lib
 	f, err := elf.Open(lib)
 	if err != nil {
 		t.Fatal(err)

@@ -5,9 +5,13 @@
 // binary linking the interpreter statically or libpython3.x.so. Each file is inspected once
 // per identity (Inspect), whatever process maps it; a process that is not Python costs that
 // one look per executable file. Offsets into the interpreter's structures come from
-// the interpreter itself where it can tell: _Py_DebugOffsets, which CPython 3.13 publishes in
-// _PyRuntime for out-of-process tools, else the file's DWARF, else a table of the layouts of
-// 3.9 to 3.12 keyed by the version the binary carries (Py_Version, or the version string).
+// the interpreter itself where it can tell: _Py_DebugOffsets, which CPython publishes in
+// _PyRuntime for out-of-process tools since 3.13 (its layout differs by version: a table
+// of where each version keeps each word), else the file's DWARF, else a table of the
+// layouts of 3.9 to 3.12 keyed by the version the binary carries (Py_Version, or the
+// version string). Nothing is taken from .symtab that a stripped build needs: the part of
+// the eval loop gcc moves out of line (.cold), which Debian's builds run their opcodes in,
+// is found from the branches of the exported head and .eh_frame (outOfLinePart).
 //
 // The kernel records each Python frame as the address of its code object and the
 // instruction's offset (package bpf, python.h). A Namer reads code objects from the process

@@ -80,7 +80,7 @@ var layouts = map[int]Layout{
 // Supported versions: the frame models python.h knows.
 const (
 	MinMinor = 9
-	MaxMinor = 13
+	MaxMinor = 15
 )
 
 // tableLayout returns the known layout of a version.
@@ -94,60 +94,115 @@ func tableLayout(v Version) (Layout, error) {
 }
 
 // ErrUnsupported: a CPython version whose frames sonde cannot walk.
-var ErrUnsupported = errors.New("unsupported version (3.9 to 3.13 are)")
+var ErrUnsupported = errors.New("unsupported version (3.9 to 3.15 are)")
 
 // debugOffsetsCookie starts _Py_DebugOffsets, the first member of _PyRuntime since 3.13.
 var debugOffsetsCookie = []byte("xdebugpy")
 
-// debugOffsetsSize is how much of _Py_DebugOffsets parseDebugOffsets reads: 3.13's layout,
-// up to and including the unicode object's offsets.
-const debugOffsetsSize = 568
+// debugOffsetsSize is how much of _Py_DebugOffsets parseDebugOffsets reads: up to and
+// including the unicode object's offsets in every version it knows (3.15's end at 752).
+const debugOffsetsSize = 768
 
-// parseDebugOffsets reads the offsets a 3.13 interpreter publishes at the start of
+// debugFields says where, in 8-byte words from the start of _Py_DebugOffsets, a version
+// keeps each offset sonde reads. The structure grows between minor versions (3.14 added
+// fields to the interpreter state, frame and code groups, 3.15 to the thread state and the
+// type object), so each version has its own map; facts from CPython's
+// Include/internal/pycore_debug_offsets.h of each release, checked against Debian's builds
+// (TestInspect, TestCodeObjects). Each group starts with its structure's size, which
+// parseDebugOffsets checks the group's offsets against.
+type debugFields struct {
+	interpretersHead, threadsHead                               int
+	threadSize, threadNext, threadFrame, threadID               int
+	frameSize, framePrevious, frameCode, frameInstr, frameOwner int
+	codeSize, codeFilename, codeName, codeQualname              int
+	codeLineTable, codeFirstLine, codeAdaptive                  int
+	asciiSize                                                   int
+}
+
+var debugOffsetFields = map[int]debugFields{
+	13: {interpretersHead: 5, threadsHead: 9,
+		threadSize: 19, threadNext: 21, threadFrame: 23, threadID: 24,
+		frameSize: 28, framePrevious: 29, frameCode: 30, frameInstr: 31, frameOwner: 33,
+		codeSize: 34, codeFilename: 35, codeName: 36, codeQualname: 37, codeLineTable: 38, codeFirstLine: 39, codeAdaptive: 43,
+		asciiSize: 70},
+	14: {interpretersHead: 5, threadsHead: 9,
+		threadSize: 22, threadNext: 24, threadFrame: 26, threadID: 27,
+		frameSize: 31, framePrevious: 32, frameCode: 33, frameInstr: 34, frameOwner: 36,
+		codeSize: 39, codeFilename: 40, codeName: 41, codeQualname: 42, codeLineTable: 43, codeFirstLine: 44, codeAdaptive: 48,
+		asciiSize: 80},
+	15: {interpretersHead: 5, threadsHead: 9,
+		threadSize: 22, threadNext: 24, threadFrame: 26, threadID: 30,
+		frameSize: 39, framePrevious: 40, frameCode: 41, frameInstr: 42, frameOwner: 44,
+		codeSize: 47, codeFilename: 48, codeName: 49, codeQualname: 50, codeLineTable: 51, codeFirstLine: 52, codeAdaptive: 56,
+		asciiSize: 92},
+}
+
+// parseDebugOffsets reads the offsets an interpreter since 3.13 publishes at the start of
 // _PyRuntime. It returns the version they describe too.
 func parseDebugOffsets(b []byte) (Version, Layout, error) {
-	if len(b) < debugOffsetsSize || !bytes.Equal(b[:8], debugOffsetsCookie) {
+	if len(b) < 24 || !bytes.Equal(b[:8], debugOffsetsCookie) {
 		return Version{}, Layout{}, errors.New("no _Py_DebugOffsets at _PyRuntime")
-	}
-	u := func(off int) int {
-		v := binary.LittleEndian.Uint64(b[off:])
-		if v > 1<<20 {
-			return noOffset // no structure sonde reads is that large: not an offset
-		}
-		return int(v)
 	}
 	hex := binary.LittleEndian.Uint64(b[8:])
 	v := Version{Major: int(hex >> 24 & 0xff), Minor: int(hex >> 16 & 0xff), Micro: int(hex >> 8 & 0xff)}
-	if v.Major != 3 || v.Minor != 13 {
-		// 3.14 reorganised the structure; its fields are read by the layout of 3.13 only.
+	fields, ok := debugOffsetFields[v.Minor]
+	if v.Major != 3 || !ok {
 		return v, Layout{}, fmt.Errorf("_Py_DebugOffsets of python %s: %w", v, ErrUnsupported)
 	}
 	if b[16] != 0 {
 		return v, Layout{}, fmt.Errorf("python %s built free-threaded: %w", v, ErrUnsupported)
 	}
+	u := func(word int) int {
+		if (word+1)*8 > len(b) {
+			return noOffset
+		}
+		v := binary.LittleEndian.Uint64(b[word*8:])
+		if v > 1<<20 {
+			return noOffset // no structure sonde reads is that large: not an offset
+		}
+		return int(v)
+	}
+	f := fields
 	l := Layout{
-		InterpretersHead: u(40),
-		ThreadsHead:      u(72),
-		ThreadNext:       u(168),
-		ThreadFrame:      u(184),
-		ThreadID:         u(192),
+		InterpretersHead: u(f.interpretersHead),
+		ThreadsHead:      u(f.threadsHead),
+		ThreadNext:       u(f.threadNext),
+		ThreadFrame:      u(f.threadFrame),
+		ThreadID:         u(f.threadID),
 		CFrameFrame:      noOffset,
-		FramePrevious:    u(232),
-		FrameCode:        u(240),
-		FrameInstr:       u(248),
-		FrameOwner:       u(264),
+		FramePrevious:    u(f.framePrevious),
+		FrameCode:        u(f.frameCode),
+		FrameInstr:       u(f.frameInstr),
+		FrameOwner:       u(f.frameOwner),
 		FrameIsEntry:     noOffset,
-		CodeFilename:     u(280),
-		CodeName:         u(288),
-		CodeQualname:     u(296),
-		CodeLineTable:    u(304),
-		CodeFirstLine:    u(312),
-		CodeAdaptive:     u(344),
-		ASCIISize:        u(560),
+		CodeFilename:     u(f.codeFilename),
+		CodeName:         u(f.codeName),
+		CodeQualname:     u(f.codeQualname),
+		CodeLineTable:    u(f.codeLineTable),
+		CodeFirstLine:    u(f.codeFirstLine),
+		CodeAdaptive:     u(f.codeAdaptive),
+		ASCIISize:        u(f.asciiSize),
 		Source:           "debug_offsets",
 	}
 	// sizeof(PyCompactUnicodeObject): utf8_length and utf8 follow the ASCII header.
 	l.CompactSize = l.ASCIISize + 16
+	// A word read from the wrong place (a patch release that moved a group) shows as an
+	// offset past its structure's end.
+	for _, g := range []struct {
+		name string
+		size int
+		offs []int
+	}{
+		{"thread state", u(f.threadSize), []int{l.ThreadNext + 8, l.ThreadFrame + 8, l.ThreadID + 8}},
+		{"interpreter frame", u(f.frameSize), []int{l.FramePrevious + 8, l.FrameCode + 8, l.FrameInstr + 8, l.FrameOwner + 1}},
+		{"code object", u(f.codeSize), []int{l.CodeFilename + 8, l.CodeName + 8, l.CodeQualname + 8, l.CodeLineTable + 8, l.CodeFirstLine + 4, l.CodeAdaptive}},
+	} {
+		for _, end := range g.offs {
+			if g.size <= 0 || end <= 0 || end > g.size {
+				return v, Layout{}, fmt.Errorf("_Py_DebugOffsets of python %s: %s offsets beyond its size %d: %w", v, g.name, g.size, ErrUnsupported)
+			}
+		}
+	}
 	return v, l, l.check()
 }
 

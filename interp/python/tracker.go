@@ -26,6 +26,8 @@ type KernelState struct {
 	FrameIsEntry, FrameSize    uint16
 	CodeAdaptive               uint16
 	LastiBytes                 uint16 // f_lasti counts bytes (3.9)
+	CodeTagBits                uint16 // tag bits of a frame's code reference (3.14+)
+	_                          [3]uint16
 }
 
 // Frame models of python.h (enum py_frame_model).
@@ -69,6 +71,11 @@ func KernelStateFor(in *Interpreter, bias, execID uint64) (*KernelState, error) 
 	}
 	if in.EvalCold[1] != 0 {
 		s.ColdStart, s.ColdEnd = in.EvalCold[0]+bias, in.EvalCold[1]+bias
+	}
+	if in.Version.AtLeast(14) {
+		// f_executable is a _PyStackRef: its low bits say how the reference is counted
+		// (Py_TAG_BITS), and code objects are 16-byte aligned.
+		s.CodeTagBits = 3
 	}
 	switch v := in.Version; {
 	case v.AtLeast(12):

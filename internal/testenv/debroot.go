@@ -1,0 +1,169 @@
+package testenv
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// SidPackages are Debian's packages of the runtimes the tests run as a container's base
+// image ships them: one root holds them all, built once.
+var SidPackages = []string{"python3.13", "python3.14", "python3.15", "zlib1g"}
+
+// debianSuite is the suite the root is built from: sid, where the newest runtimes land first.
+const debianSuite = "sid"
+
+// DebianRoot returns a Debian root holding SidPackages, built with mmdebstrap from
+// Debian's archive the first time a test asks and kept for the test binaries of the run
+// (and later runs on the machine) under $SONDE_DEBROOT_CACHE, else /var/tmp/sonde-debroot,
+// by suite and packages. Test binaries running at once build it once: the first holds a
+// lock while the others wait.
+func DebianRoot(t testing.TB) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		Unavailable(t, "a Debian root needs root")
+	}
+	if _, err := exec.LookPath("mmdebstrap"); err != nil {
+		Unavailable(t, "a Debian root needs mmdebstrap (apt-get install mmdebstrap)")
+	}
+	root, err := BuildDebianRoot(func(format string, args ...any) { t.Logf(format, args...) })
+	if err != nil {
+		Unavailable(t, "debian root: %v", err)
+	}
+	return root
+}
+
+// BuildDebianRoot builds the root DebianRoot returns, if no complete one is cached, and
+// returns its path. logf hears what it does.
+func BuildDebianRoot(logf func(format string, args ...any)) (string, error) {
+	cache := os.Getenv("SONDE_DEBROOT_CACHE")
+	if cache == "" {
+		cache = "/var/tmp/sonde-debroot"
+	}
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256([]byte(debianSuite + " " + strings.Join(SidPackages, ",")))
+	root := filepath.Join(cache, debianSuite+"-"+hex.EncodeToString(sum[:6]))
+	done := func() bool { _, err := os.Stat(filepath.Join(root, ".sonde-complete")); return err == nil }
+	if done() {
+		return root, nil
+	}
+	lock, err := os.OpenFile(root+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", fmt.Errorf("lock %s: %w", lock.Name(), err)
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	if done() {
+		return root, nil // another test binary built it meanwhile
+	}
+	tmp := root + ".building"
+	os.RemoveAll(tmp)
+	os.RemoveAll(root)
+	t0 := time.Now()
+	logf("building a Debian %s root with %s", debianSuite, strings.Join(SidPackages, ", "))
+	// The archive's Release files of a mirror snapshot may have expired; the packages'
+	// signatures are still checked.
+	cmd := exec.Command("mmdebstrap", "--variant=apt", `--aptopt=Acquire::Check-Valid-Until "false"`,
+		"--include="+strings.Join(SidPackages, ","), debianSuite, tmp)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		os.RemoveAll(tmp)
+		return "", fmt.Errorf("mmdebstrap: %v\n%s", err, tail(out, 2000))
+	}
+	if err := os.WriteFile(filepath.Join(tmp, ".sonde-complete"), nil, 0o644); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp, root); err != nil {
+		return "", err
+	}
+	logf("built %s in %v", root, time.Since(t0).Round(time.Second))
+	return root, nil
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
+
+// contained maps the commands Contained made to their roots.
+var contained sync.Map
+
+// Contained returns a command that runs a program inside root as a container's: in its
+// own mount and PID namespaces (the program is PID 1 there), root as its /. The program
+// dies with the command (unshare --kill-child); ProgramPID tells its PID on the host once
+// it runs.
+func Contained(root string, args ...string) *exec.Cmd {
+	cmd := exec.Command("unshare", append([]string{"--mount", "--pid", "--fork", "--kill-child", "--mount-proc=" + filepath.Join(root, "proc"),
+		"chroot", root}, args...)...)
+	contained.Store(cmd, root)
+	return cmd
+}
+
+// ProgramPID returns the host PID of a started command's program: the command's own, or
+// for a Contained one the program's once it has been executed in the root.
+func ProgramPID(cmd *exec.Cmd) (int, error) {
+	r, ok := contained.Load(cmd)
+	if !ok {
+		return cmd.Process.Pid, nil
+	}
+	root := r.(string)
+	var pid int
+	err := Wait(fmt.Sprintf("the program of %v to start in its root", cmd.Args[len(cmd.Args)-1]), 30*time.Second, func() (bool, string) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", cmd.Process.Pid, cmd.Process.Pid))
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, f := range strings.Fields(string(b)) {
+			child, _ := strconv.Atoi(f)
+			exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", child))
+			if err == nil && strings.HasPrefix(exe, root+"/") {
+				pid = child
+				return true, ""
+			}
+		}
+		return false, "children " + strings.TrimSpace(string(b))
+	})
+	if err != nil {
+		return 0, errors.Join(err, errors.New("is CONFIG_PROC_CHILDREN set?"))
+	}
+	return pid, nil
+}
+
+// CopyInto writes a file of the host into root at path (absolute inside the root), for a
+// contained program to run, and returns path. Test binaries sharing the root write the
+// same bytes; the rename makes each write whole.
+func CopyInto(t testing.TB, root, hostFile, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(hostFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(root, path)
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tmp := fmt.Sprintf("%s.%d", dst, os.Getpid())
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
