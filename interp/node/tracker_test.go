@@ -133,6 +133,24 @@ func TestInspectNode22(t *testing.T) {
 	}
 }
 
+// TestInspectNode24: Node 24's metadata (V8 13.6) keeps a wrapper of the function in a
+// Code's deoptimization data and no longer names JSFunction's code (leaptiering); its
+// functions are named through the wrapper.
+func TestInspectNode24(t *testing.T) {
+	path, err := filepath.EvalSymlinks(testenv.NPMNode(t, 24).Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := openELF(t, path)
+	v := inspectELF(t, e)
+	checkInterpreter(t, e, v)
+	m := v.Meta
+	if v.Unnamed != nil || m.SFIWrapperShared == 0 || m.TypeSFIWrapper < 0 || m.DeoptSFI == 0 ||
+		m.ScopeInfoFirstVars != m.ScopeInfoContextLocals+3 {
+		t.Errorf("Node 24: unnamed %v, metadata %+v", v.Unnamed, m)
+	}
+}
+
 // checkInterpreter checks the interpreter's code found among the builtins: the entry
 // trampolines, and the bytecode handlers from the first (Wide) to the last (Abort's
 // ExtraWide), with Ldar's between and no other builtin.

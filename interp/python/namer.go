@@ -72,6 +72,10 @@ type Namer struct {
 	stats interp.Counts[NamerStats]
 }
 
+// retryFailed is how long after a failed read a code object is read again when next seen
+// or named.
+const retryFailed = 500 * time.Millisecond
+
 // NewNamer returns a Namer; Run reads what SeenCode queues.
 func NewNamer(cfg NamerConfig) *Namer {
 	if cfg.Memory == nil {
@@ -84,6 +88,8 @@ func NewNamer(cfg NamerConfig) *Namer {
 		Recheck:     cmp.Or(max(cfg.Recheck, 0), DefaultRecheck),
 		Read:        func(pid uint32, k interp.CodeKey, _ bool) (*Code, bool) { return n.read(pid, k.Code), false },
 		Recheckable: func(c *Code) bool { return c != nil },
+		Failed:      func(c *Code) bool { return c == nil },
+		Retry:       retryFailed,
 		Same:        n.same,
 		OnReuse:     cfg.OnReuse,
 		Now:         cfg.now,
