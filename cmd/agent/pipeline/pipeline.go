@@ -447,6 +447,8 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	if runErr != nil {
 		p.log.Error("sampling stopped early; reporting what was collected", "err", runErr)
 	}
+	// An overflow whose drain the stop cut short was never seen by a poll: told now.
+	p.ringWatch.check()
 	p.deliver(p.agg.Flush(time.Now()))
 	stopStages()
 	waitBounded(&stages, stageStopTimeout)
