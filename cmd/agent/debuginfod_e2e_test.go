@@ -145,6 +145,37 @@ func TestEndToEndDebuginfod(t *testing.T) {
 // Lying, slow and dead servers cost sonde neither samples nor a prompt exit: a server
 // that never answers, one that has nothing, one with another build's file and one
 // sending 1 GiB. Each shows in /metrics.
+// TestDebuginfodFirstShortRun: a run that writes its profile once, at its end (a 3-second
+// --pid run), asks debuginfod for the stripped program's debug file when it names what it
+// sampled, waits for it (bounded) and names the profile with it: the first run is named,
+// not only the runs after it that find the file in the cache.
+func TestDebuginfodFirstShortRun(t *testing.T) {
+	testenv.RequireRoot(t)
+	serve, cache := t.TempDir(), t.TempDir()
+	bin, id := strippedWorkload(t, serve)
+	url, _ := testenv.Debuginfod(t, serve, id)
+	w := startWorkload(t, bin, 60)
+	testenv.WaitCPU(t, w.Process.Pid, 200*time.Millisecond)
+	out := filepath.Join(t.TempDir(), "run.pb.gz")
+	_, stderr, err := runSonde(t, "--pid", strconv.Itoa(w.Process.Pid), "--duration", "3s", "--frequency", "499",
+		"--debuginfod-urls", url, "--debuginfod-cache-dir", cache, "--output", out)
+	if err != nil {
+		t.Fatalf("sonde: %v\n%s", err, stderr)
+	}
+	leaves := leafLines(readProfile(t, out))
+	var dwarf, all int64
+	for name, n := range leaves {
+		all += n
+		if strings.HasPrefix(name, "spin_static spinstatic.c:") {
+			dwarf += n
+		}
+	}
+	t.Logf("leaves %v", leaves)
+	if all < 100 || float64(dwarf) < 0.9*float64(all) {
+		t.Errorf("%d of %d samples' leaves named spin_static at a line of spinstatic.c on the first run, want 0.9", dwarf, all)
+	}
+}
+
 func TestEndToEndDebuginfodHostile(t *testing.T) {
 	testenv.RequireRoot(t)
 	serve := t.TempDir()

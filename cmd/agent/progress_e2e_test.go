@@ -47,3 +47,32 @@ func TestNoProgressOffTerminal(t *testing.T) {
 		t.Errorf("redraws off a terminal:\n%q\n%q", stdout, stderr)
 	}
 }
+
+// On a terminal the run ends with the table and a few lines a person reads (samples,
+// processes, losses, unnamed frames and why), not the summary's hundreds of counters,
+// which go to the debug log.
+func TestTerminalEnd(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := buildWorkload(t, "chain", chainC, "-O2", "-fno-omit-frame-pointer")
+	w := startWorkload(t, bin, 30)
+	cmd := exec.Command(sonde(t), "--pid", strconv.Itoa(w.Process.Pid), "--duration", "2s", "--top", "3")
+	term := startInTerminal(t, cmd, 24, 120)
+	term.wait(t, 20*time.Second)
+	out := strings.ReplaceAll(term.output(), "\r\n", "\n")
+	table := strings.Index(out, "self%")
+	if table < 0 {
+		t.Fatalf("no table:\n%s", out)
+	}
+	end := out[table:]
+	if strings.Contains(out, "msg=summary") {
+		t.Errorf("the summary's counters on a terminal:\n%s", out)
+	}
+	if !regexp.MustCompile(`sonde: [0-9 ]+ samples over [0-9.]+s from 1 process, [0-9 ]+ lost\n`).MatchString(end) ||
+		!strings.Contains(end, "of frames unnamed") && !strings.Contains(end, "every frame named") {
+		t.Errorf("no short summary after the table:\n%s", end)
+	}
+	// The header, three rows, and the end.
+	if n := strings.Count(strings.TrimRight(end, "\n"), "\n") + 1; n > 4+10 {
+		t.Errorf("%d lines from the table on, want the table and under 10 more:\n%s", n, end)
+	}
+}

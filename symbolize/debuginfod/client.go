@@ -96,6 +96,8 @@ type Client struct {
 	strippedIDs map[string]bool
 	stats       Stats
 	errs        map[string]int64
+	// settled is closed, and replaced, whenever a fetch ends: Settle's wake-up.
+	settled chan struct{}
 }
 
 // New checks cfg, creates the cache directory, removes what an earlier run left half
@@ -130,6 +132,7 @@ func New(cfg Config) (*Client, error) {
 		reported:    map[string]bool{},
 		strippedIDs: map[string]bool{},
 		errs:        map[string]int64{},
+		settled:     make(chan struct{}),
 	}
 	if err := c.clean(); err != nil {
 		return nil, err
@@ -335,10 +338,48 @@ func (c *Client) stripped(id string, set bool) bool {
 	return c.strippedIDs[id]
 }
 
+// Settle waits until no fetch is queued or under way, or ctx ends, and returns how many
+// were left: a run that writes its profile once, at its end, names it again with what
+// came. The continuous agent never waits: its next interval has what came.
+func (c *Client) Settle(ctx context.Context) int {
+	for {
+		c.mu.Lock()
+		n := c.pending()
+		wake := c.settled
+		c.mu.Unlock()
+		if n == 0 {
+			return 0
+		}
+		select {
+		case <-ctx.Done():
+			return n
+		case <-wake:
+		}
+	}
+}
+
+// Pending is how many fetches are queued or under way.
+func (c *Client) Pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pending()
+}
+
+func (c *Client) pending() int {
+	n := 0
+	for _, st := range c.states {
+		if st.status == statusQueued {
+			n++
+		}
+	}
+	return n
+}
+
 // finish records the outcome of a fetch: a path, or a failure not retried for a while.
 func (c *Client) finish(id, path string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	defer func() { close(c.settled); c.settled = make(chan struct{}) }()
 	if path != "" {
 		c.setState(id, &state{status: statusPresent, path: path})
 		return

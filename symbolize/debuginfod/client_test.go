@@ -593,3 +593,33 @@ func TestFetchStrippedExecutable(t *testing.T) {
 		t.Errorf("cache holds %v", files)
 	}
 }
+
+// Settle returns once the fetches asked for have ended, and when its context ends while a
+// server hangs, with the count of those left.
+func TestSettle(t *testing.T) {
+	data, id := debugFile(t)
+	srv := newServer(t, nil)
+	srv.serve(id, "debuginfo", data)
+	c, _ := started(t, Config{URLs: []string{srv.URL}})
+	if n := c.Settle(context.Background()); n != 0 {
+		t.Fatalf("Settle with nothing asked: %d left", n)
+	}
+	c.DebugFile(id)
+	if n := c.Settle(context.Background()); n != 0 || c.DebugFile(id) == "" {
+		t.Fatalf("Settle: %d left, file %q", n, c.DebugFile(id))
+	}
+
+	arrived := make(chan struct{}, 10)
+	hanging := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-r.Context().Done()
+	})
+	c, _ = started(t, Config{URLs: []string{hanging.URL}, Timeout: time.Hour})
+	c.DebugFile(strings.Repeat("cd", 20))
+	<-arrived
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if n := c.Settle(ctx); n != 1 || c.Pending() != 1 {
+		t.Errorf("Settle against a hanging server: %d left, %d pending; want 1", n, c.Pending())
+	}
+}

@@ -28,6 +28,7 @@ import (
 	"github.com/sonde-profiler/sonde/unwind"
 
 	"golang.org/x/sys/unix"
+	"golang.org/x/term"
 )
 
 // Bounds of shutdown: however a stage or a file behaves, sonde exits within a few seconds
@@ -55,6 +56,7 @@ type Pipeline struct {
 	// The ring reader's too: when Polled last checked, and its watch of the ring.
 	watchedAt  time.Time
 	ringWatch  ringWatch
+	tally      *tally // the end a person on a terminal reads; nil elsewhere
 	cfg        *Config
 	log        *slog.Logger
 	budget     budget
@@ -322,6 +324,11 @@ func Build(cfg *Config, log *slog.Logger) (_ *Pipeline, err error) {
 	}
 	p.symbolizer = symbolize.New(symOpts)
 	p.sinks = p.makeSinks()
+	if term.IsTerminal(int(os.Stderr.Fd())) {
+		// A person reads the end: a few lines rather than the summary's counters.
+		p.tally = newTally()
+		p.sinks = append(p.sinks, p.tally)
+	}
 	p.pressure = &pressure{limit: p.budget.rss, log: log, sheds: p.shedders()}
 	p.ringWatch = ringWatch{sampler: p.sampler, log: log}
 	p.targets = newTargets(cfg.PIDs)
@@ -449,11 +456,24 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	}
 	// An overflow whose drain the stop cut short was never seen by a poll: told now.
 	p.ringWatch.check()
-	p.deliver(p.agg.Flush(time.Now()))
+	last := p.agg.Flush(time.Now())
+	p.name(last)
+	if p.awaitDebugFiles() {
+		p.name(last) // the files whose debug files came are read again with them
+	}
+	p.send(last)
 	stopStages()
 	waitBounded(&stages, stageStopTimeout)
 	err := p.closeSinks()
-	p.logSummary()
+	if p.tally != nil && !p.quiet {
+		// On a terminal the counters go to the debug log; a person reads a few lines.
+		p.logSummary(slog.LevelDebug)
+		if perr := p.tally.print(Stderr, time.Since(p.runStart), p.LostSamples()); perr != nil {
+			err = errors.Join(err, perr)
+		}
+	} else {
+		p.logSummary(slog.LevelInfo)
+	}
 	return errors.Join(runErr, err)
 }
 
@@ -668,8 +688,8 @@ func (w *ringWatch) check() {
 	}
 }
 
-// logSummary logs what every stage counted, each in its own group.
-func (p *Pipeline) logSummary() {
+// logSummary logs what every stage counted, each in its own group, at level.
+func (p *Pipeline) logSummary(level slog.Level) {
 	attrs := []any{"kernel", kernelSummary{p.sampler, p.cfg.BPFStats}, "processes", p.procs.Stats(), "stacks", p.agg.Stats()}
 	if p.tables != nil {
 		attrs = append(attrs, "unwind", p.tables.Stats())
@@ -688,7 +708,7 @@ func (p *Pipeline) logSummary() {
 	// high-water mark has the start-up and every moment between.
 	peak := max(p.pressure.peakRSS.Load(), highWaterBytes())
 	attrs = append(attrs, "memory", slog.GroupValue(slog.Int64("peak_rss_bytes", peak), slog.Uint64("sheds", p.pressure.shed.Load())))
-	p.log.Info("summary", attrs...)
+	p.log.Log(context.Background(), level, "summary", attrs...)
 }
 
 // kernelSummary reports the kernel's counters and, with --bpf-stats, the program's cost.
