@@ -537,12 +537,15 @@ func (a *Aggregator) forgetIdle(end time.Time) {
 	}
 	a.flushEnds = slices.Delete(a.flushEnds, 0, old)
 	a.flushBase += uint64(old)
-	for {
-		_, ch, ok := a.chunks.lru.Oldest()
-		if !ok || ch.listed >= a.flushBase {
+	for _, h := range a.chunks.lru.Keys() { // oldest first
+		ch, ok := a.chunks.lru.Peek(h)
+		if !ok {
+			continue
+		}
+		if ch.listed >= a.flushBase {
 			return
 		}
-		a.chunks.lru.RemoveOldest()
+		a.chunks.lru.Remove(h)
 		a.chunks.evictions++
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"unsafe"
 
-	"github.com/sonde-profiler/sonde/internal/lru"
+	"github.com/elastic/go-freelru"
 )
 
 // Defaults for chunk interning. Eight frames per chunk keep a stack of typical depth (15-30)
@@ -46,7 +46,7 @@ type chunk struct {
 // concurrent use; the Collector's lock guards it.
 type chunker struct {
 	size int
-	lru  *lru.LRU[uint64, *chunk]
+	lru  *freelru.LRU[uint64, *chunk]
 	seed maphash.Seed
 	// collisions counts distinct chunks that hashed alike: the later one stays out of the
 	// cache, correct but unshared.
@@ -58,11 +58,17 @@ type chunker struct {
 }
 
 func newChunker(size, capacity int) (*chunker, error) {
-	if size < 1 || capacity < 1 {
+	if size < 1 || capacity < 1 || capacity > 1<<30 {
 		return nil, fmt.Errorf("chunk size %d and cache capacity %d must be positive", size, capacity)
 	}
 	seed := maphash.MakeSeed()
-	cache := lru.New[uint64, *chunk](capacity)
+	// The key is the chunk's 64-bit hash already: its two halves folded are the table's.
+	// A table a quarter larger than the capacity keeps the buckets short.
+	cache, err := freelru.NewWithSize[uint64, *chunk](uint32(capacity), uint32(capacity+capacity/4),
+		func(h uint64) uint32 { return uint32(h ^ h>>32) })
+	if err != nil {
+		return nil, fmt.Errorf("chunk cache: %w", err)
+	}
 	c := &chunker{size: size, lru: cache, seed: seed}
 	cache.SetOnEvict(func(_ uint64, ch *chunk) {
 		ch.cached = false
