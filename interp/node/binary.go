@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/sonde-profiler/sonde/internal/objfile"
@@ -68,7 +69,10 @@ type Metadata struct {
 
 // V8 is what a file holding V8 tells.
 type V8 struct {
-	Meta Metadata
+	// Version is V8's (v8::internal::Version: "13.6.233.17"), or "unknown version"; the
+	// log line about a V8 whose frames are not named says it.
+	Version string
+	Meta    Metadata
 	// Builtins is the embedded builtins' [start, end), ELF virtual addresses.
 	Builtins [2]uint64
 	// Interpreter is the interpreter's code among them: its entry trampolines and its
@@ -110,6 +114,7 @@ func Inspect(f *elf.File) (v *V8, err error) {
 		return nil, fmt.Errorf("read dynamic symbols: %w", err)
 	}
 	dbg := map[string]elf.Symbol{}
+	version := map[string]elf.Symbol{}
 	isV8 := false
 	if dyn != nil {
 		dyn.Each(func(i int, name []byte) bool {
@@ -117,6 +122,10 @@ func Inspect(f *elf.File) (v *V8, err error) {
 			case bytes.HasPrefix(name, []byte("v8dbg_")):
 				s := dyn.Elf(i)
 				dbg[s.Name[len("v8dbg_"):]] = s
+			case bytes.HasPrefix(name, []byte("_ZN2v88internal7Version")):
+				s := dyn.Elf(i)
+				version[s.Name] = s
+				isV8 = isV8 || s.Section != elf.SHN_UNDEF
 			case !isV8 && bytes.HasPrefix(name, []byte("_ZN2v88internal")) && dyn.At(i).Section != elf.SHN_UNDEF:
 				isV8 = true
 			}
@@ -129,7 +138,7 @@ func Inspect(f *elf.File) (v *V8, err error) {
 		}
 		return nil, ErrNotV8
 	}
-	v = &V8{}
+	v = &V8{Version: v8Version(f, version)}
 	b, err := builtins(f)
 	if err != nil {
 		return nil, err
@@ -271,11 +280,24 @@ func Inspect(f *elf.File) (v *V8, err error) {
 	m.TypeTrustedByteArray = typeOr("type_TrustedByteArray__TRUSTED_BYTE_ARRAY_TYPE")
 	switch {
 	case len(missing) > 0:
-		v.Unnamed = fmt.Errorf("v8 metadata without %s: %w", strings.Join(missing, ", "), ErrNoMetadata)
+		v.Unnamed = fmt.Errorf("v8 %s: metadata without %s: %w", v.Version, strings.Join(missing, ", "), ErrNoMetadata)
 	case m.InstructionStart < 16 || m.InstructionStart > 64 || m.InstructionStart%8 != 0:
-		v.Unnamed = fmt.Errorf("v8 InstructionStream with instructions at %d: not supported", m.InstructionStart)
+		v.Unnamed = fmt.Errorf("v8 %s: InstructionStream with instructions at %d: not supported", v.Version, m.InstructionStart)
 	}
 	return v, nil
+}
+
+// v8Version reads v8::internal::Version's numbers from the file's data.
+func v8Version(f *elf.File, syms map[string]elf.Symbol) string {
+	var parts []string
+	for _, n := range []string{"major", "minor", "build", "patch"} {
+		s, ok := syms["_ZN2v88internal7Version"+strconv.Itoa(len(n)+1)+n+"_E"]
+		if !ok || s.Section == elf.SHN_UNDEF {
+			return "unknown version"
+		}
+		parts = append(parts, strconv.FormatInt(symbolValue(f, s), 10))
+	}
+	return strings.Join(parts, ".")
 }
 
 // symbolValue reads a v8dbg_ symbol's value: an int of the symbol's size in the file's

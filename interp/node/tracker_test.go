@@ -128,7 +128,7 @@ func TestInspectNode22(t *testing.T) {
 		t.Errorf("Node 22: unnamed %v, metadata %+v", v.Unnamed, m)
 	}
 	v = inspectELF(t, openELF(t, testenv.NodeWithoutNaming(t).Path))
-	if !errors.Is(v.Unnamed, ErrNoMetadata) || v.Meta.FPFunction != -16 || v.Meta.FunctionShared == 0 {
+	if !errors.Is(v.Unnamed, ErrNoMetadata) || !strings.Contains(v.Unnamed.Error(), "v8 12.4.") || v.Meta.FPFunction != -16 || v.Meta.FunctionShared == 0 {
 		t.Errorf("without naming metadata: unnamed %v, metadata %+v", v.Unnamed, v.Meta)
 	}
 }
@@ -145,6 +145,9 @@ func TestInspectNode24(t *testing.T) {
 	v := inspectELF(t, e)
 	checkInterpreter(t, e, v)
 	m := v.Meta
+	if !strings.HasPrefix(v.Version, "13.6.") {
+		t.Errorf("Node 24's V8 %q, want 13.6", v.Version)
+	}
 	if v.Unnamed != nil || m.SFIWrapperShared == 0 || m.TypeSFIWrapper < 0 || m.DeoptSFI == 0 ||
 		m.ScopeInfoFirstVars != m.ScopeInfoContextLocals+3 {
 		t.Errorf("Node 24: unnamed %v, metadata %+v", v.Unnamed, m)
