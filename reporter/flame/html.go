@@ -26,15 +26,21 @@ func asset(name string) string {
 }
 
 // Bounds on what the page lists; the flame graph itself always holds every node.
+// The process list is folded and filtered on the page, so it can hold a whole busy
+// host: each process has a node in the graph's data anyway, which costs more than its
+// entry in the list.
 const (
 	maxTopRows   = 1000
-	maxProcesses = 200
+	maxProcesses = 10000
 )
 
 // WriteHTML writes p as one self-contained HTML page: the flame graph (hover for
-// details, click to zoom, search, icicle layout), the top table beside it and the facts
-// above. The page loads nothing: its script, style and data are inline, and its
-// content security policy forbids any request.
+// details, click to zoom, search), the top table beside it and the facts above, the
+// processes folded into one line that opens into a list with a filter. The graph opens
+// in the icicle layout, roots on top, so that they are on the first screen however deep
+// the stacks are; a toggle turns it into a flame graph, roots at the bottom. The page
+// loads nothing: its script, style and data are inline, and its content security
+// policy forbids any request.
 //
 // The profile reaches the page only as JSON inside a script element of type
 // application/json, with <, > and & escaped, and the page's script puts it into the

@@ -3,6 +3,7 @@ package flame
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -80,6 +81,66 @@ func TestWriteHTMLContainsItsData(t *testing.T) {
 	}
 	if f.Note != `The host was nearly idle.\x1b[1m` {
 		t.Errorf("note %q, want the run's note, made printable", f.Note)
+	}
+}
+
+// TestPageLayoutAndProcessList: the page opens in the icicle layout with the flame
+// layout a choice away, and has the folded, filtered process list its script fills.
+func TestPageLayoutAndProcessList(t *testing.T) {
+	var buf bytes.Buffer
+	if err := WriteHTML(&buf, treeProfile(), testFacts()); err != nil {
+		t.Fatal(err)
+	}
+	page := buf.String()
+	for _, want := range []string{
+		`<input id="icicle" type="radio" name="layout" value="icicle" checked>`,
+		`<input id="flame" type="radio" name="layout" value="flame">`,
+		`<details id="processes" hidden>`,
+		`<input id="processes-filter" type="search"`,
+		`<ul id="processes-list"></ul>`,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page lacks %s", want)
+		}
+	}
+	if n := strings.Count(page, " checked>"); n != 1 {
+		t.Errorf("the page has %d checked inputs, want only the icicle layout's", n)
+	}
+	if !strings.Contains(asset("flame.js"), "icicle = true") {
+		t.Error("flame.js does not start in the icicle layout the page's toggle shows")
+	}
+}
+
+// TestScriptsWriteTextOnly: the scripts put profile strings into the document as text;
+// none of the ways to insert markup appears in them.
+func TestScriptsWriteTextOnly(t *testing.T) {
+	for _, name := range []string{"flame.js", "svg.js"} {
+		a := asset(name)
+		for _, bad := range []string{"innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "createContextualFragment", "DOMParser", "eval("} {
+			if strings.Contains(a, bad) {
+				t.Errorf("%s uses %s", name, bad)
+			}
+		}
+	}
+}
+
+// TestPageListsAHostsProcesses: a busy host's hundreds of processes are all in the
+// page's data, so that its filter finds any of them; past maxProcesses the page only
+// counts them.
+func TestPageListsAHostsProcesses(t *testing.T) {
+	for _, n := range []int{1, 253, maxProcesses + 7} {
+		f := Facts{Samples: int64(n)}
+		for i := range n {
+			f.Processes = append(f.Processes, Process{PID: uint32(1000 + i), Name: fmt.Sprintf("compile\x1b%d", i), Samples: 1})
+		}
+		j := newFactsJSON(f)
+		if len(j.Processes) != min(n, maxProcesses) || len(j.Processes)+j.ProcessesMore != n {
+			t.Errorf("%d processes: %d listed and %d more, want %d listed and the rest counted", n, len(j.Processes), j.ProcessesMore, min(n, maxProcesses))
+			continue
+		}
+		if last := j.Processes[len(j.Processes)-1]; last.PID != uint32(1000+len(j.Processes)-1) || last.Name != fmt.Sprintf(`compile\x1b%d`, len(j.Processes)-1) {
+			t.Errorf("%d processes: the last listed is %+v", n, last)
+		}
 	}
 }
 

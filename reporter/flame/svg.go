@@ -19,8 +19,8 @@ const (
 	svgWidth    = 1200.0
 	svgPad      = 10.0
 	svgFrameH   = 16.0
-	svgTop      = 64.0 // title, facts and buttons above the frames
-	svgBottom   = 30.0 // the details line below them
+	svgTop      = 86.0 // title, facts, buttons and the details line above the frames
+	svgBottom   = 10.0 // a margin below the frames
 	svgFontSize = 12.0
 	svgCharW    = 0.6 * svgFontSize
 	// svgMinW is the narrowest frame drawn: narrower siblings are drawn as one box,
@@ -30,10 +30,12 @@ const (
 	svgMinW = 0.25
 )
 
-// WriteSVG writes p as a standalone SVG flame graph. Its inline script makes it
-// interactive when opened on its own in a browser: hover shows a frame's details,
-// click zooms into a frame (and its caller zooms back out), Search highlights the
-// frames whose name matches a regular expression and sums their samples. Frames
+// WriteSVG writes p as a standalone SVG flame graph. It is drawn as an icicle, roots
+// on top, so that a viewer sees them first however deep the stacks are. Its inline
+// script makes it interactive when opened on its own in a browser: hover shows a
+// frame's details, click zooms into a frame (and its caller zooms back out), Search
+// highlights the frames whose name matches a regular expression and sums their
+// samples, a button turns it into a classic flame graph, roots at the bottom. Frames
 // narrower than a quarter pixel are left out, their runs drawn as one hatched
 // box, so the search sums what is drawn; every drawn frame's count is exact.
 //
@@ -46,19 +48,20 @@ func WriteSVG(w io.Writer, p *trace.Profile, facts Facts) error {
 	s.layout(t.Root)
 	height := svgTop + float64(s.maxDepth+1)*svgFrameH + svgBottom
 	fmt.Fprintf(bw, `<?xml version="1.0" encoding="UTF-8" standalone="yes"?>
-<svg xmlns="http://www.w3.org/2000/svg" version="1.1" width="%s" height="%s" viewBox="0 0 %[1]s %[2]s" data-total="%d" data-depth="%d">
+<svg xmlns="http://www.w3.org/2000/svg" version="1.1" width="%s" height="%s" viewBox="0 0 %[1]s %[2]s" data-total="%d" data-depth="%d" data-frames-top="%s" data-frame-height="%s">
 <style><![CDATA[
 %s]]></style>
 <defs><pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="6" height="6" fill="#e6e6e6"/><rect width="3" height="6" fill="#c8c8c8"/></pattern></defs>
 <rect width="100%%" height="100%%" fill="#f8f8f8"/>
-`, num(svgWidth), num(height), s.total, s.maxDepth, asset("svg.css"))
-	mid, left, right, bottom := num(svgWidth/2), num(svgPad), num(svgWidth-svgPad), num(height-10)
+`, num(svgWidth), num(height), s.total, s.maxDepth, num(svgTop), num(svgFrameH), asset("svg.css"))
+	mid, left, right := num(svgWidth/2), num(svgPad), num(svgWidth-svgPad)
 	fmt.Fprintf(bw, "<text id=\"title\" x=\"%s\" y=\"22\" text-anchor=\"middle\">%s</text>\n", mid, esc(svgTitle(facts)))
 	fmt.Fprintf(bw, "<text id=\"facts\" x=\"%s\" y=\"40\" text-anchor=\"middle\">%s</text>\n", mid, esc(svgFacts(facts)))
 	fmt.Fprintf(bw, "<text id=\"reset\" x=\"%s\" y=\"58\" class=\"button\" visibility=\"hidden\">Reset zoom</text>\n", left)
+	fmt.Fprintf(bw, "<text id=\"layout\" x=\"%s\" y=\"58\" class=\"button\" text-anchor=\"middle\">Flame layout</text>\n", mid)
 	fmt.Fprintf(bw, "<text id=\"search\" x=\"%s\" y=\"58\" class=\"button\" text-anchor=\"end\">Search</text>\n", right)
-	fmt.Fprintf(bw, "<text id=\"matched\" x=\"%s\" y=\"%s\" text-anchor=\"end\"> </text>\n", right, bottom)
-	fmt.Fprintf(bw, "<text id=\"details\" x=\"%s\" y=\"%s\"> </text>\n<g id=\"frames\">\n", left, bottom)
+	fmt.Fprintf(bw, "<text id=\"matched\" x=\"%s\" y=\"76\" text-anchor=\"end\"> </text>\n", right)
+	fmt.Fprintf(bw, "<text id=\"details\" x=\"%s\" y=\"76\"> </text>\n<g id=\"frames\">\n", left)
 	for _, f := range s.frames {
 		s.writeFrame(f)
 	}
@@ -138,7 +141,9 @@ func (s *svgWriter) add(f svgFrame) {
 func (s *svgWriter) writeFrame(f svgFrame) {
 	x := svgPad + float64(f.x)*s.scale()
 	w := float64(f.w) * s.scale()
-	y := svgTop + float64(s.maxDepth-f.depth)*svgFrameH
+	// Roots on top, an icicle: however deep the deepest stack, the roots are where a
+	// viewer looks first. The script can turn it over.
+	y := svgTop + float64(f.depth)*svgFrameH
 	if f.n == nil {
 		fmt.Fprintf(s.w, `<g class="m" data-x="%d" data-w="%d" data-d="%d"><title>%d frames too narrow to draw&#xA;%d samples, %s</title><rect x="%s" y="%s" width="%s" height="%s" fill="url(#hatch)"/></g>
 `, f.x, f.w, f.depth, f.merged, f.w, pct(f.w, s.total), num(x), num(y), num(w), num(svgFrameH-1))

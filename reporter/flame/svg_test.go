@@ -15,7 +15,7 @@ import (
 type svgG struct {
 	class, title string
 	x, w, d      int64
-	rectW        float64
+	rectY, rectW float64
 	text         string
 }
 
@@ -57,6 +57,7 @@ func parseSVG(t *testing.T, data []byte) (frames []svgG, root map[string]string)
 				}
 			case "rect":
 				if cur != nil {
+					cur.rectY, _ = strconv.ParseFloat(attr["y"], 64)
 					cur.rectW, _ = strconv.ParseFloat(attr["width"], 64)
 				}
 			}
@@ -132,6 +133,34 @@ func TestSVGHoldsEveryFrame(t *testing.T) {
 	}
 	if strings.Contains(buf.String(), "<b>") || strings.Count(buf.String(), "]]>") != 2 {
 		t.Error("markup or a CDATA end leaked from a name")
+	}
+}
+
+// TestSVGIsAnIcicle: the roots are drawn on top, each level a row below its caller,
+// so that a deep stack cannot push them out of the first screen; the root tells the
+// script where the rows are, to turn the graph over.
+func TestSVGIsAnIcicle(t *testing.T) {
+	var buf bytes.Buffer
+	if err := WriteSVG(&buf, treeProfile(), testFacts()); err != nil {
+		t.Fatal(err)
+	}
+	frames, root := parseSVG(t, buf.Bytes())
+	if len(frames) == 0 {
+		t.Fatal("no frames")
+	}
+	deepest := int64(0)
+	for _, f := range frames {
+		if want := svgTop + float64(f.d)*svgFrameH; f.rectY != want {
+			t.Errorf("frame %q at depth %d: y %.2f, want %.2f", strings.SplitN(f.title, "\n", 2)[0], f.d, f.rectY, want)
+		}
+		deepest = max(deepest, f.d)
+	}
+	if root["data-depth"] != strconv.FormatInt(deepest, 10) || root["data-frames-top"] != num(svgTop) || root["data-frame-height"] != num(svgFrameH) {
+		t.Errorf("svg attributes %v; want depth %d, frames from %s px, %s px a row", root, deepest, num(svgTop), num(svgFrameH))
+	}
+	h, _ := strconv.ParseFloat(root["height"], 64)
+	if want := svgTop + float64(deepest+1)*svgFrameH + svgBottom; h != want {
+		t.Errorf("height %.2f, want %.2f", h, want)
 	}
 }
 

@@ -20,7 +20,6 @@
     kindOf = new Uint8Array(n), selfOf = new Float64Array(n), totalOf = new Float64Array(n),
     depthOf = new Int32Array(n), parentOf = new Int32Array(n), xOf = new Float64Array(n),
     endOf = new Int32Array(n);
-  var maxDepth = 0;
   (function () {
     var stack = [], next = new Float64Array(n);
     for (var i = 0; i < n; i++) {
@@ -34,7 +33,6 @@
       if (p >= 0) next[p] += totalOf[i];
       next[i] = xOf[i];
       stack.push(i);
-      if (depthOf[i] > maxDepth) maxDepth = depthOf[i];
     }
     while (stack.length) endOf[stack.pop()] = n;
   })();
@@ -79,43 +77,47 @@
   var regexEl = document.getElementById("regex");
   var matchEl = document.getElementById("match");
   var icicleEl = document.getElementById("icicle");
+  var flameEl = document.getElementById("flame");
+  var toolbarEl = document.getElementById("toolbar");
   var resetEl = document.getElementById("reset");
 
-  var zoom = 0, icicle = false;
+  // The icicle layout is the default: its roots sit at the graph's top, on the first
+  // screen however deep the host's deepest stack, where a flame graph's roots would be
+  // thousands of pixels down.
+  var zoom = 0, icicle = true;
   var matched = new Uint8Array(n), matchedSamples = 0;
-
-  function topOf(depth) {
-    return (icicle ? depth : maxDepth - depth) * FRAME_H;
-  }
 
   function frameBox(i, left, width, extra) {
     var el = document.createElement("div");
     el.className = "frame" + extra + (matched[i] ? " match" : "");
     el.style.left = left + "px";
     el.style.width = width + "px";
-    el.style.top = topOf(depthOf[i]) + "px";
     el.style.background = colour(i);
     el.setAttribute("data-id", i);
     if (width >= LABEL_MIN_W) el.textContent = strs[nameOf[i]] + " (" + pct(totalOf[i], all) + ")";
     return el;
   }
 
-  function mergedBox(depth, left, width, count, samples) {
+  function mergedBox(left, width, count, samples) {
     var el = document.createElement("div");
     el.className = "frame merged";
     el.style.left = left + "px";
     el.style.width = width + "px";
-    el.style.top = topOf(depth) + "px";
     el.setAttribute("data-merged", count);
     el.setAttribute("data-samples", samples);
     return el;
   }
 
-  // render draws the zoomed frame across the full width, its ancestors faded below it
-  // (above it in icicle layout) and its descendants to scale. Frames narrower than
+  // render draws the zoomed frame across the full width, its ancestors faded above it
+  // (below it in the flame layout) and its descendants to scale. Frames narrower than
   // MIN_W are not drawn, nor their descendants: each run of them becomes one hatched
-  // box, so a graph of a hundred thousand nodes draws a few thousand elements.
+  // box, so a graph of a hundred thousand nodes draws a few thousand elements. The
+  // graph is as tall as the deepest frame drawn, not the deepest in the tree: a deep
+  // stack too narrow to see leaves no empty band.
   function render() {
+    // In the flame layout a change of height moves every frame, the roots included;
+    // the page scrolls by as much, so that what was under the pointer stays there.
+    var bottom = icicle ? 0 : framesEl.getBoundingClientRect().bottom;
     framesEl.textContent = "";
     if (all <= 0) {
       document.getElementById("empty").hidden = false;
@@ -123,15 +125,19 @@
       return;
     }
     var width = framesEl.clientWidth;
-    framesEl.style.height = (maxDepth + 1) * FRAME_H + "px";
     var zx = xOf[zoom], scale = width / totalOf[zoom];
-    var frag = document.createDocumentFragment();
-    for (var a = parentOf[zoom]; a >= 0; a = parentOf[a]) frag.appendChild(frameBox(a, 0, width, " ancestor"));
+    var boxes = [], depths = [], deepest = 0;
+    function add(el, depth) {
+      boxes.push(el);
+      depths.push(depth);
+      if (depth > deepest) deepest = depth;
+    }
+    for (var a = parentOf[zoom]; a >= 0; a = parentOf[a]) add(frameBox(a, 0, width, " ancestor"), depthOf[a]);
     var end = endOf[zoom], i = zoom;
     while (i < end) {
       var w = totalOf[i] * scale;
       if (w >= MIN_W || i === zoom) {
-        frag.appendChild(frameBox(i, (xOf[i] - zx) * scale, w, ""));
+        add(frameBox(i, (xOf[i] - zx) * scale, w, ""), depthOf[i]);
         i++;
         continue;
       }
@@ -141,10 +147,40 @@
         count++;
         j = endOf[j];
       }
-      if (sum * scale >= MIN_W) frag.appendChild(mergedBox(depthOf[i], (xOf[i] - zx) * scale, sum * scale, count, sum));
+      if (sum * scale >= MIN_W) add(mergedBox((xOf[i] - zx) * scale, sum * scale, count, sum), depthOf[i]);
       i = j;
     }
+    var frag = document.createDocumentFragment();
+    for (var k = 0; k < boxes.length; k++) {
+      boxes[k].style.top = (icicle ? depths[k] : deepest - depths[k]) * FRAME_H + "px";
+      frag.appendChild(boxes[k]);
+    }
+    framesEl.style.height = (deepest + 1) * FRAME_H + "px";
     framesEl.appendChild(frag);
+    if (!icicle) {
+      var moved = framesEl.getBoundingClientRect().bottom - bottom;
+      if (moved) window.scrollBy(0, moved);
+    }
+  }
+
+  // showRoots scrolls the least that brings the graph's root row into the window, below
+  // the toolbar that stays on top; a page whose graph is in view does not move.
+  function showRoots() {
+    if (!framesEl.firstChild) return;
+    var r = framesEl.getBoundingClientRect(), bar = toolbarEl.getBoundingClientRect().bottom;
+    var rowTop = icicle ? r.top : r.bottom - FRAME_H, rowBottom = rowTop + FRAME_H;
+    if (rowTop < bar) {
+      window.scrollBy(0, rowTop - bar - 8);
+    } else if (rowBottom > window.innerHeight) {
+      window.scrollBy(0, rowBottom - window.innerHeight + 8);
+    }
+  }
+
+  function setLayout() {
+    icicle = icicleEl.checked;
+    tip.hidden = true;
+    render();
+    showRoots();
   }
 
   function zoomTo(i) {
@@ -207,10 +243,8 @@
   resetEl.addEventListener("click", function () {
     zoomTo(0);
   });
-  icicleEl.addEventListener("change", function () {
-    icicle = icicleEl.checked;
-    render();
-  });
+  icicleEl.addEventListener("change", setLayout);
+  flameEl.addEventListener("change", setLayout);
 
   // search highlights the frames whose name matches and sums the samples under the
   // outermost matches: a match inside a match is the same samples again.
@@ -254,7 +288,10 @@
   regexEl.addEventListener("change", search);
 
   document.addEventListener("keydown", function (e) {
-    if (e.key === "/" && document.activeElement !== searchEl) {
+    // A slash typed into the search or the process filter is part of the query.
+    var typing = document.activeElement && document.activeElement.tagName === "INPUT" &&
+      (document.activeElement.type === "search" || document.activeElement.type === "text");
+    if (e.key === "/" && !typing) {
       e.preventDefault();
       searchEl.focus();
     } else if (e.key === "Escape") {
@@ -309,10 +346,10 @@
       dl.appendChild(div);
     }
     if (f.host) fact("host", f.host);
-    if (f.processes) {
-      var ps = f.processes.map(function (p) { return p.name + " (" + p.pid + ")"; }).join(", ");
-      if (f.processesMore) ps += " and " + f.processesMore + " more";
-      fact(f.processes.length + (f.processesMore || 0) === 1 ? "process" : "processes", ps);
+    if (f.processes && f.processes.length + (f.processesMore || 0) === 1) {
+      fact("process", f.processes[0].name + " (" + f.processes[0].pid + ")");
+    } else if (f.processes) {
+      processList(f.processes, f.processesMore || 0);
     }
     if (f.start) fact("start", f.start);
     if (f.end) fact("end", f.end);
@@ -329,12 +366,75 @@
     }
   })();
 
+  // processList folds a host's hundreds of processes into one line, their count and
+  // the busiest of them as far as they fit; opened, it lists them all with a filter.
+  function processList(procs, more) {
+    var box = document.getElementById("processes");
+    var filterEl = document.getElementById("processes-filter");
+    var shownEl = document.getElementById("processes-shown");
+    var list = document.getElementById("processes-list");
+    var count = procs.length + more;
+    document.getElementById("processes-count").textContent = count + " processes";
+    // Forty fill the widest window's line; the rest would be cut off unseen anyway.
+    var preview = procs.slice(0, 40).map(function (p) { return p.name + " (" + p.pid + ")"; });
+    document.getElementById("processes-preview").textContent = ": " + preview.join(", ") + (count > preview.length ? ", \u2026" : "");
+    var items = [], keys = [], frag = document.createDocumentFragment();
+    procs.forEach(function (p) {
+      var li = document.createElement("li"), share = document.createElement("span");
+      li.textContent = p.name + " (" + p.pid + ") ";
+      share.className = "share";
+      share.textContent = pct(p.samples, data.facts.samples);
+      li.appendChild(share);
+      li.title = p.name + " (PID " + p.pid + "): " + p.samples + " samples";
+      items.push(li);
+      keys.push(p.name.toLowerCase() + "\n" + p.pid);
+      frag.appendChild(li);
+    });
+    list.appendChild(frag);
+    if (more > 0) {
+      var moreEl = document.getElementById("processes-more");
+      moreEl.textContent = "and " + more + " more processes, not listed";
+      moreEl.hidden = false;
+    }
+    // A query matches a name or a PID in part, case aside; it never spans the two.
+    function filter() {
+      var q = filterEl.value.trim().toLowerCase(), shown = 0;
+      for (var i = 0; i < items.length; i++) {
+        var k = keys[i], cut = k.indexOf("\n");
+        var hit = q === "" || k.slice(0, cut).indexOf(q) >= 0 || k.slice(cut + 1).indexOf(q) >= 0;
+        items[i].hidden = !hit;
+        if (hit) shown++;
+      }
+      shownEl.textContent = q === "" ? "" : shown === 0 ? "no process matches" : shown + " of " + items.length + " listed";
+    }
+    filterEl.addEventListener("input", filter);
+    filterEl.addEventListener("keydown", function (e) {
+      if (e.key === "Escape" && filterEl.value !== "") {
+        e.preventDefault();
+        e.stopPropagation(); // the page's Escape would zoom out
+        filterEl.value = "";
+        filter();
+      }
+    });
+    box.addEventListener("toggle", function () {
+      if (box.open) filterEl.focus();
+    });
+    box.hidden = false;
+  }
+
+  // The toolbar stays on top as the page scrolls; the top table sticks below it.
+  function toolbarHeight() {
+    document.documentElement.style.setProperty("--toolbar-h", toolbarEl.offsetHeight + "px");
+  }
+  toolbarHeight();
+
   var pending = false;
   window.addEventListener("resize", function () {
     if (pending) return;
     pending = true;
     requestAnimationFrame(function () {
       pending = false;
+      toolbarHeight();
       render();
     });
   });
@@ -347,6 +447,7 @@
     total: all,
     nodes: n,
     zoomed: function () { return zoom; },
+    layout: function () { return icicle ? "icicle" : "flame"; },
     matchedSamples: function () { return matchedSamples; }
   };
 })();

@@ -6,10 +6,13 @@
   var PAD = 10, CHAR_W = 7.2;
   var width = +svg.getAttribute("width");
   var total = +svg.getAttribute("data-total");
+  var depth = +svg.getAttribute("data-depth");
+  var top = +svg.getAttribute("data-frames-top"), frameH = +svg.getAttribute("data-frame-height");
   var details = document.getElementById("details");
   var matchedEl = document.getElementById("matched");
   var resetEl = document.getElementById("reset");
   var searchEl = document.getElementById("search");
+  var layoutEl = document.getElementById("layout");
 
   var frames = Array.prototype.map.call(document.querySelectorAll("#frames > g"), function (g) {
     var title = g.getElementsByTagName("title")[0];
@@ -37,10 +40,30 @@
     return label.length <= n ? label : label.slice(0, n - 2) + "..";
   }
 
-  var zoomed = null;
+  var zoomed = null, flame = false;
+
+  // setLayout turns the graph over: svg.go draws an icicle, roots on top; the flame
+  // layout puts them at the bottom, and the view scrolls down to them, since that is
+  // where a reader starts.
+  function setLayout(toFlame) {
+    flame = toFlame;
+    frames.forEach(function (o) {
+      var y = top + (flame ? depth - o.d : o.d) * frameH;
+      o.rect.setAttribute("y", y.toFixed(2));
+      if (o.text) o.text.setAttribute("y", (y + frameH - 4.5).toFixed(2));
+    });
+    layoutEl.textContent = flame ? "Icicle layout" : "Flame layout";
+    var root = frames.length ? frames[0].rect.getBoundingClientRect() : null; // svg.go writes the root first
+    if (!root) return;
+    if (root.bottom > window.innerHeight) {
+      window.scrollBy(0, root.bottom - window.innerHeight + 8);
+    } else if (root.top < 0) {
+      window.scrollBy(0, root.top - 8);
+    }
+  }
 
   // zoom lays the frames out so that f spans the full width: its ancestors (the
-  // frames below it whose span holds its own) stretch faded across, its descendants
+  // frames nearer the root whose span holds its own) stretch faded across, its descendants
   // scale up, the rest hide.
   function zoom(f) {
     zoomed = f && f.d > 0 ? f : null;
@@ -120,6 +143,7 @@
     details.textContent = " ";
   });
   resetEl.addEventListener("click", function () { zoom(null); });
+  layoutEl.addEventListener("click", function () { setLayout(!flame); });
   searchEl.addEventListener("click", function () {
     if (searchEl.textContent !== "Search") {
       search("");
@@ -133,5 +157,10 @@
   });
 
   // For tests: the same operations without a prompt.
-  window.sondeFlame = { ready: true, search: search, zoom: function (i) { zoom(frames[i] || null); } };
+  window.sondeFlame = {
+    ready: true,
+    search: search,
+    zoom: function (i) { zoom(frames[i] || null); },
+    layout: function () { return flame ? "flame" : "icicle"; }
+  };
 })();
