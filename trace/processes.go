@@ -53,6 +53,11 @@ type ProcessConfig struct {
 	// they capture short-lived processes, but a host running thousands of execs a second
 	// must not cost a /proc read each. 0 means DefaultExecReadsPerSecond, less than 0 none.
 	ExecReadsPerSecond int
+	// ExecGrace delays the read at exec: a process gone by then (most of an exec storm's:
+	// /bin/true, sh -c, exec probes live a few milliseconds) is never read; one sampled
+	// meanwhile is read at its first sample, as one the rate limit skipped. 0 reads at
+	// once, for runs that want every child's first samples whole (sonde record).
+	ExecGrace time.Duration
 	// Describer, when set, adds resource attributes to each process read.
 	Describer Describer
 	// Contexts, when set, has each process's trace context read (package tracectx): its
@@ -112,6 +117,9 @@ type ProcessStats struct {
 	// ExecReadsSkipped counts execs not read at once for the rate limit; they are read
 	// when first sampled.
 	ExecReadsSkipped uint64
+	// ExecGraceSkipped counts execs whose process was gone, or read at a sample, when the
+	// grace before their read ended (ProcessConfig.ExecGrace): reads saved.
+	ExecGraceSkipped uint64
 	// Untracked counts samples of processes beyond MaxProcesses: they keep addresses only.
 	Untracked uint64
 	// KernelMappings counts mappings learnt from the kernel for images not read yet;
@@ -428,6 +436,7 @@ func (p *Processes) current(pid uint32, execID uint64, comm string) *image {
 	if img != nil {
 		switch have := img.execID.Load(); {
 		case have == execID || execID == 0:
+			p.readUnread(img)
 			return img
 		case have == 0 && !img.exited.Load():
 			// Primed before its first sample: now the exec is known.
@@ -436,6 +445,14 @@ func (p *Processes) current(pid uint32, execID uint64, comm string) *image {
 		}
 	}
 	return p.start(pid, execID, comm, true)
+}
+
+// readUnread asks for the first reading of an image its exec left unread (the exec rate
+// limit, or the grace), at its first sample. Caller holds mu.
+func (p *Processes) readUnread(img *image) {
+	if img.maps.Load() == nil && !img.requested.Load() && !img.exited.Load() {
+		p.enqueue(img)
+	}
 }
 
 // start begins tracking a new image of pid. read asks for its mappings at once. Caller
@@ -482,9 +499,39 @@ func (p *Processes) Exec(pid uint32, execID uint64) {
 	default:
 		p.stats.ExecReadsSkipped++
 	}
+	if p.cfg.ExecGrace > 0 && eager && !p.pinned[pid] {
+		p.tokens++ // taken when the grace ends, if the process is still there
+		img := p.start(pid, execID, "", false)
+		if img != nil {
+			time.AfterFunc(p.cfg.ExecGrace, func() { p.afterGrace(img) })
+		}
+		return
+	}
 	if img := p.start(pid, execID, "", eager); img != nil && eager {
 		img.followUps = len(execFollowUps)
 	}
+}
+
+// afterGrace reads an image whose exec's grace ended, unless the process exited, exec'd
+// again or was read at a sample meanwhile.
+func (p *Processes) afterGrace(img *image) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.images[img.pid] != img || img.exited.Load() || img.maps.Load() != nil || img.requested.Load() {
+		p.stats.ExecGraceSkipped++
+		return
+	}
+	if _, err := os.Stat(filepath.Join(p.procFS, strconv.FormatUint(uint64(img.pid), 10))); err != nil {
+		p.stats.ExecGraceSkipped++ // exited, its exit event not here yet
+		return
+	}
+	if p.tokens < 1 {
+		p.stats.ExecReadsSkipped++
+		return
+	}
+	p.tokens--
+	// No follow-ups: past the grace, the loader has mapped what it maps.
+	p.enqueue(img)
 }
 
 // execFollowUps are when an image read at its exec is read again while the reading shows
@@ -876,7 +923,7 @@ func (s ProcessStats) LogValue() slog.Value {
 		slog.Uint64("maps_errors", s.MapsErrors), slog.Uint64("maps_stale", s.MapsStale), slog.Uint64("files_unidentified", s.FileErrors),
 		slog.Uint64("files_not_regular", s.FilesNotRegular), slog.Uint64("files_replaced", s.FilesReplaced), slog.Uint64("files_too_large", s.FilesTooLarge),
 		slog.Uint64("files_fuse", s.FilesFUSE), slog.Uint64("files_stalled", s.FilesStalled),
-		slog.Uint64("reads_dropped", s.ReadsDropped), slog.Uint64("exec_reads_skipped", s.ExecReadsSkipped), slog.Uint64("untracked_samples", s.Untracked),
+		slog.Uint64("reads_dropped", s.ReadsDropped), slog.Uint64("exec_reads_skipped", s.ExecReadsSkipped), slog.Uint64("exec_grace_skipped", s.ExecGraceSkipped), slog.Uint64("untracked_samples", s.Untracked),
 		slog.Uint64("kernel_mappings", s.KernelMappings), slog.Uint64("kernel_mappings_unknown", s.KernelMappingsUnknown),
 		slog.Uint64("tls_modules", s.Contexts.TLSModules), slog.Uint64("go_programs", s.Contexts.GoPrograms),
 		slog.Uint64("process_contexts", s.Contexts.Contexts), slog.Uint64("process_context_errors", s.Contexts.ContextErrors))

@@ -42,3 +42,16 @@ func hostCPUs() int {
 	}
 	return runtime.NumCPU()
 }
+
+// hostExecGrace is how long a host-wide run waits after an exec before it reads the
+// process: /bin/true, sh -c and exec probes are gone by then, and a program that runs on
+// is read 20 ms into its life, its libraries mapped.
+const hostExecGrace = 20 * time.Millisecond
+
+// execGrace is the grace before a process is read at its exec (trace.ProcessConfig).
+func execGrace(c *Config) time.Duration {
+	if c.hostWide() {
+		return hostExecGrace
+	}
+	return 0
+}

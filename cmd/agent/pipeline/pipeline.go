@@ -295,6 +295,10 @@ func Build(cfg *Config, log *slog.Logger) (_ *Pipeline, err error) {
 		// collector, the peer, the shell and sonde itself, each sampled every few
 		// intervals, had their mappings read and sent to the kernel again each time.
 		IdleFor: chunkIdle,
+		// Host-wide, most execs are of programs that end in a few milliseconds, which a
+		// sample rarely meets: read after a grace, if still there (sampled first, at their
+		// first sample). A run of named targets and their children reads at once.
+		ExecGrace: execGrace(cfg),
 	})
 	kernel, err := trace.KernelMapping("/sys/kernel/notes")
 	if err != nil {
