@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sonde-profiler/sonde/internal/testprog"
 	"github.com/sonde-profiler/sonde/internal/testenv"
+	"github.com/sonde-profiler/sonde/internal/testprog"
 )
 
 // TestExecGrace: with a grace, an exec'd process that is gone when the grace ends is never
