@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"regexp"
-	"strings"
 	"time"
 
 	"github.com/sonde-profiler/sonde/reporter/files"
@@ -23,9 +22,10 @@ import (
 
 const viewAbout = `Reads profiles sonde wrote, pprof (.pb.gz, .pprof), OTLP (.otlp.pb, .otlp.json) or folded
 stacks (.folded, .txt), the format told by the name or else by the content ("-" reads
-standard input); merges them into one, keeps the samples --focus and --pid select, prints
-the hottest functions and writes the result in any format --output names. Needs neither
-root nor BPF.`
+standard input), and OTLP files the OpenTelemetry Collector's file exporter wrote, JSON or
+proto, zstd-compressed or not; merges them into one, keeps the samples --focus and --pid
+select, prints the hottest functions and writes the result in any format --output names.
+Needs neither root nor BPF.`
 
 // viewMain is `sonde view`.
 func viewMain(args []string, stdout, stderr io.Writer) int {
@@ -154,10 +154,10 @@ func readProfiles(name string) ([]*trace.Profile, error) {
 			profiles = []*trace.Profile{p}
 		}
 	case files.OTLP, formatOTLPJSON:
+		// By content, not name: the Collector writes any of its forms under any name.
 		var data []byte
 		if data, err = io.ReadAll(br); err == nil {
-			json := format == formatOTLPJSON || otlp.IsJSON(strings.ToLower(name))
-			profiles, err = otlp.Decode(data, json)
+			profiles, err = otlp.DecodeFile(data)
 		}
 	case files.Folded:
 		var p *trace.Profile
@@ -194,6 +194,9 @@ func sniff(br *bufio.Reader) (files.Format, error) {
 	switch trimmed := bytes.TrimLeft(head, " \t\r\n"); {
 	case bytes.HasPrefix(head, []byte{0x1f, 0x8b}):
 		return files.Pprof, nil // sonde's only gzip-compressed format
+	case otlp.IsExporterStream(head):
+		// Before the text test: a short zstd frame may hold no control byte.
+		return files.OTLP, nil
 	case len(trimmed) > 0 && trimmed[0] == '{':
 		return formatOTLPJSON, nil
 	case isText(head):
@@ -214,9 +217,10 @@ func isText(head []byte) bool {
 	return true
 }
 
-// readProtobuf reads an uncompressed protobuf: pprof, else OTLP. pprof's decoder goes
-// first because it rejects fields of the wrong wire type, where OTLP's would skip a
-// pprof profile's fields as unknown ones and find nothing.
+// readProtobuf reads an uncompressed protobuf: pprof, else OTLP, one message or the
+// Collector's records. pprof's decoder goes first because it rejects fields of the wrong
+// wire type, where OTLP's would skip a pprof profile's fields as unknown ones and find
+// nothing; records that could pass for pprof (a first byte of zero) never come here.
 func readProtobuf(r io.Reader) ([]*trace.Profile, error) {
 	data, err := io.ReadAll(r)
 	if err != nil {
@@ -226,7 +230,7 @@ func readProtobuf(r io.Reader) ([]*trace.Profile, error) {
 	if perr == nil {
 		return []*trace.Profile{p}, nil
 	}
-	profiles, oerr := otlp.Decode(data, false)
+	profiles, oerr := otlp.DecodeFile(data)
 	if oerr == nil && len(profiles) > 0 {
 		return profiles, nil
 	}

@@ -2,14 +2,19 @@ package main
 
 import (
 	"bytes"
+	"encoding/binary"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
+
 	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/reporter/folded"
+	"github.com/sonde-profiler/sonde/reporter/otlp"
 	"github.com/sonde-profiler/sonde/reporter/pprof"
 	"github.com/sonde-profiler/sonde/trace"
 )
@@ -156,6 +161,105 @@ func TestViewMergesAndFilters(t *testing.T) {
 	}
 }
 
+// collectorRecord frames b as the Collector's file exporter does with format proto, or
+// with compression: its length, 4 bytes big-endian, then b.
+func collectorRecord(b []byte) []byte {
+	return append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...)
+}
+
+// collectorForms writes two intervals of viewProfile in each form the Collector's file
+// exporter writes, and in sonde's own OTLP/JSON, under names that do not tell the format.
+func collectorForms(t *testing.T, dir string) (sondeJSON string, forms map[string]string) {
+	t.Helper()
+	var protos, jsons [][]byte
+	for i := range 2 {
+		p := viewProfile()
+		p.Start = p.Start.Add(time.Duration(i) * 10 * time.Second)
+		p.End = p.End.Add(time.Duration(i) * 10 * time.Second)
+		req := otlp.Encode([]*trace.Profile{p}, otlp.Resource{}, otlp.EncodeOptions{Version: "test"})
+		var pb, js bytes.Buffer
+		if err := otlp.Write(&pb, false, req); err != nil {
+			t.Fatal(err)
+		}
+		if err := otlp.Write(&js, true, req); err != nil {
+			t.Fatal(err)
+		}
+		protos, jsons = append(protos, pb.Bytes()), append(jsons, js.Bytes())
+	}
+	enc, err := zstd.NewWriter(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer enc.Close()
+	perMessage := func(b []byte) []byte { return collectorRecord(enc.EncodeAll(b, nil)) }
+	var native bytes.Buffer
+	stream, err := zstd.NewWriter(&native)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range protos {
+		stream.Write(collectorRecord(b))
+		stream.Close() // the exporter ends a frame at each flush
+		stream.Reset(&native)
+	}
+	contents := map[string][]byte{
+		"json":         bytes.Join(jsons, nil),
+		"proto":        bytes.Join([][]byte{collectorRecord(protos[0]), collectorRecord(protos[1])}, nil),
+		"proto-zstd":   bytes.Join([][]byte{perMessage(protos[0]), perMessage(protos[1])}, nil),
+		"json-zstd":    bytes.Join([][]byte{perMessage(bytes.TrimSpace(jsons[0])), perMessage(bytes.TrimSpace(jsons[1]))}, nil),
+		"proto-native": native.Bytes(),
+	}
+	forms = map[string]string{}
+	for name, b := range contents {
+		forms[name] = filepath.Join(dir, "collector-"+name)
+		if err := os.WriteFile(forms[name], b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The name of sonde's own files does not make view read the Collector's as one message.
+	forms["proto named .otlp.pb"] = filepath.Join(dir, "collector.otlp.pb")
+	if err := os.WriteFile(forms["proto named .otlp.pb"], contents["proto"], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sondeJSON = filepath.Join(dir, "sonde.otlp.json")
+	if err := os.WriteFile(sondeJSON, contents["json"], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return sondeJSON, forms
+}
+
+// Every form of the Collector's file exporter reads as the same two intervals, which
+// merge, filter and convert as any other input.
+func TestViewReadsCollectorFiles(t *testing.T) {
+	dir := t.TempDir()
+	ref, forms := collectorForms(t, dir)
+	want := filepath.Join(dir, "want.folded")
+	if status, _, stderr := view(t, ref, "--output", want, "--top", "0"); status != 0 {
+		t.Fatalf("view %s: status %d\n%s", ref, status, stderr)
+	}
+	wantFolded, err := os.ReadFile(want)
+	if err != nil || len(wantFolded) == 0 {
+		t.Fatalf("reference folded stacks: %q, %v", wantFolded, err)
+	}
+	for name, path := range forms {
+		out := filepath.Join(dir, strings.ReplaceAll(name, " ", "_")+".folded")
+		status, stdout, stderr := view(t, path, "--output", out)
+		if status != 0 {
+			t.Errorf("%s: status %d\n%s", name, status, stderr)
+			continue
+		}
+		if !strings.HasPrefix(stdout, "142 samples (") || !strings.Contains(stdout, " 77.46%  77.46%  spin\n") {
+			t.Errorf("%s: two intervals of 71 samples printed:\n%s", name, stdout)
+		}
+		if got, _ := os.ReadFile(out); !bytes.Equal(got, wantFolded) {
+			t.Errorf("%s: folded stacks\n%s\nwant, as from sonde's OTLP/JSON:\n%s", name, got, wantFolded)
+		}
+		if status, stdout, stderr := view(t, "--pid", "101", path); status != 0 || !strings.HasPrefix(stdout, "18 samples (") {
+			t.Errorf("%s --pid 101: status %d, printed\n%s%s", name, status, stdout, stderr)
+		}
+	}
+}
+
 func TestViewErrors(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "p.folded")
@@ -164,6 +268,15 @@ func TestViewErrors(t *testing.T) {
 	os.WriteFile(html, []byte("<html>"), 0o644)
 	empty := filepath.Join(dir, "empty")
 	os.WriteFile(empty, nil, 0o644)
+	_, forms := collectorForms(t, dir)
+	whole, _ := os.ReadFile(forms["proto"])
+	cut := filepath.Join(dir, "cut")
+	os.WriteFile(cut, whole[:len(whole)-100], 0o644)
+	lying := filepath.Join(dir, "lying")
+	os.WriteFile(lying, append(whole, 0x7f, 0xff, 0xff, 0xff, 1), 0o644)
+	// Printable bytes after the magic: not to be taken for folded stacks.
+	badZstd := filepath.Join(dir, "bad-zstd")
+	os.WriteFile(badZstd, []byte("\x28\xb5\x2f\xfdabc"), 0o644)
 	for _, tc := range []struct {
 		args   []string
 		status int
@@ -177,6 +290,10 @@ func TestViewErrors(t *testing.T) {
 		{[]string{filepath.Join(dir, "missing.pb.gz")}, 1, "no such file"},
 		{[]string{html}, 1, "cannot be read back"},
 		{[]string{empty}, 1, "empty file"},
+		{[]string{cut}, 1, "read " + cut + ": decode OTLP profiles: record 2 at byte"},
+		{[]string{cut}, 1, "the file is cut short"},
+		{[]string{lying}, 1, "record 3 at byte " + strconv.Itoa(len(whole)) + ": its length says 2147483647 bytes but 1 follow"},
+		{[]string{badZstd}, 1, "decode OTLP profiles: zstd: "},
 		{[]string{"--help"}, 0, "Usage: sonde view"},
 	} {
 		status, _, stderr := view(t, tc.args...)

@@ -21,22 +21,18 @@ import (
 	"github.com/sonde-profiler/sonde/trace"
 )
 
-// ReadFile reads a file WriteFile wrote, or the collector's file exporter: ".otlp.pb"
-// holds a binary ProfilesData, ".otlp.json" lines of OTLP/JSON. See Decode.
+// ReadFile reads a file WriteFile wrote, or one the collector's file exporter wrote, in
+// any of the forms DecodeFile tells apart by content; the name must still end in
+// ".otlp.pb" or ".otlp.json", as WriteFile's do.
 func ReadFile(path string) ([]*trace.Profile, error) {
-	var json bool
-	switch {
-	case strings.HasSuffix(path, ".otlp.pb"):
-	case strings.HasSuffix(path, ".otlp.json"):
-		json = true
-	default:
+	if !strings.HasSuffix(path, ".otlp.pb") && !IsJSON(path) {
 		return nil, fmt.Errorf("read %s: unknown format: the name must end in .otlp.pb or .otlp.json", path)
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
-	profiles, err := Decode(data, json)
+	profiles, err := DecodeFile(data)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
@@ -55,7 +51,7 @@ func ReadFile(path string) ([]*trace.Profile, error) {
 // timestamps count one per timestamp. Every table index is checked: a corrupt file is
 // an error, never a panic.
 func Decode(data []byte, json bool) ([]*trace.Profile, error) {
-	d := decoder{byInterval: make(map[intervalKey]*trace.Profile)}
+	d := newDecoder()
 	if !json {
 		var pd profilespb.ProfilesData
 		if err := proto.Unmarshal(data, &pd); err != nil {
@@ -66,24 +62,28 @@ func Decode(data []byte, json bool) ([]*trace.Profile, error) {
 		}
 		return d.result(), nil
 	}
-	opts := protojson.UnmarshalOptions{DiscardUnknown: true}
 	for i, line := range bytes.Split(data, []byte("\n")) {
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
-		line, err := hexIDsToBase64(line)
-		if err != nil {
-			return nil, fmt.Errorf("decode OTLP/JSON line %d: %w", i+1, err)
-		}
-		var pd profilespb.ProfilesData
-		if err := opts.Unmarshal(line, &pd); err != nil {
-			return nil, fmt.Errorf("decode OTLP/JSON line %d: %w", i+1, err)
-		}
-		if err := d.add(&pd); err != nil {
+		if err := d.addJSON(line); err != nil {
 			return nil, fmt.Errorf("decode OTLP/JSON line %d: %w", i+1, err)
 		}
 	}
 	return d.result(), nil
+}
+
+// addJSON adds one OTLP/JSON ProfilesData.
+func (d *decoder) addJSON(b []byte) error {
+	b, err := hexIDsToBase64(b)
+	if err != nil {
+		return err
+	}
+	var pd profilespb.ProfilesData
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(b, &pd); err != nil {
+		return err
+	}
+	return d.add(&pd)
 }
 
 // hexIDField matches the ID fields OTLP/JSON writes in hex, which protojson reads as
@@ -146,6 +146,10 @@ func (d *decoder) interval(key intervalKey, off bool) *trace.Profile {
 	return p
 }
 
+func newDecoder() *decoder {
+	return &decoder{byInterval: make(map[intervalKey]*trace.Profile)}
+}
+
 func (d *decoder) result() []*trace.Profile {
 	out := slices.Clone(d.order)
 	slices.SortStableFunc(out, func(a, b *trace.Profile) int { return a.Start.Compare(b.Start) })
@@ -183,7 +187,40 @@ func (t *dict) attr(i int32) (string, *commonpb.AnyValue, error) {
 		return "", nil, err
 	}
 	key, err := t.str(kv.GetKeyStrindex())
-	return key, kv.GetValue(), err
+	if err != nil {
+		return "", nil, err
+	}
+	v, err := t.value(kv.GetValue())
+	return key, v, err
+}
+
+// keyValue reads a resource attribute. The Collector writes what it received with the
+// key and a string value moved into the string table (key_strindex,
+// string_value_strindex), where sonde sends them inline.
+func (t *dict) keyValue(kv *commonpb.KeyValue) (string, *commonpb.AnyValue, error) {
+	key := kv.GetKey()
+	if i := kv.GetKeyStrindex(); i != 0 {
+		var err error
+		if key, err = t.str(i); err != nil {
+			return "", nil, fmt.Errorf("attribute key: %w", err)
+		}
+	}
+	v, err := t.value(kv.GetValue())
+	return key, v, err
+}
+
+// value returns v with a string from the string table in line, so that readers of
+// string values need not know where it was.
+func (t *dict) value(v *commonpb.AnyValue) (*commonpb.AnyValue, error) {
+	x, ok := v.GetValue().(*commonpb.AnyValue_StringValueStrindex)
+	if !ok {
+		return v, nil
+	}
+	s, err := t.str(x.StringValueStrindex)
+	if err != nil {
+		return nil, fmt.Errorf("attribute value: %w", err)
+	}
+	return &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: s}}, nil
 }
 
 func (d *decoder) add(pd *profilespb.ProfilesData) error {
@@ -192,7 +229,7 @@ func (d *decoder) add(pd *profilespb.ProfilesData) error {
 	}
 	t := &dict{d: pd.GetDictionary(), mappings: make(map[int32]*trace.Mapping), locations: make(map[int32]*trace.Location)}
 	for ri, rp := range pd.GetResourceProfiles() {
-		proc, err := process(rp.GetResource().GetAttributes())
+		proc, err := process(t, rp.GetResource().GetAttributes())
 		if err != nil {
 			return fmt.Errorf("resource %d: %w", ri, err)
 		}
@@ -208,12 +245,15 @@ func (d *decoder) add(pd *profilespb.ProfilesData) error {
 }
 
 // process reads a resource's process attributes; nil when it names no process.
-func process(attrs []*commonpb.KeyValue) (*trace.Process, error) {
+func process(t *dict, attrs []*commonpb.KeyValue) (*trace.Process, error) {
 	var p trace.Process
 	var known bool
 	for _, kv := range attrs {
-		v := kv.GetValue()
-		switch kv.GetKey() {
+		key, v, err := t.keyValue(kv)
+		if err != nil {
+			return nil, err
+		}
+		switch key {
 		case keyProcessPID:
 			pid, err := intValue(v)
 			if err != nil || pid < 0 || pid > 1<<32-1 {

@@ -6,6 +6,7 @@
 // into. Encode builds such requests, one ResourceProfiles per process; Split keeps each
 // under the 4 MiB a collector accepts by default; an Exporter queues requests and
 // sends them, riding out collector outages with a bounded queue that drops the oldest
-// interval; WriteFile stores a request as OTLP protobuf or OTLP/JSON. ReadFile and
-// Decode turn such files back into sonde's profiles, for sonde view.
+// interval; WriteFile stores a request as OTLP protobuf or OTLP/JSON. ReadFile, Decode
+// and DecodeFile turn such files back into sonde's profiles, for sonde view, and
+// DecodeFile every file the Collector's file exporter writes too.
 package otlp

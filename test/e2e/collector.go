@@ -19,11 +19,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -139,6 +141,11 @@ type Collector struct {
 	Log string
 	// Config is the collector's configuration file.
 	Config string
+	// Files holds the paths of the further file exporters CollectorOptions.Files asked
+	// for, by name.
+	Files map[string]string
+
+	opts CollectorOptions
 
 	cmd     *exec.Cmd
 	exited  chan struct{}
@@ -147,8 +154,21 @@ type Collector struct {
 	stopErr error
 }
 
-// configTemplate has a %s for the receiver's endpoint, one for the profiles' output
-// path and one for the traces'.
+// CollectorOptions add to a collector's configuration.
+type CollectorOptions struct {
+	// Files are further file exporters in the profiles pipeline, by name: each writes
+	// to a file of its own with the settings given, YAML lines beside path, such as
+	// "format: proto\ncompression: zstd".
+	Files map[string]string
+	// FeatureGates are enabled beside FeatureGates, such as
+	// "exporter.file.nativeCompression", which the collector applies to every file
+	// exporter.
+	FeatureGates []string
+}
+
+// configTemplate has a %s for the receiver's endpoint, then the profiles' output path,
+// further exporters, the traces' output path, and the further exporters' names in the
+// profiles pipeline.
 const configTemplate = `receivers:
   otlp:
     protocols:
@@ -161,7 +181,7 @@ exporters:
     path: %s
     format: proto
     flush_interval: 100ms
-  file/traces:
+%s  file/traces:
     path: %s
     format: proto
     flush_interval: 100ms
@@ -172,7 +192,7 @@ service:
   pipelines:
     profiles:
       receivers: [otlp]
-      exporters: [file, debug]
+      exporters: [file, debug%s]
     traces:
       receivers: [otlp]
       exporters: [file/traces]
@@ -182,7 +202,13 @@ service:
 // stops it when t ends. It returns once the receiver accepts connections.
 func StartCollector(t testing.TB) *Collector {
 	t.Helper()
-	return startCollector(t, 0)
+	return startCollector(t, 0, CollectorOptions{})
+}
+
+// StartCollectorWith is StartCollector with further file exporters and feature gates.
+func StartCollectorWith(t testing.TB, opts CollectorOptions) *Collector {
+	t.Helper()
+	return startCollector(t, 0, opts)
 }
 
 // StartCollectorOn is StartCollector with the receiver on 127.0.0.1:port, for a
@@ -194,11 +220,11 @@ func StartCollectorOn(t testing.TB, port int) *Collector {
 	if port <= 0 {
 		t.Fatalf("StartCollectorOn: port %d", port)
 	}
-	return startCollector(t, port)
+	return startCollector(t, port, CollectorOptions{})
 }
 
 // startCollector starts a collector on port, or on a free port when port is 0.
-func startCollector(t testing.TB, port int) *Collector {
+func startCollector(t testing.TB, port int, opts CollectorOptions) *Collector {
 	t.Helper()
 	bin := CollectorBinary(t)
 	dir := t.TempDir()
@@ -207,6 +233,11 @@ func startCollector(t testing.TB, port int) *Collector {
 		TracesOutput: filepath.Join(dir, "traces.pb"),
 		Log:          filepath.Join(dir, "collector.log"),
 		Config:       filepath.Join(dir, "config.yaml"),
+		Files:        map[string]string{},
+		opts:         opts,
+	}
+	for name := range opts.Files {
+		c.Files[name] = filepath.Join(dir, "profiles-"+name)
 	}
 	// A free port may be taken between this probe and the collector's bind; then the
 	// collector exits and the next try picks another. A given port gets one try.
@@ -241,7 +272,15 @@ func startCollector(t testing.TB, port int) *Collector {
 }
 
 func (c *Collector) start(bin string) error {
-	cfg := fmt.Sprintf(configTemplate, c.Endpoint, c.Output, c.TracesOutput)
+	var extra, names strings.Builder
+	for _, name := range slices.Sorted(maps.Keys(c.opts.Files)) {
+		fmt.Fprintf(&extra, "  file/%s:\n    path: %s\n", name, c.Files[name])
+		for _, line := range strings.Split(strings.TrimSpace(c.opts.Files[name]), "\n") {
+			fmt.Fprintf(&extra, "    %s\n", line)
+		}
+		fmt.Fprintf(&names, ", file/%s", name)
+	}
+	cfg := fmt.Sprintf(configTemplate, c.Endpoint, c.Output, extra.String(), c.TracesOutput, names.String())
 	if err := os.WriteFile(c.Config, []byte(cfg), 0o644); err != nil {
 		return err
 	}
@@ -249,7 +288,8 @@ func (c *Collector) start(bin string) error {
 	if err != nil {
 		return err
 	}
-	c.cmd = exec.Command(bin, "--config", "file:"+c.Config, "--feature-gates="+FeatureGates)
+	gates := strings.Join(append([]string{FeatureGates}, c.opts.FeatureGates...), ",")
+	c.cmd = exec.Command(bin, "--config", "file:"+c.Config, "--feature-gates="+gates)
 	c.cmd.Stdout, c.cmd.Stderr = logf, logf
 	if err := c.cmd.Start(); err != nil {
 		logf.Close()
