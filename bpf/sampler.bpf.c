@@ -662,6 +662,9 @@ static __always_inline int thread_group_dead(void)
 	return task->signal->live.counter == 0;
 }
 
+/* Process events wait for the reader's next poll rather than waking it (host-wide). */
+const volatile __u8 lazy_process_events = 0;
+
 static __always_inline int emit_process_event(__u32 kind)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
@@ -689,8 +692,13 @@ static __always_inline int emit_process_event(__u32 kind)
 	e->pid = tgid;
 	e->ktime_ns = bpf_ktime_get_ns();
 	e->exec_id = exec_id;
-	/* An exec's mappings are read best while the new image still runs: wake the reader now. */
-	bpf_ringbuf_submit(e, kind == EVENT_EXEC ? BPF_RB_FORCE_WAKEUP : 0);
+	/* An exec's mappings are read best while the new image still runs: wake the reader now,
+	 * unless user space reads a process only after a grace (host-wide): then its next poll
+	 * takes the events, and an exec storm costs no wake-up per process. */
+	__u64 flags = kind == EVENT_EXEC ? BPF_RB_FORCE_WAKEUP : 0;
+	if (lazy_process_events)
+		flags = BPF_RB_NO_WAKEUP;
+	bpf_ringbuf_submit(e, flags);
 	count(COUNTER_PROCESS_EVENTS);
 	return 0;
 }

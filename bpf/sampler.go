@@ -61,6 +61,9 @@ type Config struct {
 	// FollowForks makes the children of PIDs targets too, from the fork on, and their
 	// children in turn, at most MaxFollowed alive at once: a command and all it starts.
 	FollowForks bool
+	// LazyProcessEvents lets exec and exit events wait for the reader's next poll instead
+	// of waking it: for a reader that reads a process only after a grace anyway.
+	LazyProcessEvents bool
 	// OffCPU records where threads wait (off-CPU samples) beside the CPU samples.
 	OffCPU bool
 	// OffCPUMin is the shortest wait recorded; 0 means DefaultOffCPUMin.
@@ -244,6 +247,9 @@ func Load(cfg Config) (*Sampler, error) {
 	}
 	if err := spec.Variables["vma_hints"].Set(boolByte(cfg.TableUnwinding())); err != nil {
 		return nil, fmt.Errorf("set vma_hints: %w", err)
+	}
+	if err := spec.Variables["lazy_process_events"].Set(boolByte(cfg.LazyProcessEvents)); err != nil {
+		return nil, fmt.Errorf("set lazy_process_events: %w", err)
 	}
 	spec.Maps["target_pids"].MaxEntries = uint32(max(len(cfg.PIDs), 1))
 	if cfg.FollowForks {

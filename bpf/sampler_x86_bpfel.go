@@ -565,6 +565,7 @@ const (
 	samplerVarFilterCgroups             = "filter_cgroups"
 	samplerVarFilterPids                = "filter_pids"
 	samplerVarFollowForks               = "follow_forks"
+	samplerVarLazyProcessEvents         = "lazy_process_events"
 	samplerVarOffcpuMinNs               = "offcpu_min_ns"
 	samplerVarOffcpuWalksPerWindow      = "offcpu_walks_per_window"
 	samplerVarRingWakeupBytes           = "ring_wakeup_bytes"
@@ -704,6 +705,7 @@ type samplerVariableSpecs struct {
 	FilterCgroups             *ebpf.VariableSpec `ebpf:"filter_cgroups"`
 	FilterPids                *ebpf.VariableSpec `ebpf:"filter_pids"`
 	FollowForks               *ebpf.VariableSpec `ebpf:"follow_forks"`
+	LazyProcessEvents         *ebpf.VariableSpec `ebpf:"lazy_process_events"`
 	OffcpuMinNs               *ebpf.VariableSpec `ebpf:"offcpu_min_ns"`
 	OffcpuWalksPerWindow      *ebpf.VariableSpec `ebpf:"offcpu_walks_per_window"`
 	RingWakeupBytes           *ebpf.VariableSpec `ebpf:"ring_wakeup_bytes"`
@@ -842,6 +844,7 @@ type samplerVariables struct {
 	FilterCgroups             *ebpf.Variable `ebpf:"filter_cgroups"`
 	FilterPids                *ebpf.Variable `ebpf:"filter_pids"`
 	FollowForks               *ebpf.Variable `ebpf:"follow_forks"`
+	LazyProcessEvents         *ebpf.Variable `ebpf:"lazy_process_events"`
 	OffcpuMinNs               *ebpf.Variable `ebpf:"offcpu_min_ns"`
 	OffcpuWalksPerWindow      *ebpf.Variable `ebpf:"offcpu_walks_per_window"`
 	RingWakeupBytes           *ebpf.Variable `ebpf:"ring_wakeup_bytes"`

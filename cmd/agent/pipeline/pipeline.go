@@ -228,6 +228,7 @@ func Build(cfg *Config, log *slog.Logger) (_ *Pipeline, err error) {
 		MaxProcesses:         p.budget.maxProcesses,
 		RingBufferBytes:      p.budget.ringBytes,
 		FollowForks:          cfg.FollowForks,
+		LazyProcessEvents:    execGrace(cfg) > 0,
 		OffCPU:               cfg.OffCPU,
 		OffCPUMin:            cfg.OffCPUMin,
 		OffCPUWalksPerSecond: offCPUWalks(cfg.OffCPURate),
