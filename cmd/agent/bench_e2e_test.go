@@ -503,3 +503,40 @@ func BenchmarkOffCPUGoroutines(b *testing.B) {
 		b.ReportMetric((1/probed-1/plain)*1e9, "ns-added/trip")
 	}
 }
+
+// BenchmarkExecStorm runs sonde host-wide at 20 Hz while a loop starts about 120 short
+// processes a second (/bin/true and sh -c, as a build, a CI runner or Kubernetes exec
+// probes do), and reports its steady CPU and its peak RSS: what an exec costs an agent
+// that never samples the process.
+func BenchmarkExecStorm(b *testing.B) {
+	testenv.RequireRoot(b)
+	sonde(b)
+	warmup, window := benchSpan(10*time.Second, 2*time.Second), benchSpan(30*time.Second, 3*time.Second)
+	for b.Loop() {
+		storm := exec.Command("sh", "-c", `while :; do /bin/true; sh -c 'exit 0'; sleep 0.016; done`)
+		if err := storm.Start(); err != nil {
+			b.Fatal(err)
+		}
+		a := startAgent(b, "--frequency", "20", "--interval", "5s")
+		time.Sleep(warmup)
+		before, t0 := cpuTime(b, a.cmd.Process.Pid), time.Now()
+		m0 := a.metrics(b)
+		time.Sleep(window)
+		steady := cpuTime(b, a.cmd.Process.Pid) - before
+		m1 := a.metrics(b)
+		elapsed := time.Since(t0)
+		peak, err := statusKiB(a.cmd.Process.Pid, "VmHWM")
+		if err != nil {
+			b.Fatal(err)
+		}
+		rss, _ := statusKiB(a.cmd.Process.Pid, "VmRSS")
+		a.stop(b)
+		storm.Process.Kill()
+		storm.Wait()
+		key := `sonde_process_reads_total{outcome="exited_in_grace"}`
+		b.ReportMetric(100*steady.Seconds()/elapsed.Seconds(), "steady-cpu-%")
+		b.ReportMetric(float64(rss)/1024, "rss-MiB")
+		b.ReportMetric(float64(peak)/1024, "peak-rss-MiB")
+		b.ReportMetric((m1[key]-m0[key])/elapsed.Seconds(), "unread-execs/s")
+	}
+}

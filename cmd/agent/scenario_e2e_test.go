@@ -520,3 +520,44 @@ func statusKiB(pid int, field string) (int64, error) {
 	}
 	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
 }
+
+// An exec storm host-wide: processes that exit within a few milliseconds, unsampled, are
+// never read (counted as exited in their grace) and leave no state in the kernel, while a
+// process that runs on is read.
+func TestExecStormUnread(t *testing.T) {
+	testenv.RequireRoot(t)
+	a := startAgent(t, "--frequency", "19", "--interval", "1s")
+	before := a.metrics(t)
+	// As fast as the shell starts them: /bin/true and sh -c, two execs an iteration.
+	storm := exec.Command("sh", "-c", `n=0; end=$(($(date +%s)+4)); while [ $(date +%s) -lt $end ]; do /bin/true; sh -c :; n=$((n+1)); done; echo $n`)
+	out, err := storm.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	iterations, _ := strconv.Atoi(strings.TrimSpace(string(out)))
+	execs := float64(3 * iterations) // date, true and sh
+	if execs < 300 {
+		t.Fatalf("only %v execs in the storm", execs)
+	}
+	key := func(outcome string) string { return `sonde_process_reads_total{outcome="` + outcome + `"}` }
+	after := a.waitMetrics(t, "the storm's processes to be let go", func(m map[string]float64) bool {
+		return m[key("exited_in_grace")]-before[key("exited_in_grace")] >= execs/2 &&
+			m[`sonde_bpf_map_entries{map="proc_maps"}`] <= before[`sonde_bpf_map_entries{map="proc_maps"}`]+5
+	})
+	reads := after[key("read")] - before[key("read")]
+	t.Logf("%v execs: %v read, %v exited in their grace, %v rate limited", execs, reads,
+		after[key("exited_in_grace")]-before[key("exited_in_grace")], after[key("rate_limited")]-before[key("rate_limited")])
+	if reads > execs/4 {
+		t.Errorf("%v of %v short processes read, want under a quarter", reads, execs)
+	}
+	// A process that runs on is read once its grace ends.
+	w := exec.Command("sleep", "30")
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { w.Process.Kill(); w.Wait() }()
+	a.waitMetrics(t, "the long-lived process to be read", func(m map[string]float64) bool {
+		return m[key("read")] > after[key("read")]
+	})
+	a.stop(t)
+}

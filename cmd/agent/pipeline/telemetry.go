@@ -160,6 +160,7 @@ func registerInstruments(m metric.Meter, p *Pipeline) error {
 		symFailed     = counter("sonde.symbolize.files.failed", "Object files that could not be read for names.", "{file}")
 		locations     = counter("sonde.symbolize.locations", "Locations symbolization was asked to name, by outcome.", "{location}")
 		fileRefused   = counter("sonde.files.refused", "Mapped files refused, by reason.", "{file}")
+		procReads     = counter("sonde.process.reads", "Readings of /proc/PID/maps, and execs not read: gone when their grace ended, or over the exec rate limit.", "{read}")
 		exports       = counter("sonde.export.requests", "Export attempts to the collector, by outcome.", "{request}")
 		sentBytes     = counter("sonde.export.size", "Encoded bytes of the requests the collector accepted.", "By")
 		dropped       = counter("sonde.export.intervals.dropped", "Intervals dropped from a full queue or at shutdown.", "{interval}")
@@ -184,7 +185,7 @@ func registerInstruments(m metric.Meter, p *Pipeline) error {
 		offGoParks    = counter("sonde.offcpu.goroutine_parks", "Goroutines parking in Go's scheduler (--off-cpu-goroutines), by outcome: walked (stack sent) or skipped (sampled out when they come too fast).", "{park}")
 		offSwitches   = counter("sonde.offcpu.switches", "Threads going off the CPU to wait (--off-cpu), by outcome: walked (stacks sent) or skipped (sampled out when they come too fast).", "{switch}")
 		offThreads    = gauge("sonde.offcpu.threads", "Waiting threads whose stacks sonde holds until they run again, where: kernel or user.", "{thread}")
-		observables   = []metric.Observable{offSamples, offGoParks, offSwitches, offThreads, samples, lost, walks, stale, unresolved, symFailed, locations, fileRefused, exports, sentBytes, dropped, queue, queueBytes, mapEntries, mapCapacity, rows, rowsBudget, processes, files, rss, symCache, sheds, dbgFetches, dbgNotFound, dbgFiles, dbgBytes, dbgErrors, dbgCache}
+		observables   = []metric.Observable{offSamples, offGoParks, offSwitches, offThreads, samples, lost, walks, stale, unresolved, symFailed, locations, fileRefused, procReads, exports, sentBytes, dropped, queue, queueBytes, mapEntries, mapCapacity, rows, rowsBudget, processes, files, rss, symCache, sheds, dbgFetches, dbgNotFound, dbgFiles, dbgBytes, dbgErrors, dbgCache}
 		outcome       = func(v string) metric.ObserveOption { return metric.WithAttributes(attribute.String("outcome", v)) }
 		reason        = func(v string) metric.ObserveOption { return metric.WithAttributes(attribute.String("reason", v)) }
 		mapName       = func(v string) metric.ObserveOption { return metric.WithAttributes(attribute.String("map", v)) }
@@ -225,6 +226,9 @@ func registerInstruments(m metric.Meter, p *Pipeline) error {
 			o.ObserveInt64(files, int64(ps.Files))
 			for r, n := range map[string]uint64{"not_regular": ps.FilesNotRegular, "replaced": ps.FilesReplaced, "too_large": ps.FilesTooLarge, "fuse": ps.FilesFUSE, "stalled": ps.FilesStalled} {
 				o.ObserveInt64(fileRefused, nonNegative(n), reason(r))
+			}
+			for r, n := range map[string]uint64{"read": ps.MapsReads, "exited_in_grace": ps.ExecGraceSkipped, "rate_limited": ps.ExecReadsSkipped} {
+				o.ObserveInt64(procReads, nonNegative(n), outcome(r))
 			}
 			o.ObserveInt64(unresolved, nonNegative(p.agg.Stats().UnresolvedFrames))
 			if p.tables != nil {
