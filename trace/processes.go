@@ -164,18 +164,22 @@ type Processes struct {
 	spaces  atomic.Uint64 // numbers images
 	rootDev objfile.Key   // sonde's own root directory, to tell which processes share it
 
-	mu      sync.Mutex
-	images  map[uint32]*image
-	queue   []uint32 // pids with pending reads, oldest first
-	pending map[uint32]bool
-	files   map[objfile.Key]*objfile.File
-	failed  map[objfile.Key]bool
-	stats   ProcessStats
-	tokens  float64 // exec reads the rate limit allows now
-	refill  time.Time
-	queued  uint64 // requests enqueued so far
-	done    uint64 // requests handled so far
-	settled *sync.Cond
+	mu     sync.Mutex
+	images map[uint32]*image
+	// graced are the images whose exec's grace runs, oldest first, and graceArmed says a
+	// timer will look at them: one timer for a burst of execs, not one each.
+	graced     []gracedImage
+	graceArmed bool
+	queue      []uint32 // pids with pending reads, oldest first
+	pending    map[uint32]bool
+	files      map[objfile.Key]*objfile.File
+	failed     map[objfile.Key]bool
+	stats      ProcessStats
+	tokens     float64 // exec reads the rate limit allows now
+	refill     time.Time
+	queued     uint64 // requests enqueued so far
+	done       uint64 // requests handled so far
+	settled    *sync.Cond
 	// checks are pids whose trace context is to be looked at again, without a new
 	// reading of their mappings; contexts reads them, on Run's goroutine only.
 	checks   []uint32
@@ -501,9 +505,12 @@ func (p *Processes) Exec(pid uint32, execID uint64) {
 	}
 	if p.cfg.ExecGrace > 0 && eager && !p.pinned[pid] {
 		p.tokens++ // taken when the grace ends, if the process is still there
-		img := p.start(pid, execID, "", false)
-		if img != nil {
-			time.AfterFunc(p.cfg.ExecGrace, func() { p.afterGrace(img) })
+		if img := p.start(pid, execID, "", false); img != nil {
+			p.graced = append(p.graced, gracedImage{img: img, until: now.Add(p.cfg.ExecGrace)})
+			if !p.graceArmed {
+				p.graceArmed = true
+				time.AfterFunc(p.cfg.ExecGrace, p.endGraces)
+			}
 		}
 		return
 	}
@@ -512,11 +519,33 @@ func (p *Processes) Exec(pid uint32, execID uint64) {
 	}
 }
 
-// afterGrace reads an image whose exec's grace ended, unless the process exited, exec'd
-// again or was read at a sample meanwhile.
-func (p *Processes) afterGrace(img *image) {
+type gracedImage struct {
+	img   *image
+	until time.Time
+}
+
+// endGraces ends the graces that are over, and arms the timer for the next if any.
+func (p *Processes) endGraces() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	now := time.Now()
+	n := 0
+	for n < len(p.graced) && !p.graced[n].until.After(now) {
+		p.afterGrace(p.graced[n].img)
+		n++
+	}
+	p.graced = slices.Delete(p.graced, 0, n)
+	if len(p.graced) == 0 {
+		p.graceArmed = false
+		p.graced = nil // a storm's backing array goes with it
+		return
+	}
+	time.AfterFunc(p.graced[0].until.Sub(now), p.endGraces)
+}
+
+// afterGrace reads an image whose exec's grace ended, unless the process exited, exec'd
+// again or was read at a sample meanwhile. Caller holds mu.
+func (p *Processes) afterGrace(img *image) {
 	if p.images[img.pid] != img || img.exited.Load() || img.maps.Load() != nil || img.requested.Load() {
 		p.stats.ExecGraceSkipped++
 		return
