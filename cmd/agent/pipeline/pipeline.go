@@ -561,12 +561,6 @@ func (p *Pipeline) releaseOwnCode(exact bool) {
 	}
 }
 
-// deliver names an interval's locations and hands it to every sink.
-func (p *Pipeline) deliver(prof *trace.Profile) {
-	p.name(prof)
-	p.send(prof)
-}
-
 // name names an interval's locations.
 func (p *Pipeline) name(prof *trace.Profile) {
 	if len(prof.Samples) > 0 {
