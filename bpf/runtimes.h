@@ -19,22 +19,25 @@
  *   int name_frames(struct sample_event *, __u32 n, __u32 complete), which rewrites the
  *   sample's n native frames with the runtime's in and returns their new number.
  *
- * A runtime walked on one architecture only lists itself on that one. */
+ * A runtime walked on one architecture only lists itself on that one. A runtime in both
+ * lists (PHP: its VM's frames are state, its JIT's code is on the stack) names its JIT
+ * entry <name>_jit, whose struct and map are the runtime's own by #define. */
 #ifndef SONDE_RUNTIMES_H
 #define SONDE_RUNTIMES_H
 
 #include "python.h"
 #include "v8.h"
 #include "jvm.h"
+#include "php.h"
 
-#define SONDE_RUNTIMES(X) X(python, PY_RUNTIME) X(v8, V8_RUNTIME) X(jvm, JVM_RUNTIME)
+#define SONDE_RUNTIMES(X) X(python, PY_RUNTIME) X(v8, V8_RUNTIME) X(jvm, JVM_RUNTIME) X(php, PHP_RUNTIME)
 
 #if defined(__TARGET_ARCH_x86)
-#define SONDE_JIT_RUNTIMES(X) X(jvm, JVM_RUNTIME) X(v8, V8_RUNTIME)
+#define SONDE_JIT_RUNTIMES(X) X(jvm, JVM_RUNTIME) X(v8, V8_RUNTIME) X(php_jit, PHP_RUNTIME)
 #else
 #define SONDE_JIT_RUNTIMES(X) X(v8, V8_RUNTIME)
 #endif
 
-#define SONDE_STATE_RUNTIMES(X) X(python, PY_RUNTIME)
+#define SONDE_STATE_RUNTIMES(X) X(python, PY_RUNTIME) X(php, PHP_RUNTIME)
 
 #endif

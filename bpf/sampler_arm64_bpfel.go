@@ -239,6 +239,48 @@ type samplerOffcpuStart struct {
 	Pid     uint32
 }
 
+type samplerPhpProc struct {
+	_          structs.HostLayout
+	ExecId     uint64
+	Current    uint64
+	ExecStart  uint64
+	ExecEnd    uint64
+	ColdStart  uint64
+	ColdEnd    uint64
+	JitStart   uint64
+	JitEnd     uint64
+	ExOpline   uint16
+	ExFunc     uint16
+	ExCallInfo uint16
+	ExPrev     uint16
+	FuncType   uint16
+	OpLineno   uint16
+	JitCfa     uint16
+	JitFp      uint16
+	JitFromFp  uint16
+	Pad        [3]uint16
+}
+
+type samplerPhpScratch struct {
+	_  structs.HostLayout
+	St struct {
+		_       structs.HostLayout
+		Frame   uint64
+		ExecPc  uint64
+		In      uint32
+		N_in    uint32
+		N_out   uint32
+		Walked  uint32
+		End     uint32
+		Open    uint8
+		Emitted uint8
+		Tail    uint8
+		Pad     uint8
+	}
+	Native [256]uint64
+	Ex     [128]uint8
+}
+
 type samplerProcInfo struct {
 	_      structs.HostLayout
 	ExecId uint64
@@ -536,6 +578,9 @@ const (
 	samplerMapJvmScratchMap             = "jvm_scratch_map"
 	samplerMapOffcpuRates               = "offcpu_rates"
 	samplerMapOffcpuStarts              = "offcpu_starts"
+	samplerMapPhpCounters               = "php_counters"
+	samplerMapPhpProcs                  = "php_procs"
+	samplerMapPhpScratchMap             = "php_scratch_map"
 	samplerMapProcMaps                  = "proc_maps"
 	samplerMapPyCounters                = "py_counters"
 	samplerMapPyProcs                   = "py_procs"
@@ -588,6 +633,10 @@ const (
 	samplerVarUnusedJvmProc             = "unused_jvm_proc"
 	samplerVarUnusedOffcpuEndEvent      = "unused_offcpu_end_event"
 	samplerVarUnusedOffcpuStart         = "unused_offcpu_start"
+	samplerVarUnusedPhpEnd              = "unused_php_end"
+	samplerVarUnusedPhpFrameEncoding    = "unused_php_frame_encoding"
+	samplerVarUnusedPhpLimits           = "unused_php_limits"
+	samplerVarUnusedPhpProc             = "unused_php_proc"
 	samplerVarUnusedProcInfo            = "unused_proc_info"
 	samplerVarUnusedProcessEvent        = "unused_process_event"
 	samplerVarUnusedPyEnd               = "unused_py_end"
@@ -677,6 +726,9 @@ type samplerMapSpecs struct {
 	JvmScratchMap    *ebpf.MapSpec `ebpf:"jvm_scratch_map"`
 	OffcpuRates      *ebpf.MapSpec `ebpf:"offcpu_rates"`
 	OffcpuStarts     *ebpf.MapSpec `ebpf:"offcpu_starts"`
+	PhpCounters      *ebpf.MapSpec `ebpf:"php_counters"`
+	PhpProcs         *ebpf.MapSpec `ebpf:"php_procs"`
+	PhpScratchMap    *ebpf.MapSpec `ebpf:"php_scratch_map"`
 	ProcMaps         *ebpf.MapSpec `ebpf:"proc_maps"`
 	PyCounters       *ebpf.MapSpec `ebpf:"py_counters"`
 	PyProcs          *ebpf.MapSpec `ebpf:"py_procs"`
@@ -728,6 +780,10 @@ type samplerVariableSpecs struct {
 	UnusedJvmProc             *ebpf.VariableSpec `ebpf:"unused_jvm_proc"`
 	UnusedOffcpuEndEvent      *ebpf.VariableSpec `ebpf:"unused_offcpu_end_event"`
 	UnusedOffcpuStart         *ebpf.VariableSpec `ebpf:"unused_offcpu_start"`
+	UnusedPhpEnd              *ebpf.VariableSpec `ebpf:"unused_php_end"`
+	UnusedPhpFrameEncoding    *ebpf.VariableSpec `ebpf:"unused_php_frame_encoding"`
+	UnusedPhpLimits           *ebpf.VariableSpec `ebpf:"unused_php_limits"`
+	UnusedPhpProc             *ebpf.VariableSpec `ebpf:"unused_php_proc"`
 	UnusedProcInfo            *ebpf.VariableSpec `ebpf:"unused_proc_info"`
 	UnusedProcessEvent        *ebpf.VariableSpec `ebpf:"unused_process_event"`
 	UnusedPyEnd               *ebpf.VariableSpec `ebpf:"unused_py_end"`
@@ -782,6 +838,9 @@ type samplerMaps struct {
 	JvmScratchMap    *ebpf.Map `ebpf:"jvm_scratch_map"`
 	OffcpuRates      *ebpf.Map `ebpf:"offcpu_rates"`
 	OffcpuStarts     *ebpf.Map `ebpf:"offcpu_starts"`
+	PhpCounters      *ebpf.Map `ebpf:"php_counters"`
+	PhpProcs         *ebpf.Map `ebpf:"php_procs"`
+	PhpScratchMap    *ebpf.Map `ebpf:"php_scratch_map"`
 	ProcMaps         *ebpf.Map `ebpf:"proc_maps"`
 	PyCounters       *ebpf.Map `ebpf:"py_counters"`
 	PyProcs          *ebpf.Map `ebpf:"py_procs"`
@@ -815,6 +874,9 @@ func (m *samplerMaps) Close() error {
 		m.JvmScratchMap,
 		m.OffcpuRates,
 		m.OffcpuStarts,
+		m.PhpCounters,
+		m.PhpProcs,
+		m.PhpScratchMap,
 		m.ProcMaps,
 		m.PyCounters,
 		m.PyProcs,
@@ -867,6 +929,10 @@ type samplerVariables struct {
 	UnusedJvmProc             *ebpf.Variable `ebpf:"unused_jvm_proc"`
 	UnusedOffcpuEndEvent      *ebpf.Variable `ebpf:"unused_offcpu_end_event"`
 	UnusedOffcpuStart         *ebpf.Variable `ebpf:"unused_offcpu_start"`
+	UnusedPhpEnd              *ebpf.Variable `ebpf:"unused_php_end"`
+	UnusedPhpFrameEncoding    *ebpf.Variable `ebpf:"unused_php_frame_encoding"`
+	UnusedPhpLimits           *ebpf.Variable `ebpf:"unused_php_limits"`
+	UnusedPhpProc             *ebpf.Variable `ebpf:"unused_php_proc"`
 	UnusedProcInfo            *ebpf.Variable `ebpf:"unused_proc_info"`
 	UnusedProcessEvent        *ebpf.Variable `ebpf:"unused_process_event"`
 	UnusedPyEnd               *ebpf.Variable `ebpf:"unused_py_end"`

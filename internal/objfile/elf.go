@@ -173,6 +173,19 @@ func ProgData(p *elf.Prog, off, n uint64) ([]byte, error) {
 	return b, nil
 }
 
+// ReadVaddr reads n bytes of f's image at a virtual address, from the loadable segment
+// holding them; bytes past the segment's file contents (.bss) are not there.
+func ReadVaddr(f *elf.File, vaddr uint64, n uint64) ([]byte, error) {
+	for _, p := range f.Progs {
+		if p.Type != elf.PT_LOAD || vaddr < p.Vaddr || vaddr-p.Vaddr >= p.Filesz {
+			continue
+		}
+		off := vaddr - p.Vaddr
+		return ProgData(p, off, min(n, p.Filesz-off))
+	}
+	return nil, fmt.Errorf("address %#x: not in the file", vaddr)
+}
+
 // LookupSymbol finds the first symbol called name in f's .symtab.
 func LookupSymbol(f *elf.File, name string) (value uint64, info byte, ok bool) {
 	s, ok, _ := FindSymbol(f, elf.SHT_SYMTAB, name, false)

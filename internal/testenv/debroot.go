@@ -18,7 +18,7 @@ import (
 
 // SidPackages are Debian's packages of the runtimes the tests run as a container's base
 // image ships them: one root holds them all, built once.
-var SidPackages = []string{"python3.13", "python3.14", "python3.15", "zlib1g"}
+var SidPackages = []string{"python3.13", "python3.14", "python3.15", "zlib1g", "php8.4-cli", "ruby3.3"}
 
 // debianSuite is the suite the root is built from: sid, where the newest runtimes land first.
 const debianSuite = "sid"

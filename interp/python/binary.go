@@ -9,6 +9,8 @@ import (
 	"strconv"
 
 	"github.com/sonde-profiler/sonde/internal/objfile"
+	"github.com/sonde-profiler/sonde/interp"
+	"github.com/sonde-profiler/sonde/unwind"
 )
 
 // Interpreter is what an interpreter file tells: its version, its layout, and where its
@@ -86,9 +88,12 @@ func Inspect(f *elf.File) (in *Interpreter, err error) {
 	if s, ok, _ := objfile.FindSymbol(f, elf.SHT_SYMTAB, "_PyEval_EvalFrameDefault.cold", true); ok && s.Value != 0 && s.Size > 0 {
 		in.EvalCold = [2]uint64{s.Value, s.Value + s.Size}
 	} else if f.Section(".symtab") == nil {
-		in.EvalCold = outOfLinePart(f, in.Eval[0], in.Eval[1])
+		in.EvalCold = interp.OutOfLinePart(f, in.Eval[0], in.Eval[1], func() *unwind.Table {
+			t, _ := unwind.FromELF(f)
+			return t
+		})
 	}
-	head, _ := readVaddr(f, runtime.Value, maxRuntimeRead)
+	head, _ := objfile.ReadVaddr(f, runtime.Value, maxRuntimeRead)
 	if bytes.HasPrefix(head, debugOffsetsCookie) {
 		in.Version, in.Layout, err = parseDebugOffsets(head)
 		return in, err
@@ -120,7 +125,7 @@ func Inspect(f *elf.File) (in *Interpreter, err error) {
 // 3.11, else the version string the file keeps for sys.version.
 func fileVersion(f *elf.File, pyVersion *elf.Symbol) (Version, error) {
 	if pyVersion != nil {
-		if b, err := readVaddr(f, pyVersion.Value, 4); err == nil && len(b) == 4 {
+		if b, err := objfile.ReadVaddr(f, pyVersion.Value, 4); err == nil && len(b) == 4 {
 			hex := uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
 			return Version{Major: int(hex >> 24), Minor: int(hex >> 16 & 0xff), Micro: int(hex >> 8 & 0xff)}, nil
 		}
@@ -156,17 +161,4 @@ func versionIn(data []byte) (Version, error) {
 		return Version{}, errors.New("no version string in .rodata")
 	}
 	return best, nil
-}
-
-// readVaddr reads n bytes of the file's image at a virtual address, from the loadable
-// segment holding them; bytes past the segment's file contents (.bss) are not there.
-func readVaddr(f *elf.File, vaddr uint64, n uint64) ([]byte, error) {
-	for _, p := range f.Progs {
-		if p.Type != elf.PT_LOAD || vaddr < p.Vaddr || vaddr-p.Vaddr >= p.Filesz {
-			continue
-		}
-		off := vaddr - p.Vaddr
-		return objfile.ProgData(p, off, min(n, p.Filesz-off))
-	}
-	return nil, fmt.Errorf("address %#x: not in the file", vaddr)
 }

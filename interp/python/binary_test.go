@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/sonde-profiler/sonde/internal/testenv"
+	"github.com/sonde-profiler/sonde/interp"
+	"github.com/sonde-profiler/sonde/unwind"
 )
 
 // TestInspect inspects every interpreter of the machine and Debian's own builds: each is
@@ -34,7 +36,7 @@ func TestInspect(t *testing.T) {
 			// pyenv's 3.11 and 3.12 move a few bytes out of line that the head never
 			// branches to (a trap after an unreachable path): not found, and no return
 			// address is ever in them.
-			if found := outOfLinePart(f, in.Eval[0], in.Eval[1]); found != in.EvalCold &&
+			if found := interp.OutOfLinePart(f, in.Eval[0], in.Eval[1], func() *unwind.Table { t, _ := unwind.FromELF(f); return t }); found != in.EvalCold &&
 				(found != [2]uint64{} || in.EvalCold[1]-in.EvalCold[0] > 64) {
 				t.Errorf("out-of-line part found from code and FDEs %#x, the symbol's %#x", found, in.EvalCold)
 			}

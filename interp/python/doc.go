@@ -11,7 +11,7 @@
 // layouts of 3.9 to 3.12 keyed by the version the binary carries (Py_Version, or the
 // version string). Nothing is taken from .symtab that a stripped build needs: the part of
 // the eval loop gcc moves out of line (.cold), which Debian's builds run their opcodes in,
-// is found from the branches of the exported head and .eh_frame (outOfLinePart).
+// is found from the branches of the exported head and .eh_frame (interp.OutOfLinePart).
 //
 // The kernel records each Python frame as the address of its code object and the
 // instruction's offset (package bpf, python.h). A Namer reads code objects from the process

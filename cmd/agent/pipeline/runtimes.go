@@ -8,13 +8,14 @@ import (
 	"github.com/sonde-profiler/sonde/interp"
 	"github.com/sonde-profiler/sonde/interp/jvm"
 	"github.com/sonde-profiler/sonde/interp/node"
+	"github.com/sonde-profiler/sonde/interp/php"
 	"github.com/sonde-profiler/sonde/interp/python"
 	"github.com/sonde-profiler/sonde/unwind"
 )
 
 // runtimeSpecs are the language runtimes whose frames the kernel walks beside the native
 // ones: the one list of them (bpf/runtimes.h is the kernel's).
-var runtimeSpecs = []interp.Spec{python.Spec, node.Spec, jvm.Spec}
+var runtimeSpecs = []interp.Spec{python.Spec, node.Spec, jvm.Spec, php.Spec}
 
 // registeredRuntime is a runtime as the pipeline drives it.
 type registeredRuntime struct {

@@ -1,4 +1,4 @@
-package python
+package interp
 
 import (
 	"bytes"
@@ -7,19 +7,22 @@ import (
 
 	"golang.org/x/arch/x86/x86asm"
 
+	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/unwind"
 )
 
-// maxEvalRead bounds the bytes of the eval loop's head decoded to find its other part:
-// Debian's heads are one to three kilobytes, a whole eval loop some tens (43 in pyenv's
-// 3.11).
+// maxEvalRead bounds the bytes of an interpreter loop's head decoded to find its other
+// part: Debian's CPython heads are one to three kilobytes, a whole eval loop some tens (43
+// in pyenv's 3.11), PHP's execute_ex 37 to 43.
 const maxEvalRead = 1 << 20
 
-// outOfLinePart finds the part of the eval loop the compiler moved out of line (gcc's
-// function partitioning under profile feedback: _PyEval_EvalFrameDefault.cold) in a file
-// whose .symtab is gone, as distributions strip their interpreters. Debian's builds keep
-// only a head of one to three kilobytes under the exported symbol; the opcodes run in the
-// other part, so without it no activation of the eval loop is seen on the stack.
+// OutOfLinePart finds the part of an interpreter's loop (the function at [start, end)) the
+// compiler moved out of line (gcc's function partitioning: _PyEval_EvalFrameDefault.cold,
+// execute_ex.cold) in a file whose .symtab is gone, as distributions strip their
+// interpreters. Debian's CPython builds keep only a head of one to three kilobytes under
+// the exported symbol and run their opcodes in the other part, so without it no activation
+// of the eval loop is seen on the stack; PHP's keeps its cold handlers there. table is the
+// file's unwind table, built only if a candidate is found (nil: none could be).
 //
 // Only what a stripped file keeps is used: the head's code and .eh_frame, where each part
 // of a split function has its own FDE. The head branches into its other part, and that
@@ -27,11 +30,11 @@ const maxEvalRead = 1 << 20
 // a function the head tail-calls starts at its entry. The eligible FDE most branches land
 // in is the part; none means the function was not split. x86-64 only: the kernel walks
 // Python frames only where it unwinds by tables.
-func outOfLinePart(f *elf.File, start, end uint64) [2]uint64 {
+func OutOfLinePart(f *elf.File, start, end uint64, table func() *unwind.Table) [2]uint64 {
 	if f.Machine != elf.EM_X86_64 || end <= start || end-start > maxEvalRead {
 		return [2]uint64{}
 	}
-	code, err := readVaddr(f, start, end-start)
+	code, err := objfile.ReadVaddr(f, start, end-start)
 	if err != nil || len(code) == 0 {
 		return [2]uint64{}
 	}
@@ -61,13 +64,13 @@ func outOfLinePart(f *elf.File, start, end uint64) [2]uint64 {
 	if len(hits) == 0 {
 		return [2]uint64{}
 	}
-	table, err := unwind.FromELF(f)
-	if err != nil {
+	t := table()
+	if t == nil {
 		return [2]uint64{}
 	}
 	var best unwind.CodeRange
 	for r, n := range hits {
-		if table.AtEntry(r.Start) {
+		if t.AtEntry(r.Start) {
 			continue
 		}
 		if n > hits[best] || n == hits[best] && r.Start < best.Start {
@@ -85,29 +88,39 @@ func outOfLinePart(f *elf.File, start, end uint64) [2]uint64 {
 // keep no data in a function's code.
 func branchTargetsX86(code []byte, addr uint64) []uint64 {
 	var out []uint64
+	DecodeX86(code, addr, func(inst x86asm.Inst, next uint64) bool {
+		if inst.Op != x86asm.CALL && isJump(inst.Op) {
+			if rel, ok := inst.Args[0].(x86asm.Rel); ok {
+				out = append(out, next+uint64(int64(rel)))
+			}
+		}
+		return true
+	})
+	return out
+}
+
+var endbr64 = []byte{0xf3, 0x0f, 0x1e, 0xfa}
+
+// DecodeX86 decodes x86-64 code at addr from its start, until the first byte sequence that
+// is not an instruction, passing over CET's landing pads (endbr64), which the decoder does
+// not know; fn hears each instruction and the address after it, and stops the decoding by
+// returning false.
+func DecodeX86(code []byte, addr uint64, fn func(inst x86asm.Inst, next uint64) bool) {
 	for off := 0; off < len(code); {
 		if bytes.HasPrefix(code[off:], endbr64) {
-			// CET's landing pad, which the decoder does not know.
 			off += len(endbr64)
 			continue
 		}
 		inst, err := x86asm.Decode(code[off:], 64)
 		if err != nil || inst.Len == 0 {
-			break
+			return
 		}
-		next := addr + uint64(off+inst.Len)
 		off += inst.Len
-		if inst.Op == x86asm.CALL || !isJump(inst.Op) {
-			continue
-		}
-		if rel, ok := inst.Args[0].(x86asm.Rel); ok {
-			out = append(out, next+uint64(int64(rel)))
+		if !fn(inst, addr+uint64(off)) {
+			return
 		}
 	}
-	return out
 }
-
-var endbr64 = []byte{0xf3, 0x0f, 0x1e, 0xfa}
 
 func isJump(op x86asm.Op) bool {
 	switch op {
