@@ -12,6 +12,7 @@ import (
 
 	"github.com/sonde-profiler/sonde/bpf"
 	"github.com/sonde-profiler/sonde/cmd/agent/pipeline"
+	"github.com/sonde-profiler/sonde/internal/procfs"
 	"github.com/sonde-profiler/sonde/reporter/files"
 	"github.com/sonde-profiler/sonde/reporter/otlp"
 	"github.com/sonde-profiler/sonde/symbolize"
@@ -102,6 +103,8 @@ func agentFlags(getenv func(string) string) (*flag.FlagSet, func(set *flag.FlagS
 	var pids, logLevel, memoryLimit string
 	var outputs []string
 	fs.StringVar(&pids, "pid", "", "profile only these processes (`PID[,PID...]`); filtered in the kernel")
+	var children bool
+	fs.BoolVar(&children, "children", false, "with --pid, also profile their descendants: those running now and those they start later (php-fpm's, Puma's and gunicorn's workers, as they are recycled)")
 	fs.IntVar(&c.Frequency, "frequency", 0, fmt.Sprintf("samples per second per CPU (`HZ`, at most %d) (default 19 host-wide, 199 with --pid)", maxFrequency))
 	fs.DurationVar(&c.Duration, "duration", 0, "stop after this long (0: run until SIGINT or SIGTERM)")
 	fs.Func("output", "write the whole run, merged, to `FILE` when sonde stops; the name picks the format: "+files.Names+"; may be given more than once", func(s string) error {
@@ -194,6 +197,14 @@ func agentFlags(getenv func(string) string) (*flag.FlagSet, func(set *flag.FlagS
 		}
 		if c.PIDs, err = parsePIDs(pids); err != nil {
 			return nil, usageError{err}
+		}
+		if children {
+			if len(c.PIDs) == 0 {
+				return nil, usageError{errors.New("--children follows the processes of --pid: give one")}
+			}
+			// Those forked from now on the kernel adds to the filter as they start.
+			c.FollowForks = true
+			c.PIDs = procfs.Descendants("/proc", c.PIDs, bpf.MaxFollowed)
 		}
 		frequencySet := false
 		set.Visit(func(f *flag.Flag) { frequencySet = frequencySet || f.Name == "frequency" })
@@ -329,7 +340,6 @@ func parseSize(s string) (int64, error) {
 	return n * scale, nil
 }
 
-// checkPIDsExist fails fast on a --pid that names no running process.
 func parseThreadAttributes(s string) (otlp.ThreadAttributes, error) {
 	if strings.TrimSpace(s) == "none" {
 		return otlp.ThreadNone, nil

@@ -6,9 +6,12 @@ package procfs
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -163,4 +166,57 @@ func StatmResident(statm []byte) int64 {
 	}
 	pages, _ := strconv.ParseInt(fields[1], 10, 64)
 	return pages * int64(os.Getpagesize())
+}
+
+// Descendants returns pids and every process descending from one of them now, by the
+// parents /proc/PID/stat names: a process manager's workers (php-fpm's, Puma's), and
+// theirs. At most max are returned; what exits meanwhile is still listed.
+func Descendants(proc string, pids []uint32, max int) []uint32 {
+	entries, err := os.ReadDir(proc)
+	if err != nil {
+		return pids
+	}
+	children := map[uint32][]uint32{}
+	for _, e := range entries {
+		pid, err := strconv.ParseUint(e.Name(), 10, 32)
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(proc, e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		if ppid, ok := StatParent(b); ok {
+			children[ppid] = append(children[ppid], uint32(pid))
+		}
+	}
+	out := slices.Clone(pids)
+	seen := map[uint32]bool{}
+	for _, p := range pids {
+		seen[p] = true
+	}
+	for i := 0; i < len(out) && len(out) < max; i++ {
+		for _, c := range children[out[i]] {
+			if !seen[c] && len(out) < max {
+				seen[c] = true
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// StatParent reads the parent's PID from /proc/PID/stat: the fourth field, after the
+// command name in parentheses, which may itself hold spaces and parentheses.
+func StatParent(stat []byte) (uint32, bool) {
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	if len(f) < 2 {
+		return 0, false
+	}
+	ppid, err := strconv.ParseUint(f[1], 10, 32)
+	return uint32(ppid), err == nil
 }

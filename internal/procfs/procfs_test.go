@@ -2,8 +2,10 @@ package procfs
 
 import (
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseMounts(t *testing.T) {
@@ -32,5 +34,31 @@ func TestScanMaps(t *testing.T) {
 	}
 	if StatmResident([]byte("100 25 3 1 0 20 0")) <= 0 || StatmResident([]byte("1")) != 0 {
 		t.Error("statm's resident pages")
+	}
+}
+
+// TestDescendants finds a shell's children and grandchildren, and reads a parent from a
+// stat line whose command name holds spaces and parentheses.
+func TestDescendants(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "(sleep 30; true) & sleep 30; true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	root := uint32(cmd.Process.Pid)
+	var got []uint32
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if got = Descendants("/proc", []uint32{root}, 100); len(got) >= 4 {
+			break
+		}
+	}
+	if len(got) < 4 || got[0] != root {
+		t.Fatalf("descendants of %d: %v, want it, two children and a grandchild", root, got)
+	}
+	if got := Descendants("/proc", []uint32{root}, 2); len(got) != 2 {
+		t.Errorf("bounded at 2: %v", got)
+	}
+	if ppid, ok := StatParent([]byte("42 (a) b (c)) S 17 42 42 0")); !ok || ppid != 17 {
+		t.Errorf("parent %d %v, want 17", ppid, ok)
 	}
 }

@@ -115,6 +115,11 @@ func TestDecodeFileExporterForms(t *testing.T) {
 			if len(got) != 2 {
 				t.Fatalf("%d profiles, want one per record (2)", len(got))
 			}
+			// The resource's attributes come back on the process: those the encoder
+			// adds (service.name) and the host's, which the fixture's processes lack.
+			if p := got[0].Samples[0].Process; p.Attributes["service.name"] != p.Name || p.Attributes["deployment.environment"] != "test" {
+				t.Errorf("process attributes %v, want service.name=%s and the host's", p.Attributes, p.Name)
+			}
 			for i, want := range []*trace.Profile{first, second} {
 				if g, w := describe(got[i]), describe(want); g != w {
 					t.Errorf("interval %d:\ngot:\n%s\nwant:\n%s", i, g, w)

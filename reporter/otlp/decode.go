@@ -268,6 +268,14 @@ func process(t *dict, attrs []*commonpb.KeyValue) (*trace.Process, error) {
 			p.ContainerID = v.GetStringValue()
 		case keyPodUID:
 			p.PodUID = v.GetStringValue()
+		default:
+			// What a describer added (service.name, k8s.*, a php-fpm worker's pool).
+			if s, ok := v.GetValue().(*commonpb.AnyValue_StringValue); ok && !strings.HasPrefix(key, "host.") && key != keyOSType {
+				if p.Attributes == nil {
+					p.Attributes = map[string]string{}
+				}
+				p.Attributes[key] = s.StringValue
+			}
 		}
 	}
 	if !known {

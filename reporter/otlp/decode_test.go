@@ -20,7 +20,12 @@ func describe(p *trace.Profile) string {
 	for _, s := range p.Samples {
 		var b strings.Builder
 		if s.Process != nil {
-			fmt.Fprintf(&b, "%+v ", *s.Process)
+			// The resource's other attributes come back too, with the host's and what the
+			// encoder adds (TestDecodeFileExporterForms checks them): the process is
+			// compared by what identifies it.
+			p := *s.Process
+			p.Attributes, p.Published = nil, nil
+			fmt.Fprintf(&b, "%+v ", p)
 		}
 		fmt.Fprintf(&b, "tid=%d %q count=%d ts=%d:", s.TID, s.ThreadName, s.Count, len(s.Timestamps))
 		for _, l := range s.Locations {

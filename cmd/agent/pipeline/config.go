@@ -42,7 +42,8 @@ type Config struct {
 	MetricsOTLP      bool
 	ThreadAttrs      otlp.ThreadAttributes
 	Kube             KubeConfig
-	// FollowForks profiles the children of PIDs too (sonde record); no flag sets it.
+	// FollowForks profiles the children of PIDs too, from their fork on (sonde record,
+	// --children).
 	FollowForks bool
 	// Export is set when profiles go to a collector: --otlp-endpoint or the OTEL_* variables name one.
 	Export bool

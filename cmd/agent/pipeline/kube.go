@@ -156,6 +156,9 @@ func (f *podFilter) update() {
 // app.kubernetes.io/name label, its app label, the container's name, the executable's.
 type describer struct {
 	watcher *kube.Watcher // nil without API access
+	// runtimes are the language runtimes that tell something of their processes (a
+	// php-fpm worker's pool).
+	runtimes []trace.Describer
 }
 
 // Describe implements trace.Describer.
@@ -185,8 +188,12 @@ func (d describer) Describe(p *trace.Process) bool {
 	}
 	// A container's pod the watch has not delivered yet, or whose container it has not
 	// named yet, is asked about again.
+	complete := true
+	for _, r := range d.runtimes {
+		complete = r.Describe(p) && complete
+	}
 	inPod := p.PodUID != "" || (p.ContainerID != "" && d.watcher != nil)
-	return d.watcher == nil || !inPod || (found && ctr.Name != "")
+	return complete && (d.watcher == nil || !inPod || (found && ctr.Name != ""))
 }
 
 // maxFilteredPods sizes the kernel's cgroup filter for pods chosen as they come: a node

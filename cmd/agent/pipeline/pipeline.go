@@ -283,7 +283,7 @@ func Build(cfg *Config, log *slog.Logger) (_ *Pipeline, err error) {
 		contexts = kernelContexts{p.sampler}
 	}
 	p.procs = trace.NewProcesses(trace.ProcessConfig{
-		Describer: describer{watcher: p.watcher},
+		Describer: describer{watcher: p.watcher, runtimes: describers(p.runtimes)},
 		OnFileError: func(path string, err error) {
 			log.Info("cannot identify mapped file; its frames keep addresses only", "file", path, "err", err)
 		},

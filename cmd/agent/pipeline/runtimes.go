@@ -10,6 +10,7 @@ import (
 	"github.com/sonde-profiler/sonde/interp/node"
 	"github.com/sonde-profiler/sonde/interp/php"
 	"github.com/sonde-profiler/sonde/interp/python"
+	"github.com/sonde-profiler/sonde/trace"
 	"github.com/sonde-profiler/sonde/unwind"
 )
 
@@ -66,6 +67,17 @@ func newRuntimes(specs []interp.Spec, s *bpf.Sampler, renew func(pid uint32, ima
 		})})
 	}
 	return out, nil
+}
+
+// describers are the runtimes that describe their processes.
+func describers(rts []registeredRuntime) []trace.Describer {
+	var out []trace.Describer
+	for _, r := range rts {
+		if d, ok := r.rt.(trace.Describer); ok {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // runtimeKernel lets a runtime write its maps through bpf.RuntimeKernel without knowing BPF.

@@ -1,0 +1,33 @@
+<?php
+// A request php-fpm serves in sonde's tests: handle_request -> render_page -> tokenize,
+// about 20 ms of arithmetic in PHP, then a line of output.
+
+function tokenize(int $seed): int
+{
+    $n = $seed;
+    for ($i = 0; $i < 5000; $i++) {
+        $n = ($n * 1103515245 + 12345) & 0x7fffffff;
+    }
+    return $n & 0xff;
+}
+
+function render_page(int $rows): int
+{
+    $sum = 0;
+    for ($r = 0; $r < $rows; $r++) {
+        $sum += tokenize($r);
+    }
+    return $sum;
+}
+
+function handle_request(): string
+{
+    $until = microtime(true) + 0.02;
+    $sum = 0;
+    while (microtime(true) < $until) {
+        $sum += render_page(20);
+    }
+    return "served $sum\n";
+}
+
+echo handle_request();
