@@ -18,15 +18,37 @@ import (
 	"github.com/sonde-profiler/sonde/internal/testenv"
 	"github.com/sonde-profiler/sonde/interp/php"
 	"github.com/sonde-profiler/sonde/reporter/otlp"
+	"github.com/sonde-profiler/sonde/trace"
 )
 
 // TestPHPFPM profiles a php-fpm pool serving requests from a load generator of the test's
 // own on 127.0.0.1, with sonde attached to the master (--pid, --children): each worker is
 // profiled in its own right with the pool on its resource, the workers that replace those
 // recycled after pm.max_requests are followed, and a request's chain is named in each.
+// Without opcache each request compiles the script afresh, in memory the last request's
+// functions may have held; with opcache's JIT, the workers share the master's JIT buffer.
 func TestPHPFPM(t *testing.T) {
 	testenv.RequireRoot(t)
 	fpm := testenv.HostPHPFPM(t)
+	ext, err := exec.Command(testenv.HostPHP(t).Path, "-r", "echo ini_get('extension_dir');").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, jit string
+		args      []string
+	}{
+		// -n: no php.ini, and so no opcache.
+		{"vm", "jit=off", []string{"-n"}},
+		{"jit", "jit=on", []string{"-n", "-d", "zend_extension=" + filepath.Join(string(ext), "opcache.so"), "-d", "opcache.enable=1",
+			"-d", "opcache.jit=tracing", "-d", "opcache.jit_buffer_size=32M"}},
+	} {
+		t.Run(c.name, func(t *testing.T) { testPHPFPM(t, fpm, c.args, c.jit) })
+	}
+}
+
+// testPHPFPM runs the test with php-fpm started with args, whose requests say jit.
+func testPHPFPM(t *testing.T, fpm string, args []string, jit string) {
 	dir := t.TempDir()
 	script, err := filepath.Abs("testdata/phpfpm.php")
 	if err != nil {
@@ -48,9 +70,7 @@ pm.max_requests = %d
 	if err != nil {
 		t.Fatal(err)
 	}
-	// -n: no php.ini, so no opcache either: each request compiles the script afresh, and
-	// its functions' addresses may be the last request's.
-	master := exec.Command(fpm, "-n", "-R", "-F", "-y", conf)
+	master := exec.Command(fpm, append(args, "-R", "-F", "-y", conf)...)
 	if err := master.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +96,7 @@ pm.max_requests = %d
 					return
 				default:
 				}
-				if out, err := fastCGIGet(addr, script); err == nil && bytes.HasPrefix(out, []byte("served")) {
+				if out, err := fastCGIGet(addr, script); err == nil && bytes.HasPrefix(out, []byte("served")) && bytes.Contains(out, []byte(jit)) {
 					served.Add(1)
 				} else {
 					failed.Add(1)
@@ -109,6 +129,7 @@ pm.max_requests = %d
 	}
 	spans := phpSpans(t, script)
 	chain := []string{"tokenize", "render_page", "handle_request"}
+	var other []*trace.Sample // the workers' samples without the chain, to show a failure
 	type worker struct{ samples, named, pooled int64 }
 	workers := map[uint32]*worker{}
 	for _, pr := range profiles {
@@ -128,6 +149,7 @@ pm.max_requests = %d
 			}
 			fs := phpFrames(smp)
 			if len(fs) < len(chain)+1 || fs[len(chain)].name != "{main}" {
+				other = append(other, smp)
 				continue
 			}
 			good := true
@@ -139,6 +161,8 @@ pm.max_requests = %d
 			}
 			if good {
 				w.named += smp.Count
+			} else {
+				other = append(other, smp)
 			}
 		}
 	}
@@ -156,7 +180,9 @@ pm.max_requests = %d
 	if share := float64(pooled) / float64(samples); samples == 0 || share < 0.95 {
 		t.Errorf("%.3f of %d workers' samples have %s=%s on their resource, want 0.95", share, samples, php.PoolAttribute, pool)
 	}
+	t.Logf("%.3f of %d workers' samples name the request's chain, %.3f have their pool", float64(named)/float64(max(samples, 1)), samples, float64(pooled)/float64(max(samples, 1)))
 	if share := float64(named) / float64(samples); samples == 0 || share < 0.9 {
+		logTopStacks(t, other, 8)
 		t.Errorf("%.3f of %d workers' samples name the request's chain with file and line, want 0.9", share, samples)
 	}
 }

@@ -1,6 +1,7 @@
 <?php
 // A request php-fpm serves in sonde's tests: handle_request -> render_page -> tokenize,
-// about 20 ms of arithmetic in PHP, then a line of output.
+// about 50 ms of arithmetic in PHP, then a line of output that says whether opcache's JIT
+// ran it.
 
 function tokenize(int $seed): int
 {
@@ -22,12 +23,14 @@ function render_page(int $rows): int
 
 function handle_request(): string
 {
-    $until = microtime(true) + 0.02;
+    $until = microtime(true) + 0.05;
     $sum = 0;
     while (microtime(true) < $until) {
         $sum += render_page(20);
     }
-    return "served $sum\n";
+    $status = function_exists('opcache_get_status') ? opcache_get_status(false) : false;
+    $jit = $status && !empty($status['jit']['on']) ? 'on' : 'off';
+    return "served $sum jit=$jit\n";
 }
 
 echo handle_request();
