@@ -36,19 +36,23 @@ func TestPHPFPM(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name, jit string
+		want      float64 // of the workers' samples naming the request's chain
 		args      []string
 	}{
-		// -n: no php.ini, and so no opcache.
-		{"vm", "jit=off", []string{"-n"}},
-		{"jit", "jit=on", []string{"-n", "-d", "zend_extension=" + filepath.Join(string(ext), "opcache.so"), "-d", "opcache.enable=1",
+		// -n: no php.ini, and so no opcache: each request's functions are freed at its end,
+		// and one first seen then may be read after, named [php] (php.names.read_errors)
+		// where its worker is recycled before the read is tried again. 0.92-0.95 measured.
+		{"vm", "jit=off", 0.85, []string{"-n"}},
+		{"jit", "jit=on", 0.9, []string{"-n", "-d", "zend_extension=" + filepath.Join(string(ext), "opcache.so"), "-d", "opcache.enable=1",
 			"-d", "opcache.jit=tracing", "-d", "opcache.jit_buffer_size=32M"}},
 	} {
-		t.Run(c.name, func(t *testing.T) { testPHPFPM(t, fpm, c.args, c.jit) })
+		t.Run(c.name, func(t *testing.T) { testPHPFPM(t, fpm, c.args, c.jit, c.want) })
 	}
 }
 
-// testPHPFPM runs the test with php-fpm started with args, whose requests say jit.
-func testPHPFPM(t *testing.T, fpm string, args []string, jit string) {
+// testPHPFPM runs the test with php-fpm started with args, whose requests say jit, and
+// wants that share of the workers' samples to name the request's chain.
+func testPHPFPM(t *testing.T, fpm string, args []string, jit string, want float64) {
 	dir := t.TempDir()
 	script, err := filepath.Abs("testdata/phpfpm.php")
 	if err != nil {
@@ -175,15 +179,15 @@ pm.max_requests = %d
 	if len(workers) < 3 {
 		t.Errorf("%d workers profiled, want the first two and at least one that replaced a recycled one", len(workers))
 	}
-	// A worker read in the microseconds between its fork and its renaming itself is asked
-	// again at the next interval; one recycled before then keeps no pool.
+	// Every worker has its pool, those read at their fork before they renamed themselves
+	// too (Describe waits for it).
 	if share := float64(pooled) / float64(samples); samples == 0 || share < 0.95 {
 		t.Errorf("%.3f of %d workers' samples have %s=%s on their resource, want 0.95", share, samples, php.PoolAttribute, pool)
 	}
 	t.Logf("%.3f of %d workers' samples name the request's chain, %.3f have their pool", float64(named)/float64(max(samples, 1)), samples, float64(pooled)/float64(max(samples, 1)))
-	if share := float64(named) / float64(samples); samples == 0 || share < 0.9 {
+	if share := float64(named) / float64(samples); samples == 0 || share < want {
 		logTopStacks(t, other, 8)
-		t.Errorf("%.3f of %d workers' samples name the request's chain with file and line, want 0.9", share, samples)
+		t.Errorf("%.3f of %d workers' samples name the request's chain with file and line, want %.2f", share, samples, want)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/sonde-profiler/sonde/internal/procfs"
 	"github.com/sonde-profiler/sonde/trace"
@@ -23,15 +24,27 @@ func (r *Runtime) Describe(p *trace.Process) bool {
 	if !strings.HasPrefix(p.Name, "php-fpm") {
 		return true
 	}
-	title, err := readTitle(fmt.Sprintf("/proc/%d/cmdline", p.PID))
-	if err != nil {
-		return true // gone: nothing more to say
-	}
-	pool, isWorker := strings.CutPrefix(title, "php-fpm: pool ")
-	if !isWorker {
-		// The master, or a worker just forked that has not renamed itself yet: its
-		// parent is the master.
-		return !parentIsFPM(p.PID)
+	var pool string
+	for try := 0; ; try++ {
+		title, err := readTitle(fmt.Sprintf("/proc/%d/cmdline", p.PID))
+		if err != nil {
+			return true // gone: nothing more to say
+		}
+		var isWorker bool
+		if pool, isWorker = strings.CutPrefix(title, "php-fpm: pool "); isWorker {
+			break
+		}
+		// The master, or a worker just forked that has not renamed itself yet (sonde
+		// reads a followed child at its fork): its parent is the master, and it renames
+		// itself within a millisecond. A recycled worker may not live to the next
+		// interval, when the describer would be asked again.
+		if !parentIsFPM(p.PID) {
+			return true
+		}
+		if try == retitleTries {
+			return false
+		}
+		time.Sleep(retitleWait)
 	}
 	if p.Attributes == nil {
 		p.Attributes = map[string]string{}
@@ -39,6 +52,13 @@ func (r *Runtime) Describe(p *trace.Process) bool {
 	p.Attributes[PoolAttribute] = strings.ToValidUTF8(strings.TrimSpace(pool), "\uFFFD")
 	return true
 }
+
+// How long Describe waits for a php-fpm worker just forked to take its pool's title:
+// retitleTries times retitleWait at most, once per worker.
+const (
+	retitleTries = 10
+	retitleWait  = time.Millisecond
+)
 
 // maxTitle bounds what is read of a process's title.
 const maxTitle = 4096
