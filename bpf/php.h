@@ -22,15 +22,19 @@
 #define SONDE_PHP_H
 
 /* PHP's number among the runtimes (types.h, enum interp_frame_encoding), and how its 58
- * bits of a frame hold a function and a line in it: the zend_function's address >>
+ * bits of a frame hold a function and a line in it: a kind bit, the address >>
  * PHP_FUNC_ALIGN_SHIFT (the engine's allocations are 8-byte aligned, user addresses below
  * 2^47: 44 bits), then the line of the frame's current opline, saturated at PHP_LINE_MASK
- * (0: none, an internal function's frame). */
+ * (0: none, an internal function's frame). The address is the zend_function's, or for a
+ * script's body (PHP_KIND_SCRIPT) its file name's zend_string: opcache gives each request
+ * a copy of a cached script's op array that the request frees at its end, while the name
+ * stays in shared memory. */
 enum php_frame_encoding {
 	PHP_RUNTIME = 5,
 	PHP_FUNC_ALIGN_SHIFT = 3,
-	PHP_LINE_BITS = 14,
-	PHP_LINE_MASK = (1 << 14) - 1,
+	PHP_LINE_BITS = 13,
+	PHP_LINE_MASK = (1 << 13) - 1,
+	PHP_KIND_SCRIPT_BIT = 57,
 };
 
 /* How the walk of a PHP process's frames ended. */
@@ -64,11 +68,13 @@ struct php_proc {
 	__u16 ex_call_info;         /* zend_execute_data: This.u1.type_info, the call info */
 	__u16 ex_prev;              /* zend_execute_data: prev_execute_data */
 	__u16 func_type;            /* zend_function: type */
+	__u16 func_name;            /* zend_function: function_name; NULL for a script's body */
+	__u16 op_array_filename;    /* zend_op_array: filename */
 	__u16 op_lineno;            /* zend_op: lineno */
 	__u16 jit_cfa;              /* execute_ex's CFA where its body runs, less sp or rbp */
 	__u16 jit_fp;               /* where it saved rbp, below its CFA; 0: not saved */
-	__u16 jit_from_fp;           /* 1: jit_cfa is from rbp (a frame pointer), 0: from sp */
-	__u16 pad[3];
+	__u16 jit_from_fp;          /* 1: jit_cfa is from rbp (a frame pointer), 0: from sp */
+	__u16 pad;
 };
 
 /* For bpf2go -type. */
@@ -206,10 +212,18 @@ static __always_inline long php_step(struct php_walk *w)
 		return 1;
 	}
 	st->frame = next;
-	__u8 type = 0;
-	if (bpf_probe_read_user(&type, sizeof(type), (void *)(func + p->func_type))) {
+	__u64 head[2] = {};
+	if (p->func_type > 15 || p->func_name > 8 || bpf_probe_read_user(head, sizeof(head), (void *)func)) {
 		st->end = PHP_BAD_READ;
 		return 1;
+	}
+	__u8 type = ((__u8 *)head)[p->func_type & 15];
+	__u64 name = head[(p->func_name / 8) & 1], id = func, kind = 0, file = 0;
+	if (type != PHP_INTERNAL_FUNCTION && !name &&
+	    !bpf_probe_read_user(&file, sizeof(file), (void *)(func + p->op_array_filename)) && file &&
+	    !(file & ((1 << PHP_FUNC_ALIGN_SHIFT) - 1)) && !(file >> 47)) {
+		id = file;
+		kind = 1;
 	}
 	__u32 line = 0;
 	/* An internal function's frame has no opline of its own; a user frame's may be unset
@@ -218,7 +232,7 @@ static __always_inline long php_step(struct php_walk *w)
 		line = 0;
 	if (line > PHP_LINE_MASK)
 		line = PHP_LINE_MASK;
-	php_emit(w, INTERP_FRAME(PHP_RUNTIME, (func >> PHP_FUNC_ALIGN_SHIFT) << PHP_LINE_BITS | line));
+	php_emit(w, INTERP_FRAME(PHP_RUNTIME, kind << PHP_KIND_SCRIPT_BIT | (id >> PHP_FUNC_ALIGN_SHIFT) << PHP_LINE_BITS | line));
 	st->emitted = 1;
 	/* The frame execute_ex was entered for ends its span: frames below it belong to the
 	 * activation of execute_ex that called out of it through native code. */

@@ -29,8 +29,9 @@
 #include "v8.h"
 #include "jvm.h"
 #include "php.h"
+#include "ruby.h"
 
-#define SONDE_RUNTIMES(X) X(python, PY_RUNTIME) X(v8, V8_RUNTIME) X(jvm, JVM_RUNTIME) X(php, PHP_RUNTIME)
+#define SONDE_RUNTIMES(X) X(python, PY_RUNTIME) X(v8, V8_RUNTIME) X(jvm, JVM_RUNTIME) X(php, PHP_RUNTIME) X(ruby, RUBY_RUNTIME)
 
 #if defined(__TARGET_ARCH_x86)
 #define SONDE_JIT_RUNTIMES(X) X(jvm, JVM_RUNTIME) X(v8, V8_RUNTIME) X(php_jit, PHP_RUNTIME)
@@ -38,6 +39,6 @@
 #define SONDE_JIT_RUNTIMES(X) X(v8, V8_RUNTIME)
 #endif
 
-#define SONDE_STATE_RUNTIMES(X) X(python, PY_RUNTIME) X(php, PHP_RUNTIME)
+#define SONDE_STATE_RUNTIMES(X) X(python, PY_RUNTIME) X(php, PHP_RUNTIME) X(ruby, RUBY_RUNTIME)
 
 #endif

@@ -240,25 +240,27 @@ type samplerOffcpuStart struct {
 }
 
 type samplerPhpProc struct {
-	_          structs.HostLayout
-	ExecId     uint64
-	Current    uint64
-	ExecStart  uint64
-	ExecEnd    uint64
-	ColdStart  uint64
-	ColdEnd    uint64
-	JitStart   uint64
-	JitEnd     uint64
-	ExOpline   uint16
-	ExFunc     uint16
-	ExCallInfo uint16
-	ExPrev     uint16
-	FuncType   uint16
-	OpLineno   uint16
-	JitCfa     uint16
-	JitFp      uint16
-	JitFromFp  uint16
-	Pad        [3]uint16
+	_               structs.HostLayout
+	ExecId          uint64
+	Current         uint64
+	ExecStart       uint64
+	ExecEnd         uint64
+	ColdStart       uint64
+	ColdEnd         uint64
+	JitStart        uint64
+	JitEnd          uint64
+	ExOpline        uint16
+	ExFunc          uint16
+	ExCallInfo      uint16
+	ExPrev          uint16
+	FuncType        uint16
+	FuncName        uint16
+	OpArrayFilename uint16
+	OpLineno        uint16
+	JitCfa          uint16
+	JitFp           uint16
+	JitFromFp       uint16
+	Pad             uint16
 }
 
 type samplerPhpScratch struct {
@@ -375,6 +377,51 @@ type samplerRowMemo struct {
 	}
 	Clock uint32
 	Pad   uint32
+}
+
+type samplerRubyProc struct {
+	_             structs.HostLayout
+	ExecId        uint64
+	VmStart       uint64
+	VmEnd         uint64
+	ColdStart     uint64
+	ColdEnd       uint64
+	TlsOffset     int64
+	TlsModule     uint64
+	DtvOffset     int32
+	DtvLen        int32
+	DtvShift      uint16
+	EcVmStack     uint16
+	EcVmStackSize uint16
+	EcCfp         uint16
+	CfpSize       uint16
+	CfpPc         uint16
+	CfpIseq       uint16
+	CfpEp         uint16
+	IseqBody      uint16
+	BodyEncoded   uint16
+	Pad           [2]uint16
+}
+
+type samplerRubyScratch struct {
+	_  structs.HostLayout
+	St struct {
+		_       structs.HostLayout
+		Frame   uint64
+		EndCfp  uint64
+		ExecPc  uint64
+		In      uint32
+		N_in    uint32
+		N_out   uint32
+		Walked  uint32
+		End     uint32
+		Open    uint8
+		Emitted uint8
+		Tail    uint8
+		Pad     uint8
+	}
+	Native [256]uint64
+	Cfp    [128]uint8
 }
 
 type samplerSampleEvent struct {
@@ -587,6 +634,9 @@ const (
 	samplerMapPyScratchMap              = "py_scratch_map"
 	samplerMapPyThreads                 = "py_threads"
 	samplerMapRowMemos                  = "row_memos"
+	samplerMapRubyCounters              = "ruby_counters"
+	samplerMapRubyProcs                 = "ruby_procs"
+	samplerMapRubyScratchMap            = "ruby_scratch_map"
 	samplerMapScratch                   = "scratch"
 	samplerMapTargetCgroups             = "target_cgroups"
 	samplerMapTargetPids                = "target_pids"
@@ -645,6 +695,10 @@ const (
 	samplerVarUnusedPyLimits            = "unused_py_limits"
 	samplerVarUnusedPyProc              = "unused_py_proc"
 	samplerVarUnusedRowIndex            = "unused_row_index"
+	samplerVarUnusedRubyEnd             = "unused_ruby_end"
+	samplerVarUnusedRubyFrameEncoding   = "unused_ruby_frame_encoding"
+	samplerVarUnusedRubyLimits          = "unused_ruby_limits"
+	samplerVarUnusedRubyProc            = "unused_ruby_proc"
 	samplerVarUnusedSampleEvent         = "unused_sample_event"
 	samplerVarUnusedTlsModel            = "unused_tls_model"
 	samplerVarUnusedTracectxCounter     = "unused_tracectx_counter"
@@ -735,6 +789,9 @@ type samplerMapSpecs struct {
 	PyScratchMap     *ebpf.MapSpec `ebpf:"py_scratch_map"`
 	PyThreads        *ebpf.MapSpec `ebpf:"py_threads"`
 	RowMemos         *ebpf.MapSpec `ebpf:"row_memos"`
+	RubyCounters     *ebpf.MapSpec `ebpf:"ruby_counters"`
+	RubyProcs        *ebpf.MapSpec `ebpf:"ruby_procs"`
+	RubyScratchMap   *ebpf.MapSpec `ebpf:"ruby_scratch_map"`
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
 	TargetCgroups    *ebpf.MapSpec `ebpf:"target_cgroups"`
 	TargetPids       *ebpf.MapSpec `ebpf:"target_pids"`
@@ -792,6 +849,10 @@ type samplerVariableSpecs struct {
 	UnusedPyLimits            *ebpf.VariableSpec `ebpf:"unused_py_limits"`
 	UnusedPyProc              *ebpf.VariableSpec `ebpf:"unused_py_proc"`
 	UnusedRowIndex            *ebpf.VariableSpec `ebpf:"unused_row_index"`
+	UnusedRubyEnd             *ebpf.VariableSpec `ebpf:"unused_ruby_end"`
+	UnusedRubyFrameEncoding   *ebpf.VariableSpec `ebpf:"unused_ruby_frame_encoding"`
+	UnusedRubyLimits          *ebpf.VariableSpec `ebpf:"unused_ruby_limits"`
+	UnusedRubyProc            *ebpf.VariableSpec `ebpf:"unused_ruby_proc"`
 	UnusedSampleEvent         *ebpf.VariableSpec `ebpf:"unused_sample_event"`
 	UnusedTlsModel            *ebpf.VariableSpec `ebpf:"unused_tls_model"`
 	UnusedTracectxCounter     *ebpf.VariableSpec `ebpf:"unused_tracectx_counter"`
@@ -847,6 +908,9 @@ type samplerMaps struct {
 	PyScratchMap     *ebpf.Map `ebpf:"py_scratch_map"`
 	PyThreads        *ebpf.Map `ebpf:"py_threads"`
 	RowMemos         *ebpf.Map `ebpf:"row_memos"`
+	RubyCounters     *ebpf.Map `ebpf:"ruby_counters"`
+	RubyProcs        *ebpf.Map `ebpf:"ruby_procs"`
+	RubyScratchMap   *ebpf.Map `ebpf:"ruby_scratch_map"`
 	Scratch          *ebpf.Map `ebpf:"scratch"`
 	TargetCgroups    *ebpf.Map `ebpf:"target_cgroups"`
 	TargetPids       *ebpf.Map `ebpf:"target_pids"`
@@ -883,6 +947,9 @@ func (m *samplerMaps) Close() error {
 		m.PyScratchMap,
 		m.PyThreads,
 		m.RowMemos,
+		m.RubyCounters,
+		m.RubyProcs,
+		m.RubyScratchMap,
 		m.Scratch,
 		m.TargetCgroups,
 		m.TargetPids,
@@ -941,6 +1008,10 @@ type samplerVariables struct {
 	UnusedPyLimits            *ebpf.Variable `ebpf:"unused_py_limits"`
 	UnusedPyProc              *ebpf.Variable `ebpf:"unused_py_proc"`
 	UnusedRowIndex            *ebpf.Variable `ebpf:"unused_row_index"`
+	UnusedRubyEnd             *ebpf.Variable `ebpf:"unused_ruby_end"`
+	UnusedRubyFrameEncoding   *ebpf.Variable `ebpf:"unused_ruby_frame_encoding"`
+	UnusedRubyLimits          *ebpf.Variable `ebpf:"unused_ruby_limits"`
+	UnusedRubyProc            *ebpf.Variable `ebpf:"unused_ruby_proc"`
 	UnusedSampleEvent         *ebpf.Variable `ebpf:"unused_sample_event"`
 	UnusedTlsModel            *ebpf.Variable `ebpf:"unused_tls_model"`
 	UnusedTracectxCounter     *ebpf.Variable `ebpf:"unused_tracectx_counter"`

@@ -63,11 +63,16 @@ var ErrUnsupported = errors.New("unsupported")
 
 // FindTLS looks for otel_thread_ctx_v1 in a module's dynamic symbols and works out how the
 // module reaches it. It returns nil without error when the module does not define it.
-func FindTLS(f *elf.File) (*TLSSymbol, error) {
+func FindTLS(f *elf.File) (*TLSSymbol, error) { return FindTLSVariable(f, SymbolName) }
+
+// FindTLSVariable looks for a pointer-sized TLS variable a module defines in its dynamic
+// symbols (otel_thread_ctx_v1, CRuby's ruby_current_ec) and works out how the module
+// reaches it. It returns nil without error when the module does not define it.
+func FindTLSVariable(f *elf.File, name string) (*TLSSymbol, error) {
 	if s := f.SectionByType(elf.SHT_DYNSYM); s != nil && s.Size > maxDynamicSymbols*24 {
 		return nil, fmt.Errorf(".dynsym of %d bytes: %w", s.Size, ErrOversized)
 	}
-	sym, found, err := objfile.FindSymbol(f, elf.SHT_DYNSYM, SymbolName, true)
+	sym, found, err := objfile.FindSymbol(f, elf.SHT_DYNSYM, name, true)
 	if err != nil {
 		return nil, fmt.Errorf("read .dynsym: %w", err)
 	}
@@ -76,10 +81,10 @@ func FindTLS(f *elf.File) (*TLSSymbol, error) {
 	}
 	index := sym.Index // relocations count the null symbol as 0, as Index does
 	if elf.ST_TYPE(sym.Info) != elf.STT_TLS {
-		return nil, fmt.Errorf("%s is not a TLS symbol: %w", SymbolName, ErrInvalid)
+		return nil, fmt.Errorf("%s is not a TLS symbol: %w", name, ErrInvalid)
 	}
 	if sym.Size != 8 {
-		return nil, fmt.Errorf("%s has %d bytes, not a pointer's 8: %w", SymbolName, sym.Size, ErrInvalid)
+		return nil, fmt.Errorf("%s has %d bytes, not a pointer's 8: %w", name, sym.Size, ErrInvalid)
 	}
 	t := &TLSSymbol{Machine: f.Machine}
 	tlsdesc, dtpmod, tpoff := relocTypes(f.Machine)
@@ -126,7 +131,7 @@ func FindTLS(f *elf.File) (*TLSSymbol, error) {
 		t.Access, t.Offset = LocalExec, off
 		return t, nil
 	}
-	return nil, fmt.Errorf("%s: no relocation reaches it and the module is no executable: %w", SymbolName, ErrUnsupported)
+	return nil, fmt.Errorf("%s: no relocation reaches it and the module is no executable: %w", name, ErrUnsupported)
 }
 
 func relocTypes(m elf.Machine) (tlsdesc, dtpmod, tpoff uint32) {

@@ -22,6 +22,7 @@ type Function struct {
 	FirstLine int
 	LastLine  int
 	Internal  bool
+	script    bool // a script's body, known by its file name: its lines are not known
 	// print tells this function from another at the same address: the addresses of its
 	// name, class and file, and its first line, which another function's would not share.
 	print [4]uint64
@@ -32,8 +33,16 @@ type Function struct {
 // the current opline in a register and stores it in the frame only where it must (a call,
 // an exception), so the frame's may be stale or never set.
 func (f *Function) Line(line uint32) int {
-	if f.Internal {
+	saturated := line >= 1<<lineBits-1 // past what the frame's bits hold: not known
+	switch {
+	case f.Internal:
 		return 0
+	case f.script && saturated:
+		return 0
+	case f.script:
+		return int(line)
+	case saturated:
+		return f.FirstLine
 	}
 	if l := int(line); l >= f.FirstLine && l <= f.LastLine {
 		return l
@@ -73,6 +82,22 @@ type Image struct {
 	bias    uint64 // where the tracker placed it, and for which exec
 	execID  uint64
 	jit     [2]uint64 // the JIT buffer the kernel was told of
+}
+
+// ReadCode reads what a frame's code names: the zend_function at its address, or for a
+// script's body (Script) its file name.
+func (img *Image) ReadCode(m Memory, code uint64) (*Function, error) {
+	if code&Script == 0 {
+		return img.ReadFunction(m, code)
+	}
+	file, err := img.readString(m, code&^Script)
+	if err != nil {
+		return nil, fmt.Errorf("script at %#x: file name: %w", code&^Script, err)
+	}
+	if file == "" {
+		return nil, fmt.Errorf("script at %#x: empty file name: %w", code&^Script, errNotFunction)
+	}
+	return &Function{Name: "{main}", File: file, script: true, print: [4]uint64{code, uint64(len(file))}}, nil
 }
 
 // ReadFunction reads the zend_function at addr.
@@ -131,8 +156,13 @@ func (img *Image) ReadFunction(m Memory, addr uint64) (*Function, error) {
 	return fn, nil
 }
 
-// readFingerprint reads what tells a function from another at the same address.
+// readFingerprint reads what tells a function from another at the same address; a script's
+// file name, its length.
 func (img *Image) readFingerprint(m Memory, addr uint64) ([4]uint64, error) {
+	if addr&Script != 0 {
+		file, err := img.readString(m, addr&^Script)
+		return [4]uint64{addr, uint64(len(file))}, err
+	}
 	l := img.Layout
 	var print [4]uint64
 	var head [funcHeadSize]byte

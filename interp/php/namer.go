@@ -117,7 +117,7 @@ func (n *Namer) read(pid uint32, addr uint64) (*Function, bool) {
 		n.stats.Add(func(s *NamerStats) { s.ReadErrors++ })
 		return nil, true
 	}
-	f, err := img.ReadFunction(n.cfg.Memory(pid), addr)
+	f, err := img.ReadCode(n.cfg.Memory(pid), addr)
 	n.stats.Add(func(s *NamerStats) {
 		s.Read++
 		if err != nil {

@@ -81,7 +81,7 @@ func TestNamer(t *testing.T) {
 	}{
 		{unload, 23, trace.Line{Function: "Dock::unload", File: "/srv/app/dock.php", Line: 23}},
 		{unload, 0, trace.Line{Function: "Dock::unload", File: "/srv/app/dock.php", Line: 20}},
-		{unload, 16383, trace.Line{Function: "Dock::unload", File: "/srv/app/dock.php", Line: 20}},
+		{unload, 8191, trace.Line{Function: "Dock::unload", File: "/srv/app/dock.php", Line: 20}},
 		{harbor, 44, trace.Line{Function: "harbor", File: "/srv/app/dock.php", Line: 44}},
 		{main, 92, trace.Line{Function: "{main}", File: "/srv/app/dock.php", Line: 92}},
 		{usort, 0, trace.Line{Function: "usort"}},

@@ -14,24 +14,39 @@ const Number uint8 = 5
 // FrameType is OpenTelemetry's profile.frame.type value for PHP's frames.
 const FrameType = "php"
 
-// How the kernel packs a frame's 58 bits (php.h, enum php_frame_encoding): the
-// zend_function's address >> funcAlignShift, then the line, saturated at lineBits.
+// How the kernel packs a frame's 58 bits (php.h, enum php_frame_encoding): a kind bit,
+// the address >> funcAlignShift, then the line, saturated at lineBits. The address is the
+// zend_function's, or for a script's body (kindScriptBit) its file name's zend_string.
 const (
 	funcAlignShift = 3
-	lineBits       = 14
-	funcBits       = trace.InterpPayloadBits - lineBits
+	lineBits       = 13
+	kindScriptBit  = 57
+	funcBits       = kindScriptBit - lineBits
 )
 
+// Script marks the code of a frame that runs a script's body: its address is the script's
+// file name's, not a zend_function's. No user address has the bit.
+const Script = 1 << 63
+
 // EncodeFrame writes a PHP frame as the kernel does, for tests and tools that make
-// samples: a function's address and the line its frame runs.
-func EncodeFrame(function uint64, line uint32) uint64 {
-	return trace.EncodeInterpFrame(Number, (function>>funcAlignShift&(1<<funcBits-1))<<lineBits|uint64(min(line, 1<<lineBits-1)))
+// samples: a function's address (or a script's file name's, with Script) and the line its
+// frame runs.
+func EncodeFrame(code uint64, line uint32) uint64 {
+	p := (code>>funcAlignShift&(1<<funcBits-1))<<lineBits | uint64(min(line, 1<<lineBits-1))
+	if code&Script != 0 {
+		p |= 1 << kindScriptBit
+	}
+	return trace.EncodeInterpFrame(Number, p)
 }
 
-// DecodeFrame splits a frame's payload into its function's address and its line (0: none
-// recorded, an internal function's).
-func DecodeFrame(payload uint64) (function uint64, line uint32) {
-	return (payload >> lineBits & (1<<funcBits - 1)) << funcAlignShift, uint32(payload & (1<<lineBits - 1))
+// DecodeFrame splits a frame's payload into its code (a function's address, or a script's
+// file name's with Script) and its line (0: none recorded, an internal function's).
+func DecodeFrame(payload uint64) (code uint64, line uint32) {
+	code = (payload >> lineBits & (1<<funcBits - 1)) << funcAlignShift
+	if payload>>kindScriptBit&1 != 0 {
+		code |= Script
+	}
+	return code, uint32(payload & (1<<lineBits - 1))
 }
 
 // Spec declares PHP to the pipeline (interp.Spec).

@@ -18,28 +18,32 @@ type KernelState struct {
 	JitStart, JitEnd   uint64 // opcache's JIT buffer, or 0, 0
 	ExOpline, ExFunc   uint16
 	ExCallInfo, ExPrev uint16
-	FuncType, OpLineno uint16
+	FuncType, FuncName uint16
+	OpArrayFilename    uint16
+	OpLineno           uint16
 	JitCFA, JitFP      uint16 // execute_ex's frame in its body: CFA - sp or rbp, CFA - where rbp is
 	JitFromFP          uint16 // 1: JitCFA is from rbp
-	_                  [3]uint16
+	_                  uint16
 }
 
 // KernelStateFor places an engine's facts at its load bias for the exec execID.
 func KernelStateFor(e *Engine, bias, execID uint64) *KernelState {
 	l := e.Layout
 	s := &KernelState{
-		ExecID:     execID,
-		Current:    e.Globals + uint64(l.CurrentExecuteData) + bias,
-		ExecStart:  e.Exec[0] + bias,
-		ExecEnd:    e.Exec[1] + bias,
-		ExOpline:   uint16(l.ExOpline),
-		ExFunc:     uint16(l.ExFunc),
-		ExCallInfo: uint16(l.ExCallInfo),
-		ExPrev:     uint16(l.ExPrev),
-		FuncType:   uint16(l.FuncType),
-		OpLineno:   uint16(l.OpLineno),
-		JitCFA:     uint16(e.Frame.CFA),
-		JitFP:      uint16(e.Frame.FP),
+		ExecID:          execID,
+		Current:         e.Globals + uint64(l.CurrentExecuteData) + bias,
+		ExecStart:       e.Exec[0] + bias,
+		ExecEnd:         e.Exec[1] + bias,
+		ExOpline:        uint16(l.ExOpline),
+		ExFunc:          uint16(l.ExFunc),
+		ExCallInfo:      uint16(l.ExCallInfo),
+		ExPrev:          uint16(l.ExPrev),
+		FuncType:        uint16(l.FuncType),
+		FuncName:        uint16(l.FuncName),
+		OpArrayFilename: uint16(l.OpArrayFilename),
+		OpLineno:        uint16(l.OpLineno),
+		JitCFA:          uint16(e.Frame.CFA),
+		JitFP:           uint16(e.Frame.FP),
 	}
 	if e.ExecCold[1] != 0 {
 		s.ColdStart, s.ColdEnd = e.ExecCold[0]+bias, e.ExecCold[1]+bias

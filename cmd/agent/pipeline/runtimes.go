@@ -10,13 +10,14 @@ import (
 	"github.com/sonde-profiler/sonde/interp/node"
 	"github.com/sonde-profiler/sonde/interp/php"
 	"github.com/sonde-profiler/sonde/interp/python"
+	"github.com/sonde-profiler/sonde/interp/ruby"
 	"github.com/sonde-profiler/sonde/trace"
 	"github.com/sonde-profiler/sonde/unwind"
 )
 
 // runtimeSpecs are the language runtimes whose frames the kernel walks beside the native
 // ones: the one list of them (bpf/runtimes.h is the kernel's).
-var runtimeSpecs = []interp.Spec{python.Spec, node.Spec, jvm.Spec, php.Spec}
+var runtimeSpecs = []interp.Spec{python.Spec, node.Spec, jvm.Spec, php.Spec, ruby.Spec}
 
 // registeredRuntime is a runtime as the pipeline drives it.
 type registeredRuntime struct {

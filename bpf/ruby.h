@@ -1,0 +1,341 @@
+/* CRuby frames, interleaved with the native frames the walker found.
+ *
+ * A Ruby thread's frames are control frames on its execution context's VM stack: the
+ * current one (ec->cfp) and each caller above it, up to the stack's end. CRuby runs a Ruby
+ * call without a native call: one activation of vm_exec_core on the native stack runs the
+ * control frames from the current one up to and including the first Ruby frame marked
+ * VM_FRAME_FLAG_FINISH, where vm_exec was entered (the script, a block C code yields to, a
+ * method C code calls). C methods (Array#each) have control frames too, pushed and run by
+ * native code; their native frames stand for them. ruby_frames replaces each activation's
+ * native frame by its Ruby frames, so a stack reads Ruby, C method, Ruby, in the order they
+ * called each other.
+ *
+ * The sampled thread's execution context is ruby_current_ec, a TLS variable of libruby:
+ * user space says where it lies from the thread pointer (static TLS), or which module's
+ * block holds it (dynamic TLS), as tracectx.h reads OpenTelemetry's thread context.
+ *
+ * Everything it reads is the process's, which can lie: reads are checked, loops bounded by
+ * RUBY_MAX_FRAMES, and offsets masked into the scratch buffer. sampler.bpf.c includes it
+ * after unwinder.h with the same helpers. */
+#ifndef SONDE_RUBY_H
+#define SONDE_RUBY_H
+
+/* Ruby's number among the runtimes (types.h, enum interp_frame_encoding), and how its 58
+ * bits of a frame hold an instruction sequence and a position in it: the iseq's address >>
+ * RUBY_ISEQ_ALIGN_SHIFT (objects are 8-byte aligned, user addresses below 2^47: 44 bits),
+ * then the position of the frame's pc in its instructions, in words, saturated at
+ * RUBY_POS_MASK. */
+enum ruby_frame_encoding {
+	RUBY_RUNTIME = 6,
+	RUBY_ISEQ_ALIGN_SHIFT = 3,
+	RUBY_POS_BITS = 14,
+	RUBY_POS_MASK = (1 << 14) - 1,
+};
+
+/* How the walk of a Ruby thread's frames ended. */
+enum ruby_end {
+	RUBY_COMPLETE = 0,  /* every vm_exec_core activation got its frames */
+	RUBY_NO_EC = 1,     /* the thread has no execution context: not a Ruby thread */
+	RUBY_BAD_READ = 2,  /* reading the VM's memory failed */
+	RUBY_TRUNCATED = 3, /* MAX_USER_DEPTH frames and Ruby frames left */
+	RUBY_INVALID = 4,   /* a frame the walk cannot follow: outside the VM stack, misaligned */
+	RUBY_END_MAX,
+};
+
+enum ruby_limits {
+	RUBY_MAX_CFP_READ = 64,         /* bytes of a control frame read: its size at most */
+	RUBY_MAX_FRAMES = 192,          /* control frames walked per sample */
+	RUBY_FRAME_FINISH = 0x20,       /* VM_FRAME_FLAG_FINISH */
+	RUBY_FRAME_CFRAME = 0x80,       /* VM_FRAME_FLAG_CFRAME: a C method's frame */
+};
+
+/* Where a Ruby process keeps its threads' frames, and how to read them: offsets from
+ * sonde's table of CRuby's layouts by version. Addresses are the process's. */
+struct ruby_proc {
+	__u64 exec_id;              /* the exec the addresses belong to; 0: unknown */
+	__u64 vm_start, vm_end;     /* vm_exec_core */
+	__u64 cold_start, cold_end; /* its part the compiler moved out of line, or 0, 0 */
+	__s64 tls_offset;           /* ruby_current_ec: from the thread pointer, or in its module's block */
+	__u64 tls_module;           /* the module whose block holds it (dynamic TLS); 0: static */
+	__s32 dtv_offset;           /* dynamic TLS: the DTV pointer's place from the thread pointer */
+	__s32 dtv_len;              /* the entry holding the DTV's length; 0: not checked */
+	__u16 dtv_shift;            /* a DTV entry is 1 << dtv_shift bytes */
+	__u16 ec_vm_stack;          /* rb_execution_context_t: vm_stack */
+	__u16 ec_vm_stack_size;     /* vm_stack_size, in VALUEs */
+	__u16 ec_cfp;               /* cfp */
+	__u16 cfp_size;             /* sizeof(rb_control_frame_t) */
+	__u16 cfp_pc;               /* rb_control_frame_t: pc */
+	__u16 cfp_iseq;             /* iseq */
+	__u16 cfp_ep;               /* ep; ep[0] holds the frame's flags */
+	__u16 iseq_body;            /* rb_iseq_t: body */
+	__u16 body_encoded;         /* rb_iseq_constant_body: iseq_encoded */
+	__u16 pad[2];
+};
+
+/* For bpf2go -type. */
+const struct ruby_proc *unused_ruby_proc __attribute__((unused));
+const enum ruby_end *unused_ruby_end __attribute__((unused));
+const enum ruby_frame_encoding *unused_ruby_frame_encoding __attribute__((unused));
+const enum ruby_limits *unused_ruby_limits __attribute__((unused));
+
+/* Per-process VM state, written by user space (package interp/ruby) when it finds CRuby
+ * mapped, deleted at exec and exit like proc_maps. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, struct ruby_proc);
+} ruby_procs SEC(".maps");
+
+/* The walk's state, in the per-CPU scratch map rather than on the BPF stack (see python.h). */
+struct ruby_state {
+	__u64 frame;    /* the next control frame to look at; 0 past the last */
+	__u64 end_cfp;  /* the VM stack's end, past the outermost control frame */
+	__u64 exec_pc;  /* the native frame of the open activation */
+	__u32 in, n_in; /* the next native frame and how many there are */
+	__u32 n_out;
+	__u32 walked;   /* control frames read, bounded by RUBY_MAX_FRAMES */
+	__u32 end;      /* enum ruby_end */
+	__u8 open;      /* an activation's span is being emitted */
+	__u8 emitted;   /* frames the open activation emitted */
+	__u8 tail;      /* the native walk is over: what is left of the chain goes at the root */
+	__u8 pad;
+};
+
+struct ruby_scratch {
+	struct ruby_state st;
+	__u64 native[MAX_USER_DEPTH];
+	__u8 cfp[2 * RUBY_MAX_CFP_READ]; /* a control frame's bytes; offsets are masked below RUBY_MAX_CFP_READ */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ruby_scratch);
+} ruby_scratch_map SEC(".maps");
+
+/* How the walks ended, per CPU, one per enum ruby_end. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, RUBY_END_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} ruby_counters SEC(".maps");
+
+static __always_inline void ruby_count(__u32 end)
+{
+	if (end >= RUBY_END_MAX)
+		end = RUBY_INVALID;
+	__u64 *c = bpf_map_lookup_elem(&ruby_counters, &end);
+	if (c)
+		(*c)++;
+}
+
+/* ruby_forget drops a process's VM at its exec or exit. */
+static __always_inline void ruby_forget(__u32 tgid)
+{
+	bpf_map_delete_elem(&ruby_procs, &tgid);
+}
+
+#if ARCH_TABLE_UNWIND
+
+struct ruby_walk {
+	struct ruby_proc *proc;
+	struct ruby_scratch *s;
+	__u64 *out; /* the sample's user frames */
+};
+
+static __always_inline int ruby_in_vm(struct ruby_proc *p, __u64 pc)
+{
+	/* Return addresses point after the call: one byte back is inside the function. */
+	return (pc > p->vm_start && pc <= p->vm_end) || (pc > p->cold_start && pc <= p->cold_end);
+}
+
+static __always_inline __u64 ruby_field(struct ruby_scratch *s, __u16 off)
+{
+	if (off > RUBY_MAX_CFP_READ - 8)
+		return 0;
+	return *(__u64 *)&s->cfp[off & (RUBY_MAX_CFP_READ - 1)];
+}
+
+static __always_inline void ruby_emit(struct ruby_walk *w, __u64 v)
+{
+	struct ruby_state *st = &w->s->st;
+	if (st->n_out < MAX_USER_DEPTH)
+		w->out[st->n_out & (MAX_USER_DEPTH - 1)] = v;
+	st->n_out++;
+}
+
+/* ruby_close ends the open activation: its native frame stays if it emitted nothing. */
+static __always_inline void ruby_close(struct ruby_walk *w)
+{
+	struct ruby_state *st = &w->s->st;
+	if (!st->emitted && !st->tail)
+		ruby_emit(w, st->exec_pc);
+	st->open = 0;
+}
+
+/* ruby_step reads one control frame of the open activation and emits it if it is Ruby's. */
+static __always_inline long ruby_step(struct ruby_walk *w)
+{
+	struct ruby_proc *p = w->proc;
+	struct ruby_scratch *s = w->s;
+	struct ruby_state *st = &s->st;
+	if (!st->frame || st->frame >= st->end_cfp) {
+		st->frame = 0;
+		ruby_close(w);
+		st->tail = 0;
+		return 0;
+	}
+	if (++st->walked > RUBY_MAX_FRAMES) {
+		st->end = RUBY_TRUNCATED;
+		return 1;
+	}
+	__u32 size = p->cfp_size;
+	if (size > RUBY_MAX_CFP_READ || size < 8) {
+		st->end = RUBY_INVALID;
+		return 1;
+	}
+	if (bpf_probe_read_user(s->cfp, size, (void *)st->frame)) {
+		st->end = RUBY_BAD_READ;
+		return 1;
+	}
+	__u64 pc = ruby_field(s, p->cfp_pc), iseq = ruby_field(s, p->cfp_iseq), ep = ruby_field(s, p->cfp_ep);
+	__u64 flags = 0;
+	st->frame += size;
+	if (!ep || bpf_probe_read_user(&flags, sizeof(flags), (void *)ep)) {
+		st->end = RUBY_BAD_READ;
+		return 1;
+	}
+	/* A C method's frame, or a dummy one: native code runs it, and its native frames
+	 * stand for it. */
+	if (flags & RUBY_FRAME_CFRAME || !pc || !iseq)
+		return 0;
+	if (iseq & ((1 << RUBY_ISEQ_ALIGN_SHIFT) - 1) || iseq >> 47) {
+		st->end = RUBY_INVALID;
+		return 1;
+	}
+	__u64 body = 0, encoded = 0, pos = 0;
+	if (bpf_probe_read_user(&body, sizeof(body), (void *)(iseq + p->iseq_body)) ||
+	    bpf_probe_read_user(&encoded, sizeof(encoded), (void *)(body + p->body_encoded))) {
+		st->end = RUBY_BAD_READ;
+		return 1;
+	}
+	if (pc > encoded)
+		pos = (pc - encoded) / 8;
+	if (pos > RUBY_POS_MASK)
+		pos = RUBY_POS_MASK;
+	ruby_emit(w, INTERP_FRAME(RUBY_RUNTIME, (iseq >> RUBY_ISEQ_ALIGN_SHIFT) << RUBY_POS_BITS | pos));
+	st->emitted = 1;
+	/* Where vm_exec was entered: frames above belong to the activation of vm_exec_core
+	 * that called out of it through native code. */
+	if (flags & RUBY_FRAME_FINISH && !st->tail)
+		ruby_close(w);
+	return 0;
+}
+
+static long ruby_merge_step(__u32 i, void *ctx)
+{
+	struct ruby_walk *w = ctx;
+	struct ruby_state *st = &w->s->st;
+	if (st->n_out >= MAX_USER_DEPTH) {
+		if (st->frame || st->in < st->n_in)
+			st->end = RUBY_TRUNCATED;
+		return 1;
+	}
+	if (st->open)
+		return ruby_step(w);
+	if (st->in >= st->n_in) {
+		if (!st->tail || !st->frame)
+			return 1;
+		st->open = 1;
+		return 0;
+	}
+	__u64 pc = w->s->native[st->in & (MAX_USER_DEPTH - 1)];
+	st->in++;
+	if (st->frame && ruby_in_vm(w->proc, pc)) {
+		st->open = 1;
+		st->emitted = 0;
+		st->exec_pc = pc;
+		return 0;
+	}
+	ruby_emit(w, pc);
+	return 0;
+}
+
+/* ruby_ec_slot returns where the thread's ruby_current_ec is, or 0. */
+static __always_inline __u64 ruby_ec_slot(struct ruby_proc *p, __u64 tp)
+{
+	if (!p->tls_module)
+		return tp + p->tls_offset;
+	__u64 dtv = 0, block = 0, len = 0;
+	if (bpf_probe_read_user(&dtv, sizeof(dtv), (void *)(tp + p->dtv_offset)) || !dtv)
+		return 0;
+	__u32 shift = p->dtv_shift & 7;
+	if (p->dtv_len && (bpf_probe_read_user(&len, sizeof(len), (void *)(dtv + ((__s64)p->dtv_len << shift))) ||
+			   len < p->tls_module))
+		return 0;
+	if (bpf_probe_read_user(&block, sizeof(block), (void *)(dtv + (p->tls_module << shift))))
+		return 0;
+	if (block == 0 || block == (__u64)-1)
+		return 0;
+	return block + p->tls_offset;
+}
+
+/* ruby_frames rewrites the sample's n user frames with the Ruby frames of each
+ * vm_exec_core activation among them and returns how many there are now. complete 0: the
+ * native walk stopped short of the outermost frame, and Ruby frames its activations left
+ * over go at the root end. */
+__noinline int ruby_frames(struct sample_event *e, __u32 n, __u32 complete)
+{
+	if (!e)
+		return 0;
+	if (n > MAX_USER_DEPTH)
+		n = MAX_USER_DEPTH;
+	__u32 pid = e->pid;
+	struct ruby_proc *p = bpf_map_lookup_elem(&ruby_procs, &pid);
+	/* exec_id 0: user space read the process before it knew its exec. */
+	if (!p || (p->exec_id && p->exec_id != e->exec_id) || !p->vm_start)
+		return n;
+	__u32 zero = 0;
+	struct ruby_scratch *s = bpf_map_lookup_elem(&ruby_scratch_map, &zero);
+	if (!s)
+		return n;
+	if (bpf_probe_read_kernel(s->native, n * sizeof(__u64), e->frames))
+		return n;
+	struct ruby_state *st = &s->st;
+	__builtin_memset(st, 0, sizeof(*st));
+	st->n_in = n;
+	st->tail = !complete;
+	__u64 slot = ruby_ec_slot(p, ARCH_THREAD_POINTER(bpf_get_current_task_btf()));
+	__u64 ec = 0, head[4] = {};
+	if (!slot || bpf_probe_read_user(&ec, sizeof(ec), (void *)slot) || !ec) {
+		ruby_count(RUBY_NO_EC);
+		return n;
+	}
+	/* The three fields are the context's first words (checked at load: at most 16). */
+	if (p->ec_cfp > 16 || p->ec_vm_stack > 16 || p->ec_vm_stack_size > 16 ||
+	    bpf_probe_read_user(head, 3 * sizeof(__u64), (void *)ec)) {
+		ruby_count(RUBY_BAD_READ);
+		return n;
+	}
+	__u64 stack = head[(p->ec_vm_stack / 8) & 3], size = head[(p->ec_vm_stack_size / 8) & 3];
+	st->frame = head[(p->ec_cfp / 8) & 3];
+	st->end_cfp = stack + size * 8;
+	if (st->frame < stack || st->frame >= st->end_cfp || size > (1 << 24)) {
+		ruby_count(RUBY_INVALID);
+		return n;
+	}
+	struct ruby_walk w = {.proc = p, .s = s, .out = e->frames};
+	bpf_loop(MAX_USER_DEPTH + RUBY_MAX_FRAMES + 1, ruby_merge_step, &w, 0);
+	__u32 out = st->n_out;
+	if (out > MAX_USER_DEPTH)
+		out = MAX_USER_DEPTH;
+	ruby_count(st->end);
+	return out;
+}
+
+#endif /* ARCH_TABLE_UNWIND */
+#endif

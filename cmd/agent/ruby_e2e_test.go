@@ -1,0 +1,196 @@
+package main
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/sonde-profiler/sonde/internal/testenv"
+	"github.com/sonde-profiler/sonde/trace"
+)
+
+// rbWorkload is testdata/rbworkload.rb, by absolute path: stacks name it as their file.
+func rbWorkload(t testing.TB) string {
+	p, err := filepath.Abs("testdata/rbworkload.rb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+var rubyModes = []string{"pure", "block", "threads"}
+
+// rubyChains are the modes' Ruby frames, leaf first, as CRuby labels them, each held while
+// the mode runs its hot method; threads has one per thread.
+var rubyChains = map[string][]string{
+	"pure":  {"weigh", "sort_fruit", "pluck", "orchard", "<main>"},
+	"block": {"weigh_basket", "block in harvest", "harvest", "<main>"},
+}
+
+// rbFrames lists a sample's Ruby frames, leaf first.
+func rbFrames(s *trace.Sample) []phpFrame {
+	var out []phpFrame
+	for i, l := range s.Locations {
+		if l.KindName() == "ruby" && len(l.Lines) > 0 {
+			out = append(out, phpFrame{name: l.Lines[0].Function, file: l.Lines[0].File, line: l.Lines[0].Line, index: i})
+		}
+	}
+	return out
+}
+
+// rbSpans returns the lines of each method of a Ruby file written as the workload is: "def
+// name" opens one, an "end" at its indentation closes it; "<main>" is the file.
+func rbSpans(t testing.TB, file string) map[string][2]int64 {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	open := regexp.MustCompile(`^(\s*)def (\w+)`)
+	spans := map[string][2]int64{}
+	type pending struct {
+		name, indent string
+		start        int64
+	}
+	var stack []pending
+	var line int64
+	for sc := bufio.NewScanner(f); sc.Scan(); {
+		line++
+		text := sc.Text()
+		if m := open.FindStringSubmatch(text); m != nil {
+			stack = append(stack, pending{m[2], m[1], line})
+			continue
+		}
+		if n := len(stack); n > 0 && text == stack[n-1].indent+"end" {
+			spans[stack[n-1].name] = [2]int64{stack[n-1].start, line}
+			stack = stack[:n-1]
+		}
+	}
+	spans["<main>"] = [2]int64{1, line}
+	return spans
+}
+
+// TestRubyStacks profiles Debian 12's Ruby 3.1 on the host and Debian sid's Ruby 3.3 in a
+// container on workloads whose hot method is called from Ruby, from a block a C method
+// (Array#each) yields to, and from two threads at once, and checks their stacks read as the
+// program calls: Ruby frames by label, file and line, the C method's native frames between
+// the block and its caller, each thread its own chain, complete to the native root.
+func TestRubyStacks(t *testing.T) {
+	testenv.RequireRoot(t)
+	rubies := []testenv.Ruby{testenv.HostRuby(t), testenv.DebianRuby(t)}
+	var cmds []*exec.Cmd
+	for _, r := range rubies {
+		for _, m := range rubyModes {
+			cmds = append(cmds, r.Command(r.Script(t, rbWorkload(t)), m, "120"))
+		}
+	}
+	p := startGroup(t, 0, "ready", cmds...).profile(400, "--thread-attributes", "name,id")
+	spans := rbSpans(t, rbWorkload(t))
+	for i, r := range rubies {
+		file := r.Script(t, rbWorkload(t))
+		for j, mode := range rubyModes {
+			t.Run(r.Name+"/"+mode, func(t *testing.T) {
+				samples := p.samples(i*len(rubyModes) + j)
+				if mode == "threads" {
+					checkRubyThreads(t, samples)
+					return
+				}
+				chain := rubyChains[mode]
+				var n, good, between, complete int64
+				for _, s := range samples {
+					n += s.Count
+					fs := rbFrames(s)
+					if len(fs) < len(chain) {
+						continue
+					}
+					ok := true
+					for k, want := range chain {
+						f := fs[k]
+						if f.name != want {
+							ok = false
+							break
+						}
+						if want == "<main>" {
+							continue
+						}
+						span := spans[strings.TrimPrefix(want, "block in ")]
+						if f.file != file || f.line < span[0] || f.line > span[1] {
+							ok = false
+						}
+					}
+					if !ok {
+						continue
+					}
+					good += s.Count
+					if mode == "block" && fs[2].index-fs[1].index > 1 {
+						between += s.Count // Array#each's native frames yield to the block
+					}
+					if s.Locations[len(s.Locations)-1].KindName() == "native" {
+						complete += s.Count
+					}
+				}
+				if n < 50 {
+					t.Fatalf("%d samples of the workload", n)
+				}
+				share := float64(good) / float64(n)
+				t.Logf("%.3f of %d samples show %s with file and line; %d complete to the native root", share, n, strings.Join(chain, " <- "), complete)
+				if share < 0.95 {
+					logTopStacks(t, samples, 4)
+					t.Errorf("%.3f of %d samples show %s with file and line, want 0.95", share, n, strings.Join(chain, " <- "))
+				}
+				if float64(complete) < 0.9*float64(good) {
+					t.Errorf("%d of %d samples reach the native root below <main>, want 0.9", complete, good)
+				}
+				if mode == "block" && float64(between) < 0.9*float64(good) {
+					t.Errorf("%d of %d samples have native frames between the block and harvest, want 0.9", between, good)
+				}
+			})
+		}
+	}
+}
+
+// checkRubyThreads: each of the two threads shows its own chain, never the other's.
+func checkRubyThreads(t *testing.T, samples []*trace.Sample) {
+	t.Helper()
+	byThread := map[uint32]map[string]int64{}
+	for _, s := range samples {
+		fs := rbFrames(s)
+		key := "other"
+		switch {
+		case len(fs) >= 2 && fs[0].name == "a_inner" && fs[1].name == "a_outer":
+			key = "a"
+		case len(fs) >= 2 && fs[0].name == "b_inner" && fs[1].name == "b_outer":
+			key = "b"
+		}
+		for _, f := range fs {
+			if key == "a" && strings.HasPrefix(f.name, "b_") || key == "b" && strings.HasPrefix(f.name, "a_") {
+				t.Errorf("thread %d: a stack mixing the threads' chains: %v", s.TID, fs)
+			}
+		}
+		if byThread[s.TID] == nil {
+			byThread[s.TID] = map[string]int64{}
+		}
+		byThread[s.TID][key] += s.Count
+	}
+	var a, b int
+	for tid, keys := range byThread {
+		total := keys["a"] + keys["b"] + keys["other"]
+		t.Logf("thread %d: %v", tid, keys)
+		switch {
+		case keys["a"] > 0 && keys["b"] > 0:
+			t.Errorf("thread %d shows both chains: %v", tid, keys)
+		case keys["a"] >= total*9/10 && total >= 20:
+			a++
+		case keys["b"] >= total*9/10 && total >= 20:
+			b++
+		}
+	}
+	if a != 1 || b != 1 {
+		t.Errorf("%d threads mostly in a_inner <- a_outer and %d in b_inner <- b_outer, want one each", a, b)
+	}
+}

@@ -1,0 +1,103 @@
+# The Ruby workload sonde's tests profile: ruby rbworkload.rb MODE SECONDS.
+# It prints "ready" once it starts, then runs MODE for SECONDS.
+#   pure:    orchard -> Orchard#pluck -> Orchard#sort_fruit -> Orchard#weigh
+#   block:   harvest -> Array#each (C) -> block in harvest -> weigh_basket
+#   threads: two threads, one in a_outer -> a_inner, the other in b_outer -> b_inner
+
+class Orchard
+  def initialize(size)
+    @size = size
+  end
+
+  def pluck(round)
+    total = 0
+    i = 0
+    while i < 20
+      total += sort_fruit(round + i)
+      i += 1
+    end
+    total
+  end
+
+  def sort_fruit(seed)
+    weigh(seed) & 0xff
+  end
+
+  def weigh(seed)
+    n = seed
+    i = 0
+    while i < @size
+      n = (n * 1103515245 + 12345) & 0x7fffffff
+      i += 1
+    end
+    n
+  end
+end
+
+def orchard(deadline)
+  o = Orchard.new(3000)
+  total = 0
+  round = 0
+  while Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
+    total += o.pluck(round)
+    round += 1
+  end
+  total
+end
+
+def weigh_basket(seed)
+  n = seed
+  i = 0
+  while i < 3000
+    n = (n * 31 + i) % 1000003
+    i += 1
+  end
+  n
+end
+
+def harvest(deadline)
+  total = 0
+  basket = (0...50).to_a
+  while Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
+    basket.each do |x|
+      total += weigh_basket(x)
+    end
+  end
+  total
+end
+
+def a_inner(deadline)
+  n = 0
+  n += 1 while Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
+  n
+end
+
+def a_outer(deadline)
+  a_inner(deadline)
+end
+
+def b_inner(deadline)
+  n = 0
+  n += 1 while Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
+  n
+end
+
+def b_outer(deadline)
+  b_inner(deadline)
+end
+
+mode = ARGV[0] || "pure"
+deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + (ARGV[1] || "10").to_f
+$stdout.puts "ready"
+$stdout.flush
+case mode
+when "pure"
+  orchard(deadline)
+when "block"
+  harvest(deadline)
+when "threads"
+  [Thread.new { a_outer(deadline) }, Thread.new { b_outer(deadline) }].each(&:join)
+else
+  warn "unknown mode #{mode}"
+  exit 2
+end
