@@ -2,14 +2,19 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
+	"github.com/sonde-profiler/sonde/internal/procfs"
 	"github.com/sonde-profiler/sonde/internal/testenv"
+	"github.com/sonde-profiler/sonde/reporter/otlp"
 	"github.com/sonde-profiler/sonde/trace"
 )
 
@@ -193,4 +198,79 @@ func checkRubyThreads(t *testing.T, samples []*trace.Sample) {
 	if a != 1 || b != 1 {
 		t.Errorf("%d threads mostly in a_inner <- a_outer and %d in b_inner <- b_outer, want one each", a, b)
 	}
+}
+
+// TestRubyForkedWorkers attaches to a Ruby process that forks its workers after boot, as a
+// preforking server (Unicorn, Puma's cluster mode) does, with --children: each worker is
+// profiled in its own right, its frames named from its own copy of the VM.
+func TestRubyForkedWorkers(t *testing.T) {
+	testenv.RequireRoot(t)
+	r := testenv.HostRuby(t)
+	g := startGroup(t, 0, "ready", r.Command(rbWorkload(t), "fork", "120"))
+	master := g.pids[0]
+	var workers []uint32
+	testenv.WaitFor(t, "two workers forked", testenv.StartTimeout, func() (bool, string) {
+		workers = procfs.Descendants("/proc", []uint32{uint32(master)}, 10)[1:]
+		return len(workers) >= 2, fmt.Sprint(workers)
+	})
+	t.Cleanup(func() { // the group ends the master; its workers would run on
+		for _, pid := range workers {
+			syscall.Kill(int(pid), syscall.SIGKILL)
+		}
+	})
+	out := filepath.Join(t.TempDir(), "p.otlp.pb")
+	s := testenv.StartSonde(t, sonde(t), "--pid", strconv.Itoa(master), "--children", "--output", out, "--top", "0")
+	ok := s.WaitReady() && s.WaitSamples(600)
+	res := s.Stop()
+	if !ok || res.Err != nil {
+		t.Fatalf("sonde: %v\n%s", res.Err, res.Stderr)
+	}
+	profiles, err := otlp.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The worker runs the block fork was given, in the block Array.new was: orchard is
+	// called from it.
+	chain := []string{"weigh", "sort_fruit", "pluck", "orchard", "block (2 levels) in <main>"}
+	perWorker := map[uint32][2]int64{}
+	for _, pr := range profiles {
+		for _, smp := range pr.Samples {
+			if smp.Process == nil || smp.Process.PID == uint32(master) {
+				continue
+			}
+			c := perWorker[smp.Process.PID]
+			c[0] += smp.Count
+			fs := rbFrames(smp)
+			named := len(fs) >= len(chain)
+			for k := 0; named && k < len(chain); k++ {
+				named = fs[k].name == chain[k]
+			}
+			if named {
+				c[1] += smp.Count
+			}
+			perWorker[smp.Process.PID] = c
+		}
+	}
+	if len(perWorker) != 2 {
+		t.Fatalf("samples of %d workers, want the 2 forked: %v", len(perWorker), perWorker)
+	}
+	for pid, c := range perWorker {
+		share := float64(c[1]) / float64(c[0])
+		t.Logf("worker %d: %.3f of %d samples show %s", pid, share, c[0], strings.Join(chain, " <- "))
+		if c[0] < 50 || share < 0.95 {
+			t.Errorf("worker %d: %.3f of %d samples show the chain, want 0.95 of at least 50", pid, share, c[0])
+		}
+	}
+}
+
+// BenchmarkRubySample measures the kernel's cost per sample of Debian 12's Ruby 3.1
+// running the pure workload (five Ruby frames over eight native ones) against the native C
+// workload's, as BenchmarkNodeSample does for V8.
+func BenchmarkRubySample(b *testing.B) {
+	testenv.RequireRoot(b)
+	r := testenv.HostRuby(b)
+	compareBPFPerSample(b, []sampleWorkload{
+		{"native", []string{buildWorkload(b, "depth", depthC, "-O2", "-fomit-frame-pointer"), "60", "20"}},
+		{"ruby-" + r.Version, []string{r.Path, rbWorkload(b), "pure", "60"}},
+	})
 }

@@ -3,6 +3,7 @@
 #   pure:    orchard -> Orchard#pluck -> Orchard#sort_fruit -> Orchard#weigh
 #   block:   harvest -> Array#each (C) -> block in harvest -> weigh_basket
 #   threads: two threads, one in a_outer -> a_inner, the other in b_outer -> b_inner
+#   fork:    two forked workers, each in orchard's chain, as a preforking server's
 
 class Orchard
   def initialize(size)
@@ -97,6 +98,9 @@ when "block"
   harvest(deadline)
 when "threads"
   [Thread.new { a_outer(deadline) }, Thread.new { b_outer(deadline) }].each(&:join)
+when "fork"
+  workers = Array.new(2) { fork { orchard(deadline) } }
+  workers.each { |pid| Process.wait(pid) }
 else
   warn "unknown mode #{mode}"
   exit 2
