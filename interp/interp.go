@@ -1,5 +1,5 @@
 // Package interp is the seam between sonde's pipeline and the language runtimes whose frames
-// it walks and names. A runtime is a package below this one (python, node, jvm, php) that
+// it walks and names. A runtime is a package below this one (python, node, jvm, php, ruby) that
 // declares itself in a Spec: its number and name, its maps in the kernel program, its share
 // of --memory-limit, the code its files keep frame pointers in, and a constructor of its
 // Runtime. cmd/agent lists the Specs, in one place; nothing else names a runtime.
