@@ -93,22 +93,8 @@ struct {
 	__type(value, struct php_proc);
 } php_procs SEC(".maps");
 
-/* The walk's state, in the per-CPU scratch map rather than on the BPF stack (see python.h). */
-struct php_state {
-	__u64 frame;    /* the next executor frame to look at; 0 at the end of the chain */
-	__u64 exec_pc;  /* the native frame of the open activation */
-	__u32 in, n_in; /* the next native frame and how many there are */
-	__u32 n_out;
-	__u32 walked;   /* executor frames read, bounded by PHP_MAX_FRAMES */
-	__u32 end;      /* enum php_end */
-	__u8 open;      /* an activation's span is being emitted */
-	__u8 emitted;   /* frames the open activation emitted */
-	__u8 tail;      /* the native walk is over: what is left of the chain goes at the root */
-	__u8 pad;
-};
-
 struct php_scratch {
-	struct php_state st;
+	struct state_walk st; /* in the per-CPU scratch map, not on the BPF stack (see python.h) */
 	__u64 native[MAX_USER_DEPTH];
 	__u8 ex[2 * PHP_MAX_FRAME_READ]; /* a frame's bytes; offsets are masked below PHP_MAX_FRAME_READ */
 };
@@ -165,29 +151,16 @@ static __always_inline __u64 php_field(struct php_scratch *s, __u16 off)
 	return *(__u64 *)&s->ex[off & (PHP_MAX_FRAME_READ - 1)];
 }
 
-static __always_inline void php_emit(struct php_walk *w, __u64 v)
-{
-	struct php_state *st = &w->s->st;
-	if (st->n_out < MAX_USER_DEPTH)
-		w->out[st->n_out & (MAX_USER_DEPTH - 1)] = v;
-	st->n_out++;
-}
+static __always_inline void php_emit(struct php_walk *w, __u64 v) { state_emit(&w->s->st, w->out, v); }
 
-/* php_close ends the open activation: its native frame stays if it emitted nothing. */
-static __always_inline void php_close(struct php_walk *w)
-{
-	struct php_state *st = &w->s->st;
-	if (!st->emitted && !st->tail)
-		php_emit(w, st->exec_pc);
-	st->open = 0;
-}
+static __always_inline void php_close(struct php_walk *w) { state_close(&w->s->st, w->out); }
 
 /* php_step reads one executor frame of the open activation and emits it. */
 static __always_inline long php_step(struct php_walk *w)
 {
 	struct php_proc *p = w->proc;
 	struct php_scratch *s = w->s;
-	struct php_state *st = &s->st;
+	struct state_walk *st = &s->st;
 	if (!st->frame) {
 		php_close(w);
 		st->tail = 0;
@@ -241,34 +214,7 @@ static __always_inline long php_step(struct php_walk *w)
 	return 0;
 }
 
-static long php_merge_step(__u32 i, void *ctx)
-{
-	struct php_walk *w = ctx;
-	struct php_state *st = &w->s->st;
-	if (st->n_out >= MAX_USER_DEPTH) {
-		if (st->frame || st->in < st->n_in)
-			st->end = PHP_TRUNCATED;
-		return 1;
-	}
-	if (st->open)
-		return php_step(w);
-	if (st->in >= st->n_in) {
-		if (!st->tail || !st->frame)
-			return 1;
-		st->open = 1;
-		return 0;
-	}
-	__u64 pc = w->s->native[st->in & (MAX_USER_DEPTH - 1)];
-	st->in++;
-	if (st->frame && php_in_exec(w->proc, pc)) {
-		st->open = 1;
-		st->emitted = 0;
-		st->exec_pc = pc;
-		return 0;
-	}
-	php_emit(w, pc);
-	return 0;
-}
+STATE_MERGE_STEP(php, php_walk, php_in_exec, php_step, PHP_TRUNCATED)
 
 /* php_frames rewrites the sample's n user frames with the PHP frames of each execute_ex
  * activation among them and returns how many there are now. complete 0: the native walk
@@ -291,7 +237,7 @@ __noinline int php_frames(struct sample_event *e, __u32 n, __u32 complete)
 		return n;
 	if (bpf_probe_read_kernel(s->native, n * sizeof(__u64), e->frames))
 		return n;
-	struct php_state *st = &s->st;
+	struct state_walk *st = &s->st;
 	__builtin_memset(st, 0, sizeof(*st));
 	st->n_in = n;
 	st->tail = !complete;

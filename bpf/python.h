@@ -109,21 +109,10 @@ struct {
 	__type(value, __u64);
 } py_threads SEC(".maps");
 
-/* The walk's state. It lives in the per-CPU scratch map, not on the BPF stack: the verifier
- * tracks the value of every stack slot and explores the walk once per combination it sees,
- * where map values are numbers it knows nothing of, so their states prune at once. */
-struct py_state {
-	__u64 frame;    /* the next Python frame to look at; 0 at the end of the chain */
-	__u64 eval_pc;  /* the native frame of the open activation */
-	__u32 in, n_in; /* the next native frame and how many there are */
-	__u32 n_out;
-	__u32 walked;   /* Python frames read, bounded by PY_MAX_FRAMES */
-	__u32 end;      /* enum py_end */
-	__u8 open;      /* an activation's span is being emitted */
-	__u8 emitted;   /* frames the open activation emitted */
-	__u8 tail;      /* the native walk is over: what is left of the chain goes at the root */
-	__u8 pad;
-};
+/* The walk's state (statewalk.h) lives in the per-CPU scratch map, not on the BPF stack:
+ * the verifier tracks the value of every stack slot and explores the walk once per
+ * combination it sees, where map values are numbers it knows nothing of, so their states
+ * prune at once. */
 
 /* The search of the thread list for the sampled thread's state, likewise. */
 struct py_search {
@@ -134,7 +123,7 @@ struct py_search {
 };
 
 struct py_scratch {
-	struct py_state st;
+	struct state_walk st;
 	struct py_search search;
 	__u64 native[MAX_USER_DEPTH];
 	__u8 frame[2 * PY_MAX_FRAME_READ]; /* a frame's bytes; offsets are masked below PY_MAX_FRAME_READ */
@@ -214,29 +203,16 @@ static __always_inline __u64 py_field(struct py_scratch *s, __u16 off)
 	return *(__u64 *)&s->frame[off & (PY_MAX_FRAME_READ - 1)];
 }
 
-static __always_inline void py_emit(struct py_walk *w, __u64 v)
-{
-	struct py_state *st = &w->s->st;
-	if (st->n_out < MAX_USER_DEPTH)
-		w->out[st->n_out & (MAX_USER_DEPTH - 1)] = v;
-	st->n_out++;
-}
+static __always_inline void py_emit(struct py_walk *w, __u64 v) { state_emit(&w->s->st, w->out, v); }
 
-/* py_close ends the open activation: its native frame stays if it emitted nothing. */
-static __always_inline void py_close(struct py_walk *w)
-{
-	struct py_state *st = &w->s->st;
-	if (!st->emitted && !st->tail)
-		py_emit(w, st->eval_pc);
-	st->open = 0;
-}
+static __always_inline void py_close(struct py_walk *w) { state_close(&w->s->st, w->out); }
 
 /* py_step reads one Python frame of the open activation and emits it. */
 static __always_inline long py_step(struct py_walk *w)
 {
 	struct py_proc *p = w->proc;
 	struct py_scratch *s = w->s;
-	struct py_state *st = &s->st;
+	struct state_walk *st = &s->st;
 	if (!st->frame) {
 		py_close(w);
 		st->tail = 0;
@@ -303,34 +279,7 @@ static __always_inline long py_step(struct py_walk *w)
 	return 0;
 }
 
-static long py_merge_step(__u32 i, void *ctx)
-{
-	struct py_walk *w = ctx;
-	struct py_state *st = &w->s->st;
-	if (st->n_out >= MAX_USER_DEPTH) {
-		if (st->frame || st->in < st->n_in)
-			st->end = PY_TRUNCATED;
-		return 1;
-	}
-	if (st->open)
-		return py_step(w);
-	if (st->in >= st->n_in) {
-		if (!st->tail || !st->frame)
-			return 1;
-		st->open = 1;
-		return 0;
-	}
-	__u64 pc = w->s->native[st->in & (MAX_USER_DEPTH - 1)];
-	st->in++;
-	if (st->frame && py_in_eval(w->proc, pc)) {
-		st->open = 1;
-		st->emitted = 0;
-		st->eval_pc = pc;
-		return 0;
-	}
-	py_emit(w, pc);
-	return 0;
-}
+STATE_MERGE_STEP(py, py_walk, py_in_eval, py_step, PY_TRUNCATED)
 
 /* py_current_frame returns the innermost frame of the thread state whose thread is the
  * sampled one, or 0. */
@@ -404,7 +353,7 @@ __noinline int python_frames(struct sample_event *e, __u32 n, __u32 complete)
 	/* A thread outside the eval loop runs no Python: no need to find its frames. */
 	if (bpf_probe_read_kernel(s->native, n * sizeof(__u64), e->frames))
 		return n;
-	struct py_state *st = &s->st;
+	struct state_walk *st = &s->st;
 	__builtin_memset(st, 0, sizeof(*st));
 	st->n_in = n;
 	st->tail = !complete;

@@ -88,23 +88,9 @@ struct {
 	__type(value, struct ruby_proc);
 } ruby_procs SEC(".maps");
 
-/* The walk's state, in the per-CPU scratch map rather than on the BPF stack (see python.h). */
-struct ruby_state {
-	__u64 frame;    /* the next control frame to look at; 0 past the last */
-	__u64 end_cfp;  /* the VM stack's end, past the outermost control frame */
-	__u64 exec_pc;  /* the native frame of the open activation */
-	__u32 in, n_in; /* the next native frame and how many there are */
-	__u32 n_out;
-	__u32 walked;   /* control frames read, bounded by RUBY_MAX_FRAMES */
-	__u32 end;      /* enum ruby_end */
-	__u8 open;      /* an activation's span is being emitted */
-	__u8 emitted;   /* frames the open activation emitted */
-	__u8 tail;      /* the native walk is over: what is left of the chain goes at the root */
-	__u8 pad;
-};
-
 struct ruby_scratch {
-	struct ruby_state st;
+	struct state_walk st; /* in the per-CPU scratch map, not on the BPF stack (see python.h) */
+	__u64 end_cfp;        /* the VM stack's end, past the outermost control frame */
 	__u64 native[MAX_USER_DEPTH];
 	__u8 cfp[2 * RUBY_MAX_CFP_READ]; /* a control frame's bytes; offsets are masked below RUBY_MAX_CFP_READ */
 };
@@ -160,30 +146,17 @@ static __always_inline __u64 ruby_field(struct ruby_scratch *s, __u16 off)
 	return *(__u64 *)&s->cfp[off & (RUBY_MAX_CFP_READ - 1)];
 }
 
-static __always_inline void ruby_emit(struct ruby_walk *w, __u64 v)
-{
-	struct ruby_state *st = &w->s->st;
-	if (st->n_out < MAX_USER_DEPTH)
-		w->out[st->n_out & (MAX_USER_DEPTH - 1)] = v;
-	st->n_out++;
-}
+static __always_inline void ruby_emit(struct ruby_walk *w, __u64 v) { state_emit(&w->s->st, w->out, v); }
 
-/* ruby_close ends the open activation: its native frame stays if it emitted nothing. */
-static __always_inline void ruby_close(struct ruby_walk *w)
-{
-	struct ruby_state *st = &w->s->st;
-	if (!st->emitted && !st->tail)
-		ruby_emit(w, st->exec_pc);
-	st->open = 0;
-}
+static __always_inline void ruby_close(struct ruby_walk *w) { state_close(&w->s->st, w->out); }
 
 /* ruby_step reads one control frame of the open activation and emits it if it is Ruby's. */
 static __always_inline long ruby_step(struct ruby_walk *w)
 {
 	struct ruby_proc *p = w->proc;
 	struct ruby_scratch *s = w->s;
-	struct ruby_state *st = &s->st;
-	if (!st->frame || st->frame >= st->end_cfp) {
+	struct state_walk *st = &s->st;
+	if (!st->frame || st->frame >= s->end_cfp) {
 		st->frame = 0;
 		ruby_close(w);
 		st->tail = 0;
@@ -236,34 +209,7 @@ static __always_inline long ruby_step(struct ruby_walk *w)
 	return 0;
 }
 
-static long ruby_merge_step(__u32 i, void *ctx)
-{
-	struct ruby_walk *w = ctx;
-	struct ruby_state *st = &w->s->st;
-	if (st->n_out >= MAX_USER_DEPTH) {
-		if (st->frame || st->in < st->n_in)
-			st->end = RUBY_TRUNCATED;
-		return 1;
-	}
-	if (st->open)
-		return ruby_step(w);
-	if (st->in >= st->n_in) {
-		if (!st->tail || !st->frame)
-			return 1;
-		st->open = 1;
-		return 0;
-	}
-	__u64 pc = w->s->native[st->in & (MAX_USER_DEPTH - 1)];
-	st->in++;
-	if (st->frame && ruby_in_vm(w->proc, pc)) {
-		st->open = 1;
-		st->emitted = 0;
-		st->exec_pc = pc;
-		return 0;
-	}
-	ruby_emit(w, pc);
-	return 0;
-}
+STATE_MERGE_STEP(ruby, ruby_walk, ruby_in_vm, ruby_step, RUBY_TRUNCATED)
 
 /* ruby_ec_slot returns where the thread's ruby_current_ec is, or 0. */
 static __always_inline __u64 ruby_ec_slot(struct ruby_proc *p, __u64 tp)
@@ -305,7 +251,7 @@ __noinline int ruby_frames(struct sample_event *e, __u32 n, __u32 complete)
 		return n;
 	if (bpf_probe_read_kernel(s->native, n * sizeof(__u64), e->frames))
 		return n;
-	struct ruby_state *st = &s->st;
+	struct state_walk *st = &s->st;
 	__builtin_memset(st, 0, sizeof(*st));
 	st->n_in = n;
 	st->tail = !complete;
@@ -323,8 +269,8 @@ __noinline int ruby_frames(struct sample_event *e, __u32 n, __u32 complete)
 	}
 	__u64 stack = head[(p->ec_vm_stack / 8) & 3], size = head[(p->ec_vm_stack_size / 8) & 3];
 	st->frame = head[(p->ec_cfp / 8) & 3];
-	st->end_cfp = stack + size * 8;
-	if (st->frame < stack || st->frame >= st->end_cfp || size > (1 << 24)) {
+	s->end_cfp = stack + size * 8;
+	if (st->frame < stack || st->frame >= s->end_cfp || size > (1 << 24)) {
 		ruby_count(RUBY_INVALID);
 		return n;
 	}

@@ -25,6 +25,7 @@
 #ifndef SONDE_RUNTIMES_H
 #define SONDE_RUNTIMES_H
 
+#include "statewalk.h"
 #include "python.h"
 #include "v8.h"
 #include "jvm.h"

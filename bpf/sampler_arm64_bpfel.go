@@ -332,7 +332,7 @@ type samplerPyScratch struct {
 	St struct {
 		_       structs.HostLayout
 		Frame   uint64
-		EvalPc  uint64
+		ExecPc  uint64
 		In      uint32
 		N_in    uint32
 		N_out   uint32
@@ -408,7 +408,6 @@ type samplerRubyScratch struct {
 	St struct {
 		_       structs.HostLayout
 		Frame   uint64
-		EndCfp  uint64
 		ExecPc  uint64
 		In      uint32
 		N_in    uint32
@@ -420,6 +419,7 @@ type samplerRubyScratch struct {
 		Tail    uint8
 		Pad     uint8
 	}
+	EndCfp uint64
 	Native [256]uint64
 	Cfp    [128]uint8
 }

@@ -46,22 +46,25 @@ var phpEngines = map[string][]string{
 
 var phpEngineNames = []string{"vm", "tracing", "function"}
 
-// phpFrame is a PHP frame of a sample as the test reads it.
-type phpFrame struct {
+// runtimeFrame is a frame of a language runtime in a sample, as the test reads it.
+type runtimeFrame struct {
 	name, file string
 	line       int64
 	index      int // in the sample's locations, leaf first
 }
 
-func phpFrames(s *trace.Sample) []phpFrame {
-	var out []phpFrame
+// runtimeFrames lists a sample's frames of one kind ("php", "ruby"), leaf first.
+func runtimeFrames(s *trace.Sample, kind string) []runtimeFrame {
+	var out []runtimeFrame
 	for i, l := range s.Locations {
-		if l.KindName() == "php" && len(l.Lines) > 0 {
-			out = append(out, phpFrame{name: l.Lines[0].Function, file: l.Lines[0].File, line: l.Lines[0].Line, index: i})
+		if l.KindName() == kind && len(l.Lines) > 0 {
+			out = append(out, runtimeFrame{name: l.Lines[0].Function, file: l.Lines[0].File, line: l.Lines[0].Line, index: i})
 		}
 	}
 	return out
 }
+
+func phpFrames(s *trace.Sample) []runtimeFrame { return runtimeFrames(s, "php") }
 
 // phpSpans returns the lines of each function of a PHP file written as the workload is:
 // "function name(" opens one, a "}" at its indentation closes it; "{main}" is the file.

@@ -37,15 +37,7 @@ var rubyChains = map[string][]string{
 }
 
 // rbFrames lists a sample's Ruby frames, leaf first.
-func rbFrames(s *trace.Sample) []phpFrame {
-	var out []phpFrame
-	for i, l := range s.Locations {
-		if l.KindName() == "ruby" && len(l.Lines) > 0 {
-			out = append(out, phpFrame{name: l.Lines[0].Function, file: l.Lines[0].File, line: l.Lines[0].Line, index: i})
-		}
-	}
-	return out
-}
+func rbFrames(s *trace.Sample) []runtimeFrame { return runtimeFrames(s, "ruby") }
 
 // rbSpans returns the lines of each method of a Ruby file written as the workload is: "def
 // name" opens one, an "end" at its indentation closes it; "<main>" is the file.

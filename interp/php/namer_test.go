@@ -121,14 +121,14 @@ func TestNamerReuse(t *testing.T) {
 	var renewed []uint64
 	imgs := &lockedImages{m: images{7: {Layout: layouts[2]}}}
 	n := NewNamer(NamerConfig{Images: imgs, Memory: func(uint32) Memory { return mem },
-		OnReuse: func(pid uint32, image uint64) { renewed = append(renewed, image) }, now: func() time.Time { return now }})
+		OnReuse: func(pid uint32, image uint64) { renewed = append(renewed, image) }, Now: func() time.Time { return now }})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { n.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 	settle := func() {
 		testenv.WaitFor(t, "the namer to read what was queued", testenv.StartTimeout, func() (bool, string) {
-			l := n.funcs.Pending()
+			l := n.Pending()
 			return l == 0, fmt.Sprintf("%d functions queued", l)
 		})
 	}

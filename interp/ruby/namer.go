@@ -1,34 +1,14 @@
 package ruby
 
 import (
-	"cmp"
-	"context"
-	"log/slog"
 	"time"
 
 	"github.com/sonde-profiler/sonde/interp"
 	"github.com/sonde-profiler/sonde/trace"
 )
 
-// NamerConfig configures a Namer.
-type NamerConfig struct {
-	// Images tells which VM a process runs: the Tracker.
-	Images interface{ Image(pid uint32) *Image }
-	// Memory opens a process's memory; nil means ProcessMemory.
-	Memory func(pid uint32) Memory
-	// MaxIseqs bounds the instruction sequences kept, named or failed; 0 means DefaultMaxIseqs.
-	MaxIseqs int
-	// MaxPending bounds the sequences waiting to be read; 0 means DefaultMaxPending.
-	MaxPending int
-	// Recheck is how long a sequence is trusted before it is checked again, when next
-	// seen, for another at its address; 0 means DefaultRecheck.
-	Recheck time.Duration
-	// OnReuse hears that an image's VM gave a sequence's address to another: the
-	// aggregator's RenewImage, so that old locations keep their names.
-	OnReuse func(pid uint32, image uint64)
-	// now is time.Now; tests replace it.
-	now func() time.Time
-}
+// NamerConfig configures a Namer: the Tracker's images, bounds (0: the defaults below).
+type NamerConfig = interp.NamerConfig[Image]
 
 // Defaults of NamerConfig.
 const (
@@ -42,118 +22,29 @@ const (
 // retryFailed is how long after a failed read a sequence is read again when next seen.
 const retryFailed = 500 * time.Millisecond
 
+// unnamed is the name of a Ruby frame whose sequence could not be read: the process
+// ended, the GC freed it.
+const unnamed = "[ruby]"
+
+// Namer names Ruby frames: the sequence's label, its file, and the line its frame ran.
+type Namer = interp.CodeNamer[*Iseq]
+
 // NamerStats counts what a Namer did.
-type NamerStats struct {
-	Read        uint64 // sequences read from processes
-	ReadErrors  uint64 // reads that failed: the process exited, or the address held no sequence
-	Dropped     uint64 // sequences not read early for a full queue
-	Named       uint64 // locations named
-	Unnamed     uint64 // locations left unnamed
-	Rechecks    uint64 // sequences checked again for a reused address
-	Reused      uint64 // addresses found holding another sequence than the one named
-	Retries     uint64 // failed reads tried again
-	CachedIseqs int
-}
-
-func (s NamerStats) LogValue() slog.Value {
-	return slog.GroupValue(slog.Uint64("read", s.Read), slog.Uint64("read_errors", s.ReadErrors),
-		slog.Uint64("dropped", s.Dropped), slog.Uint64("named", s.Named), slog.Uint64("unnamed", s.Unnamed),
-		slog.Uint64("rechecks", s.Rechecks), slog.Uint64("reused", s.Reused), slog.Uint64("retries", s.Retries),
-		slog.Int("cached", s.CachedIseqs))
-}
-
-// Namer names Ruby frames. Sequences are read as soon as a stack holding them is first seen
-// in an interval (SeenCode), on the Namer's own goroutine, so that the process is most
-// likely still there; naming at flush takes them from the cache, reading those it missed.
-type Namer struct {
-	cfg   NamerConfig
-	funcs *interp.Codes[*Iseq] // nil: a sequence that could not be read
-	stats interp.Counts[NamerStats]
-}
+type NamerStats = interp.CodeNamerStats
 
 // NewNamer returns a Namer; Run reads what SeenCode queues.
 func NewNamer(cfg NamerConfig) *Namer {
-	if cfg.Memory == nil {
-		cfg.Memory = func(pid uint32) Memory { return ProcessMemory(pid) }
-	}
-	n := &Namer{cfg: cfg}
-	n.funcs = interp.NewCodes(interp.CodesConfig[*Iseq]{
-		MaxCodes:    cmp.Or(max(cfg.MaxIseqs, 0), DefaultMaxIseqs),
-		MaxPending:  cmp.Or(max(cfg.MaxPending, 0), DefaultMaxPending),
-		Recheck:     cmp.Or(max(cfg.Recheck, 0), DefaultRecheck),
-		Read:        func(pid uint32, k interp.CodeKey, _ bool) (*Iseq, bool) { return n.read(pid, k.Code) },
-		Recheckable: func(q *Iseq) bool { return q != nil },
-		Failed:      func(q *Iseq) bool { return q == nil },
-		Retry:       retryFailed,
-		Same:        n.same,
-		OnReuse:     cfg.OnReuse,
-		Now:         cfg.now,
+	return interp.NewImageNamer(cfg, interp.ImageCode[Image, *Iseq]{
+		Read:    (*Image).ReadIseq,
+		Print:   (*Image).readFingerprint,
+		PrintOf: func(q *Iseq) [4]uint64 { return q.print },
+		Lines: func(q *Iseq, pos uint32) []trace.Line {
+			return []trace.Line{{Function: q.Label, SystemName: q.Label, File: q.File, Line: int64(q.Line(pos))}}
+		},
+		Unnamed:    unnamed,
+		MaxCodes:   DefaultMaxIseqs,
+		MaxPending: DefaultMaxPending,
+		Recheck:    DefaultRecheck,
+		Retry:      retryFailed,
 	})
-	return n
-}
-
-// SeenCode queues a sequence to be read, unless it is known or queued already.
-func (n *Namer) SeenCode(pid uint32, image, iseq uint64) {
-	n.funcs.Seen(pid, interp.CodeKey{Image: image, Code: iseq})
-}
-
-// Run reads queued sequences until ctx ends.
-func (n *Namer) Run(ctx context.Context) error { return n.funcs.Run(ctx) }
-
-func (n *Namer) same(pid uint32, k interp.CodeKey, old *Iseq) (same, decided bool) {
-	img := n.cfg.Images.Image(pid)
-	if img == nil {
-		return false, false
-	}
-	print, err := img.readFingerprint(n.cfg.Memory(pid), k.Code)
-	return err == nil && print == old.print, true
-}
-
-// read reads a sequence of the process, or returns nil; gone says the process is.
-func (n *Namer) read(pid uint32, addr uint64) (*Iseq, bool) {
-	img := n.cfg.Images.Image(pid)
-	if img == nil {
-		n.stats.Add(func(s *NamerStats) { s.ReadErrors++ })
-		return nil, true
-	}
-	f, err := img.ReadIseq(n.cfg.Memory(pid), addr)
-	n.stats.Add(func(s *NamerStats) {
-		s.Read++
-		if err != nil {
-			s.ReadErrors++
-		}
-	})
-	if err != nil {
-		return nil, false
-	}
-	return f, false
-}
-
-// unnamed is the name of a Ruby frame whose sequence could not be read.
-const unnamed = "[ruby]"
-
-// Name returns the line of a Ruby location: the sequence's label, its file, and the line
-// its frame ran.
-func (n *Namer) Name(loc *trace.Location) ([]trace.Line, bool) {
-	in := loc.Interp
-	if in == nil {
-		return nil, false
-	}
-	f, _ := n.funcs.Get(in.PID, interp.CodeKey{Image: in.Image, Code: in.Code})
-	if f == nil {
-		// A Ruby frame all the same (the sequence could not be read: the process ended,
-		// the GC freed it): shown as [ruby], never as a raw value.
-		n.stats.Add(func(s *NamerStats) { s.Unnamed++ })
-		return []trace.Line{{Function: unnamed, SystemName: unnamed}}, true
-	}
-	n.stats.Add(func(s *NamerStats) { s.Named++ })
-	return []trace.Line{{Function: f.Label, SystemName: f.Label, File: f.File, Line: int64(f.Line(in.Offset))}}, true
-}
-
-// Stats returns the counts so far.
-func (n *Namer) Stats() NamerStats {
-	st := n.stats.Get()
-	cs := n.funcs.Stats()
-	st.Dropped, st.Rechecks, st.Reused, st.Retries, st.CachedIseqs = cs.Dropped, cs.Rechecks, cs.Reused, cs.Retries, cs.Cached
-	return st
 }
