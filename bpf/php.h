@@ -214,7 +214,7 @@ static __always_inline long php_step(struct php_walk *w)
 	return 0;
 }
 
-STATE_MERGE_STEP(php, php_walk, php_in_exec, php_step, PHP_TRUNCATED)
+STATE_MERGE_STEP(php, php_walk, php_in_exec, STATE_KEEP_ALL, php_step, PHP_TRUNCATED)
 
 /* php_frames rewrites the sample's n user frames with the PHP frames of each execute_ex
  * activation among them and returns how many there are now. complete 0: the native walk

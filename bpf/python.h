@@ -279,7 +279,7 @@ static __always_inline long py_step(struct py_walk *w)
 	return 0;
 }
 
-STATE_MERGE_STEP(py, py_walk, py_in_eval, py_step, PY_TRUNCATED)
+STATE_MERGE_STEP(py, py_walk, py_in_eval, STATE_KEEP_ALL, py_step, PY_TRUNCATED)
 
 /* py_current_frame returns the innermost frame of the thread state whose thread is the
  * sampled one, or 0. */

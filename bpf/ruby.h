@@ -6,9 +6,11 @@
  * control frames from the current one up to and including the first Ruby frame marked
  * VM_FRAME_FLAG_FINISH, where vm_exec was entered (the script, a block C code yields to, a
  * method C code calls). C methods (Array#each) have control frames too, pushed and run by
- * native code; their native frames stand for them. ruby_frames replaces each activation's
- * native frame by its Ruby frames, so a stack reads Ruby, C method, Ruby, in the order they
- * called each other.
+ * native code; their native frames stand for them. An activation is vm_exec's frame, which
+ * calls vm_exec_core: vm_exec pushes the frame it runs before it calls the loop, and a
+ * sample taken in between belongs to it. ruby_frames replaces each vm_exec frame by its
+ * Ruby frames and leaves vm_exec_core's out, so a stack reads Ruby, C method, Ruby, in the
+ * order they called each other.
  *
  * The sampled thread's execution context is ruby_current_ec, a TLS variable of libruby:
  * user space says where it lies from the thread pointer (static TLS), or which module's
@@ -53,8 +55,9 @@ enum ruby_limits {
  * sonde's table of CRuby's layouts by version. Addresses are the process's. */
 struct ruby_proc {
 	__u64 exec_id;              /* the exec the addresses belong to; 0: unknown */
-	__u64 vm_start, vm_end;     /* vm_exec_core */
-	__u64 cold_start, cold_end; /* its part the compiler moved out of line, or 0, 0 */
+	__u64 exec_start, exec_end; /* vm_exec (rb_vm_exec before 3.3), an activation */
+	__u64 vm_start, vm_end;     /* vm_exec_core, the loop it calls */
+	__u64 cold_start, cold_end; /* the loop's part the compiler moved out of line, or 0, 0 */
 	__s64 tls_offset;           /* ruby_current_ec: from the thread pointer, or in its module's block */
 	__u64 tls_module;           /* the module whose block holds it (dynamic TLS); 0: static */
 	__s32 dtv_offset;           /* dynamic TLS: the DTV pointer's place from the thread pointer */
@@ -91,6 +94,8 @@ struct {
 struct ruby_scratch {
 	struct state_walk st; /* in the per-CPU scratch map, not on the BPF stack (see python.h) */
 	__u64 end_cfp;        /* the VM stack's end, past the outermost control frame */
+	__u32 in_loop;        /* the activation being opened runs its loop (a vm_exec_core frame above it) */
+	__u32 stepped_in;     /* st->in when the open activation was first stepped */
 	__u64 native[MAX_USER_DEPTH];
 	__u8 cfp[2 * RUBY_MAX_CFP_READ]; /* a control frame's bytes; offsets are masked below RUBY_MAX_CFP_READ */
 };
@@ -133,9 +138,14 @@ struct ruby_walk {
 	__u64 *out; /* the sample's user frames */
 };
 
-static __always_inline int ruby_in_vm(struct ruby_proc *p, __u64 pc)
+/* Return addresses point after the call: one byte back is inside the function. */
+static __always_inline int ruby_in_exec(struct ruby_proc *p, __u64 pc)
 {
-	/* Return addresses point after the call: one byte back is inside the function. */
+	return pc > p->exec_start && pc <= p->exec_end;
+}
+
+static __always_inline int ruby_in_loop(struct ruby_proc *p, __u64 pc)
+{
 	return (pc > p->vm_start && pc <= p->vm_end) || (pc > p->cold_start && pc <= p->cold_end);
 }
 
@@ -177,11 +187,23 @@ static __always_inline long ruby_step(struct ruby_walk *w)
 	}
 	__u64 pc = ruby_field(s, p->cfp_pc), iseq = ruby_field(s, p->cfp_iseq), ep = ruby_field(s, p->cfp_ep);
 	__u64 flags = 0;
-	st->frame += size;
 	if (!ep || bpf_probe_read_user(&flags, sizeof(flags), (void *)ep)) {
 		st->end = RUBY_BAD_READ;
 		return 1;
 	}
+	__u8 first = s->stepped_in != st->in, outside = first && !s->in_loop;
+	if (first) {
+		s->stepped_in = st->in;
+		s->in_loop = 0;
+	}
+	/* vm_exec caught outside its loop, the frame it runs not (or no longer) current: the
+	 * frame it was entered for is pushed before it is called and popped before it returns,
+	 * FINISH marking it. What is current belongs to the activations below. */
+	if (outside && !st->tail && !(flags & RUBY_FRAME_FINISH)) {
+		ruby_close(w);
+		return 0;
+	}
+	st->frame += size;
 	/* A C method's frame, or a dummy one: native code runs it, and its native frames
 	 * stand for it. */
 	if (flags & RUBY_FRAME_CFRAME || !pc || !iseq)
@@ -209,7 +231,17 @@ static __always_inline long ruby_step(struct ruby_walk *w)
 	return 0;
 }
 
-STATE_MERGE_STEP(ruby, ruby_walk, ruby_in_vm, ruby_step, RUBY_TRUNCATED)
+/* ruby_drop leaves vm_exec_core's frame out, and notes that the vm_exec under it runs its
+ * loop. */
+static __always_inline int ruby_drop(struct ruby_walk *w, __u64 pc)
+{
+	if (!ruby_in_loop(w->proc, pc))
+		return 0;
+	w->s->in_loop = 1;
+	return 1;
+}
+
+STATE_MERGE_STEP(ruby, ruby_walk, ruby_in_exec, ruby_drop, ruby_step, RUBY_TRUNCATED)
 
 /* ruby_ec_slot returns where the thread's ruby_current_ec is, or 0. */
 static __always_inline __u64 ruby_ec_slot(struct ruby_proc *p, __u64 tp)
@@ -243,7 +275,7 @@ __noinline int ruby_frames(struct sample_event *e, __u32 n, __u32 complete)
 	__u32 pid = e->pid;
 	struct ruby_proc *p = bpf_map_lookup_elem(&ruby_procs, &pid);
 	/* exec_id 0: user space read the process before it knew its exec. */
-	if (!p || (p->exec_id && p->exec_id != e->exec_id) || !p->vm_start)
+	if (!p || (p->exec_id && p->exec_id != e->exec_id) || !p->exec_start)
 		return n;
 	__u32 zero = 0;
 	struct ruby_scratch *s = bpf_map_lookup_elem(&ruby_scratch_map, &zero);
@@ -255,6 +287,8 @@ __noinline int ruby_frames(struct sample_event *e, __u32 n, __u32 complete)
 	__builtin_memset(st, 0, sizeof(*st));
 	st->n_in = n;
 	st->tail = !complete;
+	s->in_loop = 0;
+	s->stepped_in = 0;
 	__u64 slot = ruby_ec_slot(p, ARCH_THREAD_POINTER(bpf_get_current_task_btf()));
 	__u64 ec = 0, head[4] = {};
 	if (!slot || bpf_probe_read_user(&ec, sizeof(ec), (void *)slot) || !ec) {

@@ -382,6 +382,8 @@ type samplerRowMemo struct {
 type samplerRubyProc struct {
 	_             structs.HostLayout
 	ExecId        uint64
+	ExecStart     uint64
+	ExecEnd       uint64
 	VmStart       uint64
 	VmEnd         uint64
 	ColdStart     uint64
@@ -419,9 +421,11 @@ type samplerRubyScratch struct {
 		Tail    uint8
 		Pad     uint8
 	}
-	EndCfp uint64
-	Native [256]uint64
-	Cfp    [128]uint8
+	EndCfp    uint64
+	InLoop    uint32
+	SteppedIn uint32
+	Native    [256]uint64
+	Cfp       [128]uint8
 }
 
 type samplerSampleEvent struct {

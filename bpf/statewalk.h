@@ -37,10 +37,12 @@ static __always_inline void state_close(struct state_walk *st, __u64 *out)
 
 /* STATE_MERGE_STEP defines name_merge_step, the bpf_loop callback of a walk (struct
  * walk_type: proc, s with st and native, out): a native frame where in_region(proc, pc)
- * opens an activation, whose chain frames step(w) emits until it closes it; other native
- * frames are kept. When the native walk stopped short (tail), what is left of the chain
- * goes at the root. */
-#define STATE_MERGE_STEP(name, walk_type, in_region, step, truncated) \
+ * opens an activation, whose chain frames step(w) emits until it closes it; a native
+ * frame where drop(w, pc) is left out (the loop of a runtime whose activation its caller
+ * stands for: CRuby's vm_exec_core under vm_exec); other native frames are kept. When the
+ * native walk stopped short (tail), what is left of the chain goes at the root. */
+#define STATE_KEEP_ALL(w, pc) 0
+#define STATE_MERGE_STEP(name, walk_type, in_region, drop, step, truncated) \
 	static long name##_merge_step(__u32 i, void *ctx)              \
 	{                                                              \
 		struct walk_type *w = ctx;                             \
@@ -60,6 +62,8 @@ static __always_inline void state_close(struct state_walk *st, __u64 *out)
 		}                                                      \
 		__u64 pc = w->s->native[st->in & (MAX_USER_DEPTH - 1)]; \
 		st->in++;                                              \
+		if (st->frame && drop(w, pc))                          \
+			return 0;                                      \
 		if (st->frame && in_region(w->proc, pc)) {             \
 			st->open = 1;                                  \
 			st->emitted = 0;                               \

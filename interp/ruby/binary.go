@@ -21,8 +21,10 @@ import (
 type VM struct {
 	Version Version
 	Layout  Layout
-	// Loop is vm_exec_core's [start, end); LoopCold its out-of-line part, or zero.
-	Loop, LoopCold [2]uint64
+	// Exec is vm_exec's [start, end) (rb_vm_exec before 3.3), whose frame stands for an
+	// activation of the VM; Loop is vm_exec_core's, the loop it calls, and LoopCold the
+	// loop's out-of-line part, or zero.
+	Exec, Loop, LoopCold [2]uint64
 	// EC is how the file reaches ruby_current_ec, each thread's execution context.
 	EC    *tracectx.TLSSymbol
 	loads objfile.Loads
@@ -102,7 +104,7 @@ func Inspect(f *elf.File) (v *VM, err error) {
 		}
 		return table
 	}
-	if v.Loop = vmLoop(f, entry, depth); v.Loop[1] == 0 {
+	if v.Exec, v.Loop = vmLoop(f, entry, depth); v.Loop[1] == 0 {
 		return nil, fmt.Errorf("ruby %s: %w: vm_exec_core not found from %s", v.Version, ErrUnsupported, entry.Name)
 	}
 	v.LoopCold = interp.OutOfLinePart(f, v.Loop[0], v.Loop[1], tableOf)
@@ -125,15 +127,15 @@ func parseVersion(b []byte) (Version, error) {
 // maxExecRead bounds the bytes of a function decoded on the way to vm_exec_core.
 const maxExecRead = 1 << 16
 
-// vmLoop finds vm_exec_core: the largest function (by its FDE), at least minLoop bytes,
-// that entry branches to, or (depth 2) that those branch to: rb_vm_exec calls it; 3.3's
-// rb_iseq_eval calls vm_exec, which does.
-func vmLoop(f *elf.File, entry *elf.Symbol, depth int) [2]uint64 {
+// vmLoop finds vm_exec_core, the largest function (by its FDE), at least minLoop bytes,
+// that entry branches to, or (depth 2) that those branch to, and the function that calls
+// it: rb_vm_exec calls it; 3.3's rb_iseq_eval calls vm_exec, which does.
+func vmLoop(f *elf.File, entry *elf.Symbol, depth int) (caller, loop [2]uint64) {
 	ranges, err := unwind.FunctionRanges(f)
 	if err != nil {
-		return [2]uint64{}
+		return caller, loop
 	}
-	var best unwind.CodeRange
+	var best, bestCaller unwind.CodeRange
 	seen := map[uint64]bool{}
 	level := []unwind.CodeRange{{Start: entry.Value, End: entry.Value + entry.Size}}
 	for d := 0; d < depth && len(level) > 0; d++ {
@@ -153,7 +155,7 @@ func vmLoop(f *elf.File, entry *elf.Symbol, depth int) [2]uint64 {
 					continue
 				}
 				if r.End-r.Start > best.End-best.Start {
-					best = r
+					best, bestCaller = r, fn
 				}
 				next = append(next, r)
 			}
@@ -161,9 +163,9 @@ func vmLoop(f *elf.File, entry *elf.Symbol, depth int) [2]uint64 {
 		level = next
 	}
 	if best.End-best.Start < minLoop {
-		return [2]uint64{}
+		return caller, loop
 	}
-	return [2]uint64{best.Start, best.End}
+	return [2]uint64{bestCaller.Start, bestCaller.End}, [2]uint64{best.Start, best.End}
 }
 
 // branchTargets are where a function's direct calls and jumps go.

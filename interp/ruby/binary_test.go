@@ -36,13 +36,13 @@ func TestInspect(t *testing.T) {
 			if v.Version.String() != version {
 				t.Errorf("version %s, the program says %s", v.Version, version)
 			}
-			if v.Loop[1]-v.Loop[0] < minLoop {
-				t.Errorf("vm_exec_core at %#x", v.Loop)
+			if v.Loop[1]-v.Loop[0] < minLoop || v.Exec[1] <= v.Exec[0] || v.Exec[0] < v.Loop[1] && v.Loop[0] < v.Exec[1] {
+				t.Errorf("vm_exec at %#x, vm_exec_core at %#x", v.Exec, v.Loop)
 			}
 			if v.EC == nil || (v.EC.Access != tracectx.GlobalDynamic && v.EC.Access != tracectx.TLSDesc && v.EC.Access != tracectx.InitialExec) {
 				t.Errorf("ruby_current_ec reached by %+v", v.EC)
 			}
-			t.Logf("ruby %s: vm_exec_core %#x, cold %#x, ruby_current_ec %+v", v.Version, v.Loop, v.LoopCold, *v.EC)
+			t.Logf("ruby %s: vm_exec %#x, vm_exec_core %#x, cold %#x, ruby_current_ec %+v", v.Version, v.Exec, v.Loop, v.LoopCold, *v.EC)
 		})
 	}
 }

@@ -14,7 +14,8 @@ import (
 // ruby_proc (bpf/ruby.h), field for field.
 type KernelState struct {
 	ExecID                uint64
-	VMStart, VMEnd        uint64 // vm_exec_core
+	ExecStart, ExecEnd    uint64 // vm_exec: an activation
+	VMStart, VMEnd        uint64 // vm_exec_core, the loop it calls
 	ColdStart, ColdEnd    uint64 // its out-of-line part, or 0, 0
 	TLSOffset             int64  // ruby_current_ec from the thread pointer, or in its module's block
 	TLSModule             uint64 // dynamic TLS: the module; 0: static
@@ -33,7 +34,8 @@ type KernelState struct {
 func KernelStateFor(v *VM, bias, execID uint64, ec tracectx.Where) *KernelState {
 	l := v.Layout
 	s := &KernelState{
-		ExecID:  execID,
+		ExecID:    execID,
+		ExecStart: v.Exec[0] + bias, ExecEnd: v.Exec[1] + bias,
 		VMStart: v.Loop[0] + bias, VMEnd: v.Loop[1] + bias,
 		TLSOffset: ec.Offset,
 		ECVMStack: uint16(l.ECVMStack), ECVMStackSize: uint16(l.ECVMStackSize), ECCFP: uint16(l.ECCFP),
@@ -50,7 +52,7 @@ func KernelStateFor(v *VM, bias, execID uint64, ec tracectx.Where) *KernelState 
 }
 
 func (s *KernelState) regions() []interp.Region {
-	return []interp.Region{{Start: s.VMStart, End: s.VMEnd}, {Start: s.ColdStart, End: s.ColdEnd}}
+	return []interp.Region{{Start: s.ExecStart, End: s.ExecEnd}, {Start: s.VMStart, End: s.VMEnd}, {Start: s.ColdStart, End: s.ColdEnd}}
 }
 
 // TrackerConfig configures a Tracker.

@@ -3,6 +3,8 @@
 #   pure:    orchard -> Orchard#pluck -> Orchard#sort_fruit -> Orchard#weigh
 #   block:   harvest -> Array#each (C) -> block in harvest -> weigh_basket
 #   threads: two threads, one in a_outer -> a_inner, the other in b_outer -> b_inner
+#   times:   count -> tally -> Integer#times (C in 3.1) -> block in tally, a tiny block, so
+#            that much of the time is in the VM entering it from C
 #   fork:    two forked workers, each in orchard's chain, as a preforking server's
 
 class Orchard
@@ -67,6 +69,18 @@ def harvest(deadline)
   total
 end
 
+def tally(n)
+  t = 0
+  n.times { |i| t = (t + i * 7) % 65_521 }
+  t
+end
+
+def count(deadline)
+  r = 0
+  r ^= tally(30_000) while Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
+  r
+end
+
 def a_inner(deadline)
   n = 0
   n += 1 while Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
@@ -96,6 +110,8 @@ when "pure"
   orchard(deadline)
 when "block"
   harvest(deadline)
+when "times"
+  count(deadline)
 when "threads"
   [Thread.new { a_outer(deadline) }, Thread.new { b_outer(deadline) }].each(&:join)
 when "fork"
