@@ -136,7 +136,7 @@ func TestPHPStacks(t *testing.T) {
 		}
 		cmds = append(cmds, r.php.Command(args...))
 	}
-	p := startGroup(t, 0, "ready", cmds...).profile(400)
+	p := startGroup(t, 0, "ready", cmds...).profile(300)
 	spans := phpSpans(t, phpWorkload(t))
 	for i, r := range runs {
 		t.Run(r.php.Name+"/"+r.engine+"/"+r.mode, func(t *testing.T) {

@@ -93,7 +93,7 @@ func TestRubyStacks(t *testing.T) {
 			cmds = append(cmds, r.Command(r.Script(t, rbWorkload(t)), m, "120"))
 		}
 	}
-	p := startGroup(t, 0, "ready", cmds...).profile(400, "--thread-attributes", "name,id")
+	p := startGroup(t, 0, "ready", cmds...).profile(300, "--thread-attributes", "name,id")
 	spans := rbSpans(t, rbWorkload(t))
 	for i, r := range rubies {
 		file := r.Script(t, rbWorkload(t))

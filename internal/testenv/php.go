@@ -77,6 +77,17 @@ func HostPHPFPM(t testing.TB) string {
 	return path
 }
 
+// HostLibPHP is Debian 12's libphp8.2.so, the embed SAPI's library (apt-get install
+// libphp8.2-embed).
+func HostLibPHP(t testing.TB) string {
+	t.Helper()
+	const path = "/usr/lib/libphp8.2.so"
+	if _, err := os.Stat(path); err != nil {
+		Unavailable(t, "no %s (apt-get install libphp8.2-embed)", path)
+	}
+	return path
+}
+
 // DebianPHP is Debian sid's PHP 8.4 CLI, in the Debian root (DebianRoot), run in its own
 // namespaces as a container runs it.
 func DebianPHP(t testing.TB) PHP {

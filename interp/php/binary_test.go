@@ -14,13 +14,14 @@ import (
 	"github.com/sonde-profiler/sonde/internal/testenv"
 )
 
-// TestInspect inspects Debian 12's php CLI and php-fpm and Debian sid's php CLI: each is
-// found with the version it reports itself and its version's layout, which its own code
-// confirms (the current frame's slot in executor_globals, an op array's file), with
+// TestInspect inspects Debian 12's php CLI, php-fpm and libphp (the embed SAPI's library,
+// as Apache's module and embedding servers load the engine), and Debian sid's php CLI:
+// each is found with the version it reports itself and its version's layout, which its own
+// code confirms (the current frame's slot in executor_globals, an op array's file), with
 // execute_ex's out-of-line part and the frame its body (and the JIT's code) runs on.
 func TestInspect(t *testing.T) {
 	host := testenv.HostPHP(t)
-	files := map[string]string{host.File(): host.Version, testenv.HostPHPFPM(t): host.Version}
+	files := map[string]string{host.File(): host.Version, testenv.HostPHPFPM(t): host.Version, testenv.HostLibPHP(t): host.Version}
 	sid := testenv.DebianPHP(t)
 	files[sid.File()] = sid.Version
 	for path, version := range files {
