@@ -12,9 +12,11 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sonde-profiler/sonde/internal/procfs"
 	"github.com/sonde-profiler/sonde/internal/testenv"
 	"github.com/sonde-profiler/sonde/interp/php"
 	"github.com/sonde-profiler/sonde/reporter/otlp"
@@ -78,7 +80,22 @@ pm.max_requests = %d
 	if err := master.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { master.Process.Kill(); master.Wait() })
+	t.Cleanup(func() {
+		// The master ends its workers on SIGTERM; killed, it would leave them running.
+		workers := procfs.Descendants("/proc", []uint32{uint32(master.Process.Pid)}, 64)[1:]
+		master.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { master.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			master.Process.Kill()
+			<-done
+		}
+		for _, pid := range workers {
+			syscall.Kill(int(pid), syscall.SIGKILL)
+		}
+	})
 	testenv.WaitFor(t, "php-fpm to listen on "+addr, testenv.StartTimeout, func() (bool, string) {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
