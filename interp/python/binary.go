@@ -3,6 +3,7 @@ package python
 import (
 	"bytes"
 	"debug/elf"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"regexp"
@@ -26,6 +27,9 @@ type Interpreter struct {
 	// CodeType and UnicodeType are PyCode_Type's and PyUnicode_Type's addresses, which
 	// the ob_type of a code object and of a string must hold.
 	CodeType, UnicodeType, BytesType uint64
+	// InitShim is the address of the code object 3.13+ runs between a class's
+	// instantiation and its __init__, or 0 where the file does not show it.
+	InitShim uint64
 	// loads are the file's loadable segments, which place its mappings.
 	loads objfile.Loads
 }
@@ -95,8 +99,11 @@ func Inspect(f *elf.File) (in *Interpreter, err error) {
 	}
 	head, _ := objfile.ReadVaddr(f, runtime.Value, maxRuntimeRead)
 	if bytes.HasPrefix(head, debugOffsetsCookie) {
-		in.Version, in.Layout, err = parseDebugOffsets(head)
-		return in, err
+		if in.Version, in.Layout, err = parseDebugOffsets(head); err != nil {
+			return nil, err
+		}
+		in.InitShim = initShim(f, in)
+		return in, nil
 	}
 	if in.Version, err = fileVersion(f, want["Py_Version"]); err != nil {
 		return nil, err
@@ -117,8 +124,97 @@ func Inspect(f *elf.File) (in *Interpreter, err error) {
 			}
 		}
 	}
-	in.Layout, err = tableLayout(in.Version)
-	return in, err
+	if in.Layout, err = tableLayout(in.Version); err != nil {
+		return nil, err
+	}
+	in.InitShim = initShim(f, in)
+	return in, nil
+}
+
+// initShimSymbol is the static code object of the __init__ shim (3.13+): a local symbol
+// in 3.13, exported since 3.14.
+const initShimSymbol = "_Py_InitCleanup"
+
+// maxShimScan bounds each data section read in search of the shim (a few MB).
+const maxShimScan = 8 << 20
+
+// initShim finds the __init__ shim's code object, so that its frames are left out from a
+// process's first sample rather than from when the namer first meets one. Where no
+// symbol names it (Debian's stripped 3.13), it is the one static code object with no
+// first line, read from the file's data as the process first sees it.
+func initShim(f *elf.File, in *Interpreter) uint64 {
+	if !in.Version.AtLeast(13) {
+		return 0
+	}
+	for _, typ := range []elf.SectionType{elf.SHT_DYNSYM, elf.SHT_SYMTAB} {
+		if s, ok, _ := objfile.FindSymbol(f, typ, initShimSymbol, true); ok && s.Value != 0 {
+			return s.Value
+		}
+	}
+	return scanInitShim(f, in)
+}
+
+// scanInitShim looks through a file's data for the static code object with no first line.
+// A position-independent file may hold zero where the process will have a pointer, set by
+// a dynamic relocation: the file is read as relocated at bias 0.
+func scanInitShim(f *elf.File, in *Interpreter) uint64 {
+	img := NewImage(in, 0)
+	file := fileMemory{f, objfile.ReadRelocations(f, true)}
+	var found uint64
+	unique := true
+	try := func(typeAt uint64) {
+		addr := typeAt - obType
+		if c, err := img.ReadCode(file, addr); err == nil && c.FirstLine == 0 && addr != found {
+			unique = found == 0
+			found = addr
+		}
+	}
+	file.rel.Each(func(at, value uint64) bool {
+		if value == in.CodeType {
+			try(at)
+		}
+		return unique
+	})
+	for _, sec := range f.Sections {
+		if !unique || sec.Type != elf.SHT_PROGBITS || sec.Flags&elf.SHF_ALLOC == 0 || sec.Flags&elf.SHF_EXECINSTR != 0 {
+			continue
+		}
+		b, err := objfile.SectionData(sec, maxShimScan)
+		if err != nil {
+			continue
+		}
+		// Objects, and so their ob_type, are 8-aligned.
+		for off := obType + int(-(sec.Addr+obType)&7); off+8 <= len(b) && unique; off += 8 {
+			if binary.LittleEndian.Uint64(b[off:]) == in.CodeType {
+				try(sec.Addr + uint64(off))
+			}
+		}
+		objfile.GiveBack(sec, b)
+	}
+	if !unique {
+		return 0 // two: neither is known to be the shim
+	}
+	return found
+}
+
+// fileMemory reads an ELF file's initial data by virtual address, as a process mapping it
+// at bias 0 sees it once the loader has relocated it.
+type fileMemory struct {
+	f   *elf.File
+	rel *objfile.Relocations
+}
+
+func (m fileMemory) ReadAt(p []byte, addr uint64) error {
+	b, err := objfile.ReadVaddr(m.f, addr, uint64(len(p)))
+	if err != nil {
+		return err
+	}
+	if len(b) < len(p) {
+		return fmt.Errorf("read %#x: %d of %d bytes in the file", addr, len(b), len(p))
+	}
+	copy(p, b)
+	m.rel.Apply(p, addr, m.f.ByteOrder)
+	return nil
 }
 
 // fileVersion reads the interpreter's exact version: Py_Version (PY_VERSION_HEX) since

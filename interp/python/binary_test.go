@@ -43,6 +43,19 @@ func TestInspect(t *testing.T) {
 			if py.Root != "" && in.EvalCold[1] == 0 {
 				t.Errorf("no out-of-line part of the eval loop found in Debian's build")
 			}
+			// The __init__ shim (3.13+) is known before any process runs it: by its symbol,
+			// or, in a stripped file, found among the file's data, where it is found in
+			// every file that has the symbol too.
+			if in.Version.AtLeast(13) {
+				if in.InitShim == 0 {
+					t.Errorf("no __init__ shim found")
+				}
+				if scanned := scanInitShim(f, in); scanned != in.InitShim {
+					t.Errorf("__init__ shim found in the data at %#x, the symbol says %#x", scanned, in.InitShim)
+				}
+			} else if in.InitShim != 0 {
+				t.Errorf("an __init__ shim at %#x before 3.13", in.InitShim)
+			}
 			if in.Version.Minor >= 14 {
 				// Read from the interpreter's _Py_DebugOffsets only: sonde has no table.
 				if in.Layout.Source != "debug_offsets" {

@@ -72,6 +72,9 @@ func KernelStateFor(in *Interpreter, bias, execID uint64) (*KernelState, error) 
 	if in.EvalCold[1] != 0 {
 		s.ColdStart, s.ColdEnd = in.EvalCold[0]+bias, in.EvalCold[1]+bias
 	}
+	if in.InitShim != 0 {
+		s.SkipCode = in.InitShim + bias
+	}
 	if in.Version.AtLeast(14) {
 		// f_executable is a _PyStackRef: its low bits say how the reference is counted
 		// (Py_TAG_BITS), and code objects are 16-byte aligned.
@@ -173,8 +176,8 @@ func (t *Tracker) ProcessMappings(pid uint32, execID uint64, mappings []*trace.M
 			if old != nil && old.bias == bias && old.execID == execID {
 				return nil // told already
 			}
-			if old != nil && old.execID == execID {
-				state.SkipCode = old.state.SkipCode // the same interpreter's shim
+			if old != nil && old.execID == execID && state.SkipCode == 0 {
+				state.SkipCode = old.state.SkipCode // the same interpreter's shim, met by the namer
 			}
 			img := NewImage(in, bias)
 			img.bias, img.execID, img.state = bias, execID, *state
@@ -190,7 +193,8 @@ func (t *Tracker) ProcessMappings(pid uint32, execID uint64, mappings []*trace.M
 
 // SkipCode tells the kernel to leave out the frames of a shim code object of a process's
 // interpreter: 3.13 runs one between a class's instantiation and its __init__, named
-// "__init__" at line 0, where CPython's own tracebacks show nothing.
+// "__init__" at line 0, where CPython's own tracebacks show nothing. Inspect finds it in
+// the files sonde knows; the namer meeting one in another build calls this.
 func (t *Tracker) SkipCode(pid uint32, code uint64) {
 	var state KernelState
 	changed := t.procs.Update(pid, func(img *Image) *Image {

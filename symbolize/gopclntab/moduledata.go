@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/sonde-profiler/sonde/internal/objfile"
 )
 
 // image reads a binary's loaded memory as the loader lays it out, from the file:
@@ -18,8 +20,7 @@ type image struct {
 	// relative holds the addends of R_*_RELATIVE relocations by address, read on
 	// first need: a position-independent binary linked externally may leave the
 	// pointers of its moduledata zero in the file, to be filled in at load time.
-	relative map[uint64]uint64
-	relRead  bool
+	relative *objfile.Relocations
 }
 
 // segment is a PT_LOAD program header, as reading memory needs it.
@@ -120,50 +121,16 @@ func (m *image) words(vaddr uint64, count int) ([]uint64, bool) {
 	return w, true
 }
 
-// R_X86_64_RELATIVE and R_AARCH64_RELATIVE: the base address plus the addend.
-const (
-	relX86Relative   = 8
-	relArm64Relative = 1027
-)
-
 func (m *image) relocated(vaddr uint64) uint64 {
-	if !m.relRead {
-		m.relRead = true
-		m.relative = m.readRelative()
-	}
-	return m.relative[vaddr]
+	m.readRelocations()
+	v, _ := m.relative.Word(vaddr)
+	return v
 }
 
-func (m *image) readRelative() map[uint64]uint64 {
-	if m.f.Class != elf.ELFCLASS64 {
-		return nil
+func (m *image) readRelocations() {
+	if m.relative == nil {
+		m.relative = objfile.ReadRelocations(m.f, false)
 	}
-	var want uint32
-	switch m.f.Machine {
-	case elf.EM_X86_64:
-		want = relX86Relative
-	case elf.EM_AARCH64:
-		want = relArm64Relative
-	default:
-		return nil
-	}
-	rel := map[uint64]uint64{}
-	for _, s := range m.f.Sections {
-		if s.Type != elf.SHT_RELA {
-			continue
-		}
-		data, err := m.section(s)
-		if err != nil {
-			continue
-		}
-		for b := data; len(b) >= 24; b = b[24:] {
-			off, info, addend := m.order.Uint64(b), m.order.Uint64(b[8:]), m.order.Uint64(b[16:])
-			if uint32(info) == want {
-				rel[off] = addend
-			}
-		}
-	}
-	return rel
 }
 
 // moduledata is what the runtime's moduledata tells that the pclntab does not.
@@ -248,13 +215,16 @@ func findModuledata(m *image, addr uint64, pclntab []byte, go120 bool) (moduleda
 	}
 	// In a binary whose loader fills the pointers in, the relocation table says
 	// where the pointer to the pclntab goes.
-	m.relocated(0)
-	for at, v := range m.relative {
+	m.readRelocations()
+	found, ok := moduledata{}, false
+	m.relative.Each(func(at, v uint64) bool {
 		if v == addr {
-			if md, ok := check(at); ok {
-				return md, nil
-			}
+			found, ok = check(at)
 		}
+		return !ok
+	})
+	if ok {
+		return found, nil
 	}
 	return moduledata{}, errors.New("no moduledata points at the pclntab")
 }

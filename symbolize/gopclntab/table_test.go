@@ -86,6 +86,9 @@ func TestLookupMatchesGoAddr2line(t *testing.T) {
 		// Linked by gcc: C code comes first in .text, and Go's entries count from
 		// runtime.text, after it.
 		{"cgo", testprog.BuildGoWith(t, testprog.GoCgo, "", "CGO_ENABLED=1")},
+		// Position-independent and linked by gcc: the moduledata's pointers are zero in
+		// the file, set by relative relocations.
+		{"cgo-pie", testprog.BuildGoWith(t, testprog.GoCgo, "", "CGO_ENABLED=1", "GOFLAGS=-buildvcs=false -buildmode=pie")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, tab := load(t, tc.bin)
