@@ -5,8 +5,10 @@
  * call without a native call: one activation of vm_exec_core on the native stack runs the
  * control frames from the current one up to and including the first Ruby frame marked
  * VM_FRAME_FLAG_FINISH, where vm_exec was entered (the script, a block C code yields to, a
- * method C code calls). C methods (Array#each) have control frames too, pushed and run by
- * native code; their native frames stand for them. An activation is vm_exec's frame, which
+ * method C code calls). C methods (Array#each) have control frames too, pushed by the
+ * activation that calls them and run by native code: their method entry names them, at
+ * the caller's activation, under the native frames that run them. A Ruby method's frame is
+ * named by its method entry too, which says its class. An activation is vm_exec's frame, which
  * calls vm_exec_core: vm_exec pushes the frame it runs before it calls the loop, and a
  * sample taken in between belongs to it. ruby_frames replaces each vm_exec frame by its
  * Ruby frames and leaves vm_exec_core's out, so a stack reads Ruby, C method, Ruby, in the
@@ -23,15 +25,17 @@
 #define SONDE_RUBY_H
 
 /* Ruby's number among the runtimes (types.h, enum interp_frame_encoding), and how its 58
- * bits of a frame hold an instruction sequence and a position in it: the iseq's address >>
+ * bits of a frame hold what names it and a position: a kind bit; an object's address >>
  * RUBY_ISEQ_ALIGN_SHIFT (objects are 8-byte aligned, user addresses below 2^47: 44 bits),
- * then the position of the frame's pc in its instructions, in words, saturated at
- * RUBY_POS_MASK. */
+ * the instruction sequence's, or for a method (RUBY_KIND_METHOD) its method entry's, which
+ * also says its class, or names a C method; then the position of the frame's pc in its
+ * instructions, in words, saturated at RUBY_POS_MASK. */
 enum ruby_frame_encoding {
 	RUBY_RUNTIME = 6,
 	RUBY_ISEQ_ALIGN_SHIFT = 3,
-	RUBY_POS_BITS = 14,
-	RUBY_POS_MASK = (1 << 14) - 1,
+	RUBY_POS_BITS = 13,
+	RUBY_POS_MASK = (1 << 13) - 1,
+	RUBY_KIND_METHOD_BIT = 57,
 };
 
 /* How the walk of a Ruby thread's frames ended. */
@@ -49,6 +53,20 @@ enum ruby_limits {
 	RUBY_MAX_FRAMES = 192,          /* control frames walked per sample */
 	RUBY_FRAME_FINISH = 0x20,       /* VM_FRAME_FLAG_FINISH */
 	RUBY_FRAME_CFRAME = 0x80,       /* VM_FRAME_FLAG_CFRAME: a C method's frame */
+	RUBY_ENV_LOCAL = 0x2,           /* VM_ENV_FLAG_LOCAL: ep[-2] holds the method entry (or a cref, an svar) */
+};
+
+/* The frame's type (VM_FRAME_MAGIC_*), in its flags under VM_FRAME_MAGIC_MASK, and the
+ * RBasic.flags of the method entries (imemo_ment) and special-variable holders (imemo_svar)
+ * ep[-2] may hold. */
+enum ruby_magic {
+	RUBY_MAGIC_MASK = 0x7fff0001,
+	RUBY_MAGIC_METHOD = 0x11110001,
+	RUBY_MAGIC_CFUNC = 0x55550001,
+	RUBY_IMEMO_MASK = 0xf01f, /* the object's type (T_IMEMO, 0x1a) and the imemo's kind << 12 */
+	RUBY_IMEMO_MENT = 0x601a,
+	RUBY_IMEMO_SVAR = 0x201a,
+	RUBY_SVAR_CREF_OR_ME = 8, /* struct vm_svar: cref_or_me */
 };
 
 /* Where a Ruby process keeps its threads' frames, and how to read them: offsets from
@@ -80,6 +98,7 @@ const struct ruby_proc *unused_ruby_proc __attribute__((unused));
 const enum ruby_end *unused_ruby_end __attribute__((unused));
 const enum ruby_frame_encoding *unused_ruby_frame_encoding __attribute__((unused));
 const enum ruby_limits *unused_ruby_limits __attribute__((unused));
+const enum ruby_magic *unused_ruby_magic __attribute__((unused));
 
 /* Per-process VM state, written by user space (package interp/ruby) when it finds CRuby
  * mapped, deleted at exec and exit like proc_maps. */
@@ -160,6 +179,21 @@ static __always_inline void ruby_emit(struct ruby_walk *w, __u64 v) { state_emit
 
 static __always_inline void ruby_close(struct ruby_walk *w) { state_close(&w->s->st, w->out); }
 
+/* ruby_method_entry returns the method entry ep[-2] holds, directly or in the svar that
+ * took its place when the method used $~ or $_, or 0. */
+static __always_inline __u64 ruby_method_entry(__u64 v)
+{
+	__u64 flags = 0;
+	if (!v || v & 7 || v >> 47 || bpf_probe_read_user(&flags, sizeof(flags), (void *)v))
+		return 0;
+	if ((flags & RUBY_IMEMO_MASK) == RUBY_IMEMO_SVAR) {
+		if (bpf_probe_read_user(&v, sizeof(v), (void *)(v + RUBY_SVAR_CREF_OR_ME)) || !v || v & 7 || v >> 47 ||
+		    bpf_probe_read_user(&flags, sizeof(flags), (void *)v))
+			return 0;
+	}
+	return (flags & RUBY_IMEMO_MASK) == RUBY_IMEMO_MENT ? v : 0;
+}
+
 /* ruby_step reads one control frame of the open activation and emits it if it is Ruby's. */
 static __always_inline long ruby_step(struct ruby_walk *w)
 {
@@ -186,11 +220,12 @@ static __always_inline long ruby_step(struct ruby_walk *w)
 		return 1;
 	}
 	__u64 pc = ruby_field(s, p->cfp_pc), iseq = ruby_field(s, p->cfp_iseq), ep = ruby_field(s, p->cfp_ep);
-	__u64 flags = 0;
-	if (!ep || bpf_probe_read_user(&flags, sizeof(flags), (void *)ep)) {
+	__u64 env[3] = {}; /* ep[-2] (the method entry, a cref or an svar), ep[-1], ep[0] (the flags) */
+	if (!ep || bpf_probe_read_user(env, sizeof(env), (void *)(ep - 16))) {
 		st->end = RUBY_BAD_READ;
 		return 1;
 	}
+	__u64 flags = env[2];
 	__u8 first = s->stepped_in != st->in, outside = first && !s->in_loop;
 	if (first) {
 		s->stepped_in = st->in;
@@ -204,9 +239,18 @@ static __always_inline long ruby_step(struct ruby_walk *w)
 		return 0;
 	}
 	st->frame += size;
-	/* A C method's frame, or a dummy one: native code runs it, and its native frames
-	 * stand for it. */
-	if (flags & RUBY_FRAME_CFRAME || !pc || !iseq)
+	__u64 magic = flags & RUBY_MAGIC_MASK;
+	/* A C method's frame: its method entry names it (Array#each), above the native frames
+	 * that run it. A dummy frame, or another without code: nothing. */
+	if (magic == RUBY_MAGIC_CFUNC || flags & RUBY_FRAME_CFRAME) {
+		__u64 me = magic == RUBY_MAGIC_CFUNC ? ruby_method_entry(env[0]) : 0;
+		if (me) {
+			ruby_emit(w, INTERP_FRAME(RUBY_RUNTIME, 1ULL << RUBY_KIND_METHOD_BIT | (me >> RUBY_ISEQ_ALIGN_SHIFT) << RUBY_POS_BITS));
+			st->emitted = 1;
+		}
+		return 0;
+	}
+	if (!pc || !iseq)
 		return 0;
 	if (iseq & ((1 << RUBY_ISEQ_ALIGN_SHIFT) - 1) || iseq >> 47) {
 		st->end = RUBY_INVALID;
@@ -222,7 +266,15 @@ static __always_inline long ruby_step(struct ruby_walk *w)
 		pos = (pc - encoded) / 8;
 	if (pos > RUBY_POS_MASK)
 		pos = RUBY_POS_MASK;
-	ruby_emit(w, INTERP_FRAME(RUBY_RUNTIME, (iseq >> RUBY_ISEQ_ALIGN_SHIFT) << RUBY_POS_BITS | pos));
+	/* A method's frame is named by its method entry, which holds its class as well as its
+	 * sequence; a block's, a class body's, the script's by the sequence. */
+	__u64 code = iseq, kind = 0;
+	if (magic == RUBY_MAGIC_METHOD && flags & RUBY_ENV_LOCAL) {
+		__u64 me = ruby_method_entry(env[0]);
+		if (me)
+			code = me, kind = 1ULL << RUBY_KIND_METHOD_BIT;
+	}
+	ruby_emit(w, INTERP_FRAME(RUBY_RUNTIME, kind | (code >> RUBY_ISEQ_ALIGN_SHIFT) << RUBY_POS_BITS | pos));
 	st->emitted = 1;
 	/* Where vm_exec was entered: frames above belong to the activation of vm_exec_core
 	 * that called out of it through native code. */

@@ -702,6 +702,7 @@ const (
 	samplerVarUnusedRubyEnd             = "unused_ruby_end"
 	samplerVarUnusedRubyFrameEncoding   = "unused_ruby_frame_encoding"
 	samplerVarUnusedRubyLimits          = "unused_ruby_limits"
+	samplerVarUnusedRubyMagic           = "unused_ruby_magic"
 	samplerVarUnusedRubyProc            = "unused_ruby_proc"
 	samplerVarUnusedSampleEvent         = "unused_sample_event"
 	samplerVarUnusedTlsModel            = "unused_tls_model"
@@ -856,6 +857,7 @@ type samplerVariableSpecs struct {
 	UnusedRubyEnd             *ebpf.VariableSpec `ebpf:"unused_ruby_end"`
 	UnusedRubyFrameEncoding   *ebpf.VariableSpec `ebpf:"unused_ruby_frame_encoding"`
 	UnusedRubyLimits          *ebpf.VariableSpec `ebpf:"unused_ruby_limits"`
+	UnusedRubyMagic           *ebpf.VariableSpec `ebpf:"unused_ruby_magic"`
 	UnusedRubyProc            *ebpf.VariableSpec `ebpf:"unused_ruby_proc"`
 	UnusedSampleEvent         *ebpf.VariableSpec `ebpf:"unused_sample_event"`
 	UnusedTlsModel            *ebpf.VariableSpec `ebpf:"unused_tls_model"`
@@ -1015,6 +1017,7 @@ type samplerVariables struct {
 	UnusedRubyEnd             *ebpf.Variable `ebpf:"unused_ruby_end"`
 	UnusedRubyFrameEncoding   *ebpf.Variable `ebpf:"unused_ruby_frame_encoding"`
 	UnusedRubyLimits          *ebpf.Variable `ebpf:"unused_ruby_limits"`
+	UnusedRubyMagic           *ebpf.Variable `ebpf:"unused_ruby_magic"`
 	UnusedRubyProc            *ebpf.Variable `ebpf:"unused_ruby_proc"`
 	UnusedSampleEvent         *ebpf.Variable `ebpf:"unused_sample_event"`
 	UnusedTlsModel            *ebpf.Variable `ebpf:"unused_tls_model"`

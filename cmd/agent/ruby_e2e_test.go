@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -33,14 +34,26 @@ var rubyModes = []string{"pure", "block", "times", "threads"}
 // nearest the process's start, whatever is above them.
 var rubyRootChains = map[string]bool{"times": true}
 
-// rubyChains are the modes' Ruby frames, leaf first, as CRuby labels them, each held while
-// the mode runs its hot method; threads has one per thread.
+// rubyChains are the modes' Ruby frames, leaf first, named as Ruby 3.4's backtraces name
+// them (a method with its class or module, "." for a singleton method; a top-level method
+// is Object's), each held while the mode runs its hot method; threads has one per thread.
 var rubyChains = map[string][]string{
-	"pure":  {"weigh", "sort_fruit", "pluck", "orchard", "<main>"},
-	"block": {"weigh_basket", "block in harvest", "harvest", "<main>"},
+	"pure": {"Farm::Orchard#weigh", "Farm::Orchard#sort_fruit", "Farm::Orchard#pluck", "Farm::Orchard.pick", "Object#orchard", "<main>"},
+	// Array#each is a C method: named by its method entry, under the native frames that
+	// run it and yield to the block.
+	"block": {"Object#weigh_basket", "block in harvest", "Array#each", "Object#harvest", "<main>"},
 	// Root side only (rubyRootChains): a sample in Integer#times's C code (3.1; Ruby code
 	// in 3.3), or in the VM entering the tiny block from it, holds the rest as well.
-	"times": {"tally", "count", "<main>"},
+	"times": {"Integer#times", "Object#tally", "Object#count", "<main>"},
+}
+
+// rbMethod is the name a chain's frame has in the file: its method's, without the class.
+func rbMethod(frame string) string {
+	frame = strings.TrimPrefix(frame, "block in ")
+	if i := strings.LastIndexAny(frame, "#."); i >= 0 {
+		return frame[i+1:]
+	}
+	return frame
 }
 
 // rbFrames lists a sample's Ruby frames, leaf first.
@@ -55,7 +68,7 @@ func rbSpans(t testing.TB, file string) map[string][2]int64 {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	open := regexp.MustCompile(`^(\s*)def (\w+)`)
+	open := regexp.MustCompile(`^(\s*)def (?:self\.)?(\w+)`)
 	spans := map[string][2]int64{}
 	type pending struct {
 		name, indent string
@@ -124,10 +137,10 @@ func TestRubyStacks(t *testing.T) {
 							ok = false
 							break
 						}
-						if want == "<main>" {
+						if want == "<main>" || want == "Array#each" || want == "Integer#times" {
 							continue
 						}
-						span := spans[strings.TrimPrefix(want, "block in ")]
+						span := spans[rbMethod(want)]
 						if f.file != file || f.line < span[0] || f.line > span[1] {
 							ok = false
 						}
@@ -137,7 +150,7 @@ func TestRubyStacks(t *testing.T) {
 						continue
 					}
 					good += s.Count
-					if mode == "block" && fs[2].index-fs[1].index > 1 {
+					if mode == "block" && fs[2].index-fs[1].index > 1 && fs[3].index-fs[2].index == 1 {
 						between += s.Count // Array#each's native frames yield to the block
 					}
 					if s.Locations[len(s.Locations)-1].KindName() == "native" {
@@ -157,7 +170,7 @@ func TestRubyStacks(t *testing.T) {
 					t.Errorf("%d of %d samples reach the native root below <main>, want 0.9", complete, good)
 				}
 				if mode == "block" && float64(between) < 0.9*float64(good) {
-					t.Errorf("%d of %d samples have native frames between the block and harvest, want 0.9", between, good)
+					t.Errorf("%d of %d samples have native frames between the block and Array#each, and none between it and harvest, want 0.9", between, good)
 				}
 			})
 		}
@@ -170,15 +183,19 @@ func checkRubyThreads(t *testing.T, samples []*trace.Sample) {
 	byThread := map[uint32]map[string]int64{}
 	for _, s := range samples {
 		fs := rbFrames(s)
+		// The loop's Process.clock_gettime, a C method, may be the leaf.
+		if len(fs) > 0 && fs[0].name == "Process.clock_gettime" {
+			fs = fs[1:]
+		}
 		key := "other"
 		switch {
-		case len(fs) >= 2 && fs[0].name == "a_inner" && fs[1].name == "a_outer":
+		case len(fs) >= 2 && fs[0].name == "Object#a_inner" && fs[1].name == "Object#a_outer":
 			key = "a"
-		case len(fs) >= 2 && fs[0].name == "b_inner" && fs[1].name == "b_outer":
+		case len(fs) >= 2 && fs[0].name == "Object#b_inner" && fs[1].name == "Object#b_outer":
 			key = "b"
 		}
 		for _, f := range fs {
-			if key == "a" && strings.HasPrefix(f.name, "b_") || key == "b" && strings.HasPrefix(f.name, "a_") {
+			if key == "a" && strings.HasPrefix(f.name, "Object#b_") || key == "b" && strings.HasPrefix(f.name, "Object#a_") {
 				t.Errorf("thread %d: a stack mixing the threads' chains: %v", s.TID, fs)
 			}
 		}
@@ -236,7 +253,7 @@ func TestRubyForkedWorkers(t *testing.T) {
 	}
 	// The worker runs the block fork was given, in the block Array.new was: orchard is
 	// called from it.
-	chain := []string{"weigh", "sort_fruit", "pluck", "orchard", "block (2 levels) in <main>"}
+	chain := []string{"Farm::Orchard#weigh", "Farm::Orchard#sort_fruit", "Farm::Orchard#pluck", "Farm::Orchard.pick", "Object#orchard", "block (2 levels) in <main>"}
 	perWorker := map[uint32][2]int64{}
 	for _, pr := range profiles {
 		for _, smp := range pr.Samples {
@@ -278,4 +295,91 @@ func BenchmarkRubySample(b *testing.B) {
 		{"native", []string{buildWorkload(b, "depth", depthC, "-O2", "-fomit-frame-pointer"), "60", "20"}},
 		{"ruby-" + r.Version, []string{r.Path, rbWorkload(b), "pure", "60"}},
 	})
+}
+
+// spinnerC is a C extension: Spinner.grind(rounds) spins in C, yielding to its block
+// after each round.
+const spinnerC = `#include <ruby.h>
+
+static VALUE grind(VALUE self, VALUE rounds) {
+	unsigned long x = 1;
+	long n = NUM2LONG(rounds);
+	for (long r = 0; r < n; r++) {
+		for (int i = 0; i < 200000; i++)
+			x = x * 6364136223846793005UL + 1442695040888963407UL;
+		rb_yield(ULONG2NUM(x >> 56));
+	}
+	return ULONG2NUM(x);
+}
+
+void Init_spinner(void) {
+	VALUE m = rb_define_module("Spinner");
+	rb_define_module_function(m, "grind", grind, 1);
+}
+`
+
+// TestRubyCExtension profiles Debian 12's Ruby 3.1 calling a C extension's method, built
+// here against ruby3.1-dev, that spins in C and yields to a Ruby block: the extension's
+// method is named as Ruby names it (Spinner.grind), its native code (grind, from the
+// extension's own symbols) above it, and the block's Ruby frames above that.
+func TestRubyCExtension(t *testing.T) {
+	testenv.RequireRoot(t)
+	r := testenv.HostRuby(t)
+	ext := filepath.Join(t.TempDir(), "spinner.so")
+	gcc := testenv.RequireTool(t, "gcc")
+	src := filepath.Join(t.TempDir(), "spinner.c")
+	if err := os.WriteFile(src, []byte(spinnerC), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(gcc, "-shared", "-fPIC", "-O2", "-g", "-I/usr/include/ruby-3.1.0",
+		"-I/usr/include/x86_64-linux-gnu/ruby-3.1.0", "-o", ext, src, "-lruby-3.1").CombinedOutput(); err != nil {
+		testenv.Unavailable(t, "build a C extension (apt-get install ruby3.1-dev): %v\n%s", err, out)
+	}
+	p := startGroup(t, 0, "ready", r.Command(rbWorkload(t), "ext", "120", ext)).profile(400)
+	root := []string{"Spinner.grind", "Object#mill", "<main>"}
+	var n, rooted, inC, inBlock int64
+	var other []*trace.Sample
+	for _, s := range p.samples(0) {
+		n += s.Count
+		fs := rbFrames(s)
+		if len(fs) < len(root) {
+			other = append(other, s)
+			continue
+		}
+		tail := fs[len(fs)-len(root):]
+		ok := true
+		for k, want := range root {
+			ok = ok && tail[k].name == want
+		}
+		if !ok {
+			other = append(other, s)
+			continue
+		}
+		rooted += s.Count
+		grind := tail[0].index
+		// What runs above Spinner.grind: its C code, named from the extension.
+		if grind > 0 && slices.ContainsFunc(s.Locations[:grind], func(l *trace.Location) bool {
+			return l.Kind == trace.FrameNative && len(l.Lines) > 0 && l.Lines[0].Function == "grind"
+		}) {
+			switch {
+			case len(fs) == len(root):
+				inC += s.Count
+			case len(fs) >= len(root)+2 && fs[0].name == "Object#sift" && fs[1].name == "block in mill":
+				inBlock += s.Count
+			}
+		}
+	}
+	if n < 50 {
+		t.Fatalf("%d samples of the workload", n)
+	}
+	t.Logf("%d samples: %d with %s at the root, %d of them in the extension's C code, %d in the block it yields to",
+		n, rooted, strings.Join(root, " <- "), inC, inBlock)
+	if float64(rooted) < 0.95*float64(n) {
+		logTopStacks(t, other, 6)
+		t.Errorf("%.3f of samples hold %s, want 0.95", float64(rooted)/float64(n), strings.Join(root, " <- "))
+	}
+	// The C loop and the Ruby block each take a good share of the time.
+	if float64(inC+inBlock) < 0.9*float64(rooted) || inC < n/10 || inBlock < n/10 {
+		t.Errorf("%d in the extension's C code and %d in the block of %d: want both, 0.9 together", inC, inBlock, rooted)
+	}
 }

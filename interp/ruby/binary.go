@@ -26,8 +26,12 @@ type VM struct {
 	// loop's out-of-line part, or zero.
 	Exec, Loop, LoopCold [2]uint64
 	// EC is how the file reaches ruby_current_ec, each thread's execution context.
-	EC    *tracectx.TLSSymbol
-	loads objfile.Loads
+	EC *tracectx.TLSSymbol
+	// Symbols is ruby_global_symbols' address, 0 where rb_id2str does not show it, and
+	// LastOpID the highest ID that is its own serial: they name C methods and, in 3.1,
+	// classes.
+	Symbols, LastOpID uint64
+	loads             objfile.Loads
 }
 
 // Bias returns the load bias of the file mapped at start from file offset offset.
@@ -108,6 +112,7 @@ func Inspect(f *elf.File) (v *VM, err error) {
 		return nil, fmt.Errorf("ruby %s: %w: vm_exec_core not found from %s", v.Version, ErrUnsupported, entry.Name)
 	}
 	v.LoopCold = interp.OutOfLinePart(f, v.Loop[0], v.Loop[1], tableOf)
+	v.Symbols, v.LastOpID = globalSymbols(f)
 	return v, nil
 }
 

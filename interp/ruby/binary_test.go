@@ -42,7 +42,11 @@ func TestInspect(t *testing.T) {
 			if v.EC == nil || (v.EC.Access != tracectx.GlobalDynamic && v.EC.Access != tracectx.TLSDesc && v.EC.Access != tracectx.InitialExec) {
 				t.Errorf("ruby_current_ec reached by %+v", v.EC)
 			}
-			t.Logf("ruby %s: vm_exec %#x, vm_exec_core %#x, cold %#x, ruby_current_ec %+v", v.Version, v.Exec, v.Loop, v.LoopCold, *v.EC)
+			// ruby_global_symbols, found from rb_id2str's code: C methods are named by it.
+			if v.Symbols == 0 || v.LastOpID != 0xa9 {
+				t.Errorf("global symbols at %#x, last operator ID %#x", v.Symbols, v.LastOpID)
+			}
+			t.Logf("ruby %s: vm_exec %#x, vm_exec_core %#x, cold %#x, ruby_current_ec %+v, symbols %#x", v.Version, v.Exec, v.Loop, v.LoopCold, *v.EC, v.Symbols)
 		})
 	}
 }

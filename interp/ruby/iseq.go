@@ -22,6 +22,9 @@ type Image struct {
 	Layout  Layout
 	bias    uint64
 	execID  uint64
+	// symbols is ruby_global_symbols' address (its last_id) in the process, 0 unknown;
+	// lastOpID the highest ID that is its own serial.
+	symbols, lastOpID uint64
 }
 
 // Iseq is what names the frames of one instruction sequence.
@@ -63,6 +66,9 @@ var errNotIseq = errors.New("not an instruction sequence")
 
 // ReadIseq reads the instruction sequence at addr.
 func (img *Image) ReadIseq(m Memory, addr uint64) (*Iseq, error) {
+	if addr&Method != 0 {
+		return img.readMethod(m, addr&^Method)
+	}
 	l := img.Layout
 	var head [24]byte
 	if err := m.ReadAt(head[:], addr); err != nil {
@@ -102,6 +108,9 @@ func (img *Image) ReadIseq(m Memory, addr uint64) (*Iseq, error) {
 
 // readFingerprint reads what tells a sequence from another at the same address.
 func (img *Image) readFingerprint(m Memory, addr uint64) ([4]uint64, error) {
+	if addr&Method != 0 {
+		return img.readMethodFingerprint(m, addr&^Method)
+	}
 	l := img.Layout
 	var print [4]uint64
 	body, err := procmem.ReadU64(m, addr+uint64(l.IseqBody))

@@ -31,8 +31,18 @@ type Layout struct {
 	StrLenInFlags bool
 	StrLen        int
 	StrPtr        int
-	// RArray: an embedded array's first element, a heap array's ptr.
+	// RArray: an embedded array's first element, a heap array's ptr, and the mask of an
+	// embedded array's length in its flags (shifted down).
 	AryEmbed, AryPtr int
+	AryEmbedLenMask  uint64
+	// FlSingleton is the flag of a singleton class (FL_SINGLETON).
+	FlSingleton uint64
+	// Where a class's path and a singleton's object are: fields of the class's extension
+	// (3.3 on: ClassPath, ClassAttached from the class), or instance variables in the
+	// iv_tbl of the extension ClassExtPtr points to (3.1); 0: not read (3.2 keeps them
+	// in shapes).
+	ClassPath, ClassAttached int
+	ClassExtPtr, ExtIvTbl    int
 }
 
 // layouts are CRuby's layouts per minor version of Ruby 3 on 64-bit Linux: facts of each
@@ -41,10 +51,10 @@ type Layout struct {
 // 3.3 (64 → 56 bytes), the constant body's param block shrank in 3.2, and strings took a
 // len field in 3.2 (variable-width allocation), their bytes after it.
 var layouts = map[int]Layout{
-	1: layout3(64, 120, false),
-	2: layout3(64, 112, true),
-	3: layout3(56, 112, true),
-	4: layout3(56, 112, true),
+	1: withClasses(layout3(64, 120, false), 1),
+	2: withClasses(layout3(64, 112, true), 2),
+	3: withClasses(layout3(56, 112, true), 3),
+	4: withClasses(layout3(56, 112, true), 4),
 }
 
 // MinMinor and MaxMinor bound the Ruby 3 releases the table holds.
@@ -64,6 +74,25 @@ func layout3(cfpSize, insnsInfo int, strLenField bool) Layout {
 	}
 	if strLenField {
 		l.StrEmbed, l.StrLenInFlags = 24, false
+	}
+	return l
+}
+
+// withClasses adds where classes keep their names. 3.1's RClass points to its extension
+// (without variable-width allocation), whose iv_tbl is its second field; 3.3's is the
+// 32-byte RClass followed by its extension, whose attached object and classpath are at
+// 96 and 120. FL_SINGLETON moved from FL_USER0 to FL_USER1 in 3.4; the embedded array's
+// length took FL_USER3 to FL_USER9 with variable-width allocation (3.2), two bits before.
+func withClasses(l Layout, minor int) Layout {
+	l.FlSingleton, l.AryEmbedLenMask = 1<<12, 0x7f
+	switch minor {
+	case 1:
+		l.ClassExtPtr, l.ExtIvTbl, l.AryEmbedLenMask = 24, 8, 0x3
+	case 3, 4:
+		l.ClassAttached, l.ClassPath = 32+96, 32+120
+	}
+	if minor >= 4 {
+		l.FlSingleton = 1 << 13
 	}
 	return l
 }

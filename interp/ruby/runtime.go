@@ -13,24 +13,35 @@ const Number uint8 = 6
 // FrameType is OpenTelemetry's profile.frame.type value for Ruby's frames.
 const FrameType = "ruby"
 
-// How the kernel packs a frame's 58 bits (ruby.h, enum ruby_frame_encoding): the iseq's
-// address >> iseqAlignShift, then the pc's position in words, saturated at posBits.
+// How the kernel packs a frame's 58 bits (ruby.h, enum ruby_frame_encoding): a kind bit
+// (a method entry's address, not an instruction sequence's), the address >>
+// iseqAlignShift, then the pc's position in words, saturated at posBits.
 const (
 	iseqAlignShift = 3
-	posBits        = 14
-	iseqBits       = trace.InterpPayloadBits - posBits
+	posBits        = 13
+	kindMethodBit  = 57
+	iseqBits       = kindMethodBit - posBits
 )
 
 // EncodeFrame writes a Ruby frame as the kernel does, for tests and tools that make
-// samples: an instruction sequence's address and a pc's position in it, in words.
-func EncodeFrame(iseq uint64, pos uint32) uint64 {
-	return trace.EncodeInterpFrame(Number, (iseq>>iseqAlignShift&(1<<iseqBits-1))<<posBits|uint64(min(pos, 1<<posBits-1)))
+// samples: an instruction sequence's address (or a method entry's, with Method) and a
+// pc's position in it, in words.
+func EncodeFrame(code uint64, pos uint32) uint64 {
+	p := (code>>iseqAlignShift&(1<<iseqBits-1))<<posBits | uint64(min(pos, 1<<posBits-1))
+	if code&Method != 0 {
+		p |= 1 << kindMethodBit
+	}
+	return trace.EncodeInterpFrame(Number, p)
 }
 
-// DecodeFrame splits a frame's payload into its instruction sequence's address and the
-// pc's position in it.
-func DecodeFrame(payload uint64) (iseq uint64, pos uint32) {
-	return (payload >> posBits & (1<<iseqBits - 1)) << iseqAlignShift, uint32(payload & (1<<posBits - 1))
+// DecodeFrame splits a frame's payload into what names it, an instruction sequence's
+// address or a method entry's (with Method), and the pc's position.
+func DecodeFrame(payload uint64) (code uint64, pos uint32) {
+	code = (payload >> posBits & (1<<iseqBits - 1)) << iseqAlignShift
+	if payload>>kindMethodBit&1 != 0 {
+		code |= Method
+	}
+	return code, uint32(payload & (1<<posBits - 1))
 }
 
 // Spec declares CRuby to the pipeline (interp.Spec).

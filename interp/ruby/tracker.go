@@ -121,7 +121,11 @@ func (t *Tracker) ProcessMappings(pid uint32, execID uint64, mappings []*trace.M
 		}
 		state := KernelStateFor(v, bias, execID, ec)
 		if t.procs.Update(pid, func(*Image) *Image {
-			return &Image{Version: v.Version, Layout: v.Layout, bias: bias, execID: execID}
+			img := &Image{Version: v.Version, Layout: v.Layout, bias: bias, execID: execID, lastOpID: v.LastOpID}
+			if v.Symbols != 0 {
+				img.symbols = v.Symbols + bias
+			}
+			return img
 		}) {
 			t.procs.Tell(pid, execID, state, state.regions())
 		}

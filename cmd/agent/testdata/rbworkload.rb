@@ -1,15 +1,22 @@
 # The Ruby workload sonde's tests profile: ruby rbworkload.rb MODE SECONDS.
 # It prints "ready" once it starts, then runs MODE for SECONDS.
-#   pure:    orchard -> Orchard#pluck -> Orchard#sort_fruit -> Orchard#weigh
+#   pure:    orchard -> Farm::Orchard.pick -> Farm::Orchard#pluck -> #sort_fruit -> #weigh
 #   block:   harvest -> Array#each (C) -> block in harvest -> weigh_basket
 #   threads: two threads, one in a_outer -> a_inner, the other in b_outer -> b_inner
 #   times:   count -> tally -> Integer#times (C in 3.1) -> block in tally, a tiny block, so
 #            that much of the time is in the VM entering it from C
 #   fork:    two forked workers, each in orchard's chain, as a preforking server's
+#   ext:     mill -> Spinner.grind, a C extension's method (the .so at ARGV[2]) that
+#            grinds in C and yields to a block in mill -> sift, in Ruby
 
+module Farm
 class Orchard
   def initialize(size)
     @size = size
+  end
+
+  def self.pick(orchard, round)
+    orchard.pluck(round)
   end
 
   def pluck(round)
@@ -36,13 +43,14 @@ class Orchard
     n
   end
 end
+end
 
 def orchard(deadline)
-  o = Orchard.new(3000)
+  o = Farm::Orchard.new(3000)
   total = 0
   round = 0
   while Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
-    total += o.pluck(round)
+    total += Farm::Orchard.pick(o, round)
     round += 1
   end
   total
@@ -81,6 +89,24 @@ def count(deadline)
   r
 end
 
+def sift(v)
+  n = v
+  i = 0
+  while i < 2000
+    n = (n * 17 + i) % 65_521
+    i += 1
+  end
+  n
+end
+
+def mill(deadline)
+  t = 0
+  while Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
+    Spinner.grind(20) { |v| t ^= sift(v) }
+  end
+  t
+end
+
 def a_inner(deadline)
   n = 0
   n += 1 while Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
@@ -102,6 +128,7 @@ def b_outer(deadline)
 end
 
 mode = ARGV[0] || "pure"
+require ARGV[2] if mode == "ext"
 deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + (ARGV[1] || "10").to_f
 $stdout.puts "ready"
 $stdout.flush
@@ -114,6 +141,8 @@ when "times"
   count(deadline)
 when "threads"
   [Thread.new { a_outer(deadline) }, Thread.new { b_outer(deadline) }].each(&:join)
+when "ext"
+  mill(deadline)
 when "fork"
   workers = Array.new(2) { fork { orchard(deadline) } }
   workers.each { |pid| Process.wait(pid) }
