@@ -35,16 +35,17 @@ var rubyModes = []string{"pure", "block", "times", "threads"}
 var rubyRootChains = map[string]bool{"times": true}
 
 // rubyChains are the modes' Ruby frames, leaf first, named as Ruby 3.4's backtraces name
-// them (a method with its class or module, "." for a singleton method; a top-level method
-// is Object's), each held while the mode runs its hot method; threads has one per thread.
+// them (a method with its class or module, "." for a singleton method), but for the
+// script's top-level methods (Object's), which keep their bare names; each held while the
+// mode runs its hot method; threads has one per thread.
 var rubyChains = map[string][]string{
-	"pure": {"Farm::Orchard#weigh", "Farm::Orchard#sort_fruit", "Farm::Orchard#pluck", "Farm::Orchard.pick", "Object#orchard", "<main>"},
+	"pure": {"Farm::Orchard#weigh", "Farm::Orchard#sort_fruit", "Farm::Orchard#pluck", "Farm::Orchard.pick", "orchard", "<main>"},
 	// Array#each is a C method: named by its method entry, under the native frames that
 	// run it and yield to the block.
-	"block": {"Object#weigh_basket", "block in harvest", "Array#each", "Object#harvest", "<main>"},
+	"block": {"weigh_basket", "block in harvest", "Array#each", "harvest", "<main>"},
 	// Root side only (rubyRootChains): a sample in Integer#times's C code (3.1; Ruby code
 	// in 3.3), or in the VM entering the tiny block from it, holds the rest as well.
-	"times": {"Integer#times", "Object#tally", "Object#count", "<main>"},
+	"times": {"Integer#times", "tally", "count", "<main>"},
 }
 
 // rbMethod is the name a chain's frame has in the file: its method's, without the class.
@@ -189,13 +190,13 @@ func checkRubyThreads(t *testing.T, samples []*trace.Sample) {
 		}
 		key := "other"
 		switch {
-		case len(fs) >= 2 && fs[0].name == "Object#a_inner" && fs[1].name == "Object#a_outer":
+		case len(fs) >= 2 && fs[0].name == "a_inner" && fs[1].name == "a_outer":
 			key = "a"
-		case len(fs) >= 2 && fs[0].name == "Object#b_inner" && fs[1].name == "Object#b_outer":
+		case len(fs) >= 2 && fs[0].name == "b_inner" && fs[1].name == "b_outer":
 			key = "b"
 		}
 		for _, f := range fs {
-			if key == "a" && strings.HasPrefix(f.name, "Object#b_") || key == "b" && strings.HasPrefix(f.name, "Object#a_") {
+			if key == "a" && strings.HasPrefix(f.name, "b_") || key == "b" && strings.HasPrefix(f.name, "a_") {
 				t.Errorf("thread %d: a stack mixing the threads' chains: %v", s.TID, fs)
 			}
 		}
@@ -253,7 +254,7 @@ func TestRubyForkedWorkers(t *testing.T) {
 	}
 	// The worker runs the block fork was given, in the block Array.new was: orchard is
 	// called from it.
-	chain := []string{"Farm::Orchard#weigh", "Farm::Orchard#sort_fruit", "Farm::Orchard#pluck", "Farm::Orchard.pick", "Object#orchard", "block (2 levels) in <main>"}
+	chain := []string{"Farm::Orchard#weigh", "Farm::Orchard#sort_fruit", "Farm::Orchard#pluck", "Farm::Orchard.pick", "orchard", "block (2 levels) in <main>"}
 	perWorker := map[uint32][2]int64{}
 	for _, pr := range profiles {
 		for _, smp := range pr.Samples {
@@ -336,7 +337,7 @@ func TestRubyCExtension(t *testing.T) {
 		testenv.Unavailable(t, "build a C extension (apt-get install ruby3.1-dev): %v\n%s", err, out)
 	}
 	p := startGroup(t, 0, "ready", r.Command(rbWorkload(t), "ext", "120", ext)).profile(400)
-	root := []string{"Spinner.grind", "Object#mill", "<main>"}
+	root := []string{"Spinner.grind", "mill", "<main>"}
 	var n, rooted, inC, inBlock int64
 	var other []*trace.Sample
 	for _, s := range p.samples(0) {
@@ -364,7 +365,7 @@ func TestRubyCExtension(t *testing.T) {
 			switch {
 			case len(fs) == len(root):
 				inC += s.Count
-			case len(fs) >= len(root)+2 && fs[0].name == "Object#sift" && fs[1].name == "block in mill":
+			case len(fs) >= len(root)+2 && fs[0].name == "sift" && fs[1].name == "block in mill":
 				inBlock += s.Count
 			}
 		}

@@ -102,9 +102,11 @@ func (img *Image) readMethodFingerprint(m Memory, addr uint64) ([4]uint64, error
 }
 
 // qualified joins a class's path and a method's name as Ruby's backtraces do since 3.4,
-// unless the label has it already (3.4's own labels).
+// unless the label has it already (3.4's own labels). A method defined at the top level
+// of a script is Object's, private: it keeps its bare name, as a script's functions do in
+// other languages' profiles, and as Ruby printed it before 3.4.
 func qualified(class, label string, singleton bool) string {
-	if class == "" || strings.HasPrefix(label, class+"#") || strings.HasPrefix(label, class+".") {
+	if class == "" || class == "Object" && !singleton || strings.HasPrefix(label, class+"#") || strings.HasPrefix(label, class+".") {
 		return label
 	}
 	if singleton {

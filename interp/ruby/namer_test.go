@@ -124,7 +124,7 @@ func (m fakeMemory) method(addr, owner, typ, body, id uint64) uint64 {
 // TestMethodNames names frames by their method entry as Ruby 3.4's backtraces do: a
 // method with its class's path, "." for a singleton method, a module's method as included
 // by its module, a C method by its ID's name from the VM's symbol table; a class that
-// cannot be read leaves the bare name.
+// cannot be read, or Object (a script's top-level method), leaves the bare name.
 func TestMethodNames(t *testing.T) {
 	mem := fakeMemory{}
 	l := layouts[3]
@@ -135,6 +135,7 @@ func TestMethodNames(t *testing.T) {
 	module := mem.class(0x42000, typeModule, 0, mem.str(0x500, "Weighing"))
 	iclass := mem.u64s(0x43000, typeIClass, module)
 	array := mem.class(0x44000, typeClass, 0, mem.str(0x600, "Array"))
+	object := mem.class(0x45000, typeClass, 0, mem.str(0x680, "Object"))
 	pluck := mem.iseq(0x100000, iseqFlags, mem.str(0x200, "pluck"), path, 12, []uint32{0}, []int32{12})
 	pick := mem.iseq(0x110000, iseqFlags, mem.str(0x280, "pick"), path, 20, []uint32{0}, []int32{20})
 	weigh := mem.iseq(0x120000, iseqFlags, mem.str(0x300, "weigh"), path, 30, []uint32{0}, []int32{30})
@@ -159,6 +160,7 @@ func TestMethodNames(t *testing.T) {
 		mem.method(0x22000, iclass, methodISeq, weigh, 0):   "Weighing#weigh",
 		mem.method(0x23000, array, methodCFunc, 0, 0x1234):  "Array#each",
 		mem.method(0x24000, 0xbad000, methodISeq, pluck, 0): "pluck",
+		mem.method(0x26000, object, methodISeq, pluck, 0):   "pluck", // a script's top-level method
 		mem.method(0x25000, array, methodCFunc, 0, 0x9990):  unnamed, // past last_id
 		pluck: "pluck", // a sequence, not a method entry
 	} {
