@@ -76,6 +76,7 @@ struct ruby_proc {
 	__u64 exec_start, exec_end; /* vm_exec (rb_vm_exec before 3.3), an activation */
 	__u64 vm_start, vm_end;     /* vm_exec_core, the loop it calls */
 	__u64 cold_start, cold_end; /* the loop's part the compiler moved out of line, or 0, 0 */
+	__u64 jit_start, jit_end;   /* YJIT's code, or 0, 0 */
 	__s64 tls_offset;           /* ruby_current_ec: from the thread pointer, or in its module's block */
 	__u64 tls_module;           /* the module whose block holds it (dynamic TLS); 0: static */
 	__s32 dtv_offset;           /* dynamic TLS: the DTV pointer's place from the thread pointer */
@@ -163,9 +164,12 @@ static __always_inline int ruby_in_exec(struct ruby_proc *p, __u64 pc)
 	return pc > p->exec_start && pc <= p->exec_end;
 }
 
+/* The VM's loop, or YJIT's code, which runs the activation's frames as the loop would:
+ * the native walk crosses YJIT's frames by their frame pointers. */
 static __always_inline int ruby_in_loop(struct ruby_proc *p, __u64 pc)
 {
-	return (pc > p->vm_start && pc <= p->vm_end) || (pc > p->cold_start && pc <= p->cold_end);
+	return (pc > p->vm_start && pc <= p->vm_end) || (pc > p->cold_start && pc <= p->cold_end) ||
+	       (pc > p->jit_start && pc <= p->jit_end);
 }
 
 static __always_inline __u64 ruby_field(struct ruby_scratch *s, __u16 off)
@@ -283,8 +287,8 @@ static __always_inline long ruby_step(struct ruby_walk *w)
 	return 0;
 }
 
-/* ruby_drop leaves vm_exec_core's frame out, and notes that the vm_exec under it runs its
- * loop. */
+/* ruby_drop leaves vm_exec_core's frames and YJIT's out, and notes that the vm_exec under
+ * them runs its loop. */
 static __always_inline int ruby_drop(struct ruby_walk *w, __u64 pc)
 {
 	if (!ruby_in_loop(w->proc, pc))
@@ -367,6 +371,57 @@ __noinline int ruby_frames(struct sample_event *e, __u32 n, __u32 complete)
 		out = MAX_USER_DEPTH;
 	ruby_count(st->end);
 	return out;
+}
+
+/* YJIT's code, walked within the native walk as a JIT runtime's (runtimes.h lists Ruby
+ * there as ruby_jit, whose state is Ruby's). */
+#define ruby_jit_proc ruby_proc
+#define ruby_jit_procs ruby_procs
+
+static __always_inline int ruby_jit_in_code(struct ruby_proc *p, __u64 pc)
+{
+	return pc >= p->jit_start && pc < p->jit_end;
+}
+
+/* The native frame YJIT's entry prologue makes, called from vm_exec or its loop: it pushes
+ * r13, r12 and rbx (the VM's registers) under the return address, and rbp before them
+ * where it keeps frame pointers (--yjit-perf); its code then leaves sp be, between calls
+ * to C as during them. */
+enum ruby_jit_frame {
+	RUBY_JIT_RA = 24,    /* the return address, from sp */
+	RUBY_JIT_FP_RA = 32, /* with rbp pushed: the return address; rbp is at RUBY_JIT_RA */
+};
+
+static __always_inline int ruby_vm_code(struct ruby_proc *p, __u64 ra)
+{
+	return ruby_in_exec(p, ra) || (ra > p->vm_start && ra <= p->vm_end) || (ra > p->cold_start && ra <= p->cold_end);
+}
+
+/* ruby_jit_frames records the frame of YJIT's code at st->pc and moves to the VM code that
+ * entered it: the return address is where the prologue left it, with or without rbp, and
+ * must point into the VM. Elsewhere (a stub that saved registers of its own) the frame is
+ * walked by frame pointer, as code without a table is. */
+__noinline long ruby_jit_frames(struct unwind_state *st, struct user_frames *frames, struct ruby_proc *p, __u32 pid, __u64 exec_id)
+{
+	/* Every argument is used: clang passes no value for one a global function ignores,
+	 * which the verifier refuses at the call. pid 0 is the idle task's. */
+	if (!st || !frames || !p || pid == 0 || (p->exec_id && p->exec_id != exec_id))
+		return 1;
+	if (st->n >= MAX_USER_DEPTH)
+		return finish(st, UNWIND_TRUNCATED);
+	frames->pc[st->n & (MAX_USER_DEPTH - 1)] = st->pc;
+	st->n++;
+	__u64 ra = 0, fp = 0;
+	if (walker_read_user(&ra, st->sp + RUBY_JIT_RA))
+		return finish(st, UNWIND_BAD_READ);
+	if (ruby_vm_code(p, ra))
+		return advance(st, st->sp + RUBY_JIT_RA + 8, ra, st->fp, 1);
+	fp = ra;
+	if (walker_read_user(&ra, st->sp + RUBY_JIT_FP_RA))
+		return finish(st, UNWIND_BAD_READ);
+	if (ruby_vm_code(p, ra))
+		return advance(st, st->sp + RUBY_JIT_FP_RA + 8, ra, fp, 1);
+	return fp_step(st);
 }
 
 #endif /* ARCH_TABLE_UNWIND */

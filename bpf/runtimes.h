@@ -35,7 +35,7 @@
 #define SONDE_RUNTIMES(X) X(python, PY_RUNTIME) X(v8, V8_RUNTIME) X(jvm, JVM_RUNTIME) X(php, PHP_RUNTIME) X(ruby, RUBY_RUNTIME)
 
 #if defined(__TARGET_ARCH_x86)
-#define SONDE_JIT_RUNTIMES(X) X(jvm, JVM_RUNTIME) X(v8, V8_RUNTIME) X(php_jit, PHP_RUNTIME)
+#define SONDE_JIT_RUNTIMES(X) X(jvm, JVM_RUNTIME) X(v8, V8_RUNTIME) X(php_jit, PHP_RUNTIME) X(ruby_jit, RUBY_RUNTIME)
 #else
 #define SONDE_JIT_RUNTIMES(X) X(v8, V8_RUNTIME)
 #endif

@@ -388,6 +388,8 @@ type samplerRubyProc struct {
 	VmEnd         uint64
 	ColdStart     uint64
 	ColdEnd       uint64
+	JitStart      uint64
+	JitEnd        uint64
 	TlsOffset     int64
 	TlsModule     uint64
 	DtvOffset     int32

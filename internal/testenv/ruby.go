@@ -16,10 +16,13 @@ type Ruby struct {
 	// Root, where not empty, is the Debian root it runs in as a container's (DebianRuby):
 	// Path is inside it.
 	Root string
+	// Flags go before a command's arguments ("--yjit").
+	Flags []string
 }
 
 // Command runs Ruby with args: on the host, or Contained in its root.
 func (r Ruby) Command(args ...string) *exec.Cmd {
+	args = append(append([]string(nil), r.Flags...), args...)
 	if r.Root != "" {
 		return Contained(r.Root, append([]string{r.Path}, args...)...)
 	}

@@ -31,7 +31,9 @@ type VM struct {
 	// LastOpID the highest ID that is its own serial: they name C methods and, in 3.1,
 	// classes.
 	Symbols, LastOpID uint64
-	loads             objfile.Loads
+	// YJIT says the VM was built with YJIT, whose code the native walk meets.
+	YJIT  bool
+	loads objfile.Loads
 }
 
 // Bias returns the load bias of the file mapped at start from file offset offset.
@@ -39,6 +41,9 @@ func (v *VM) Bias(start, offset uint64) (uint64, bool) { return v.loads.Bias(sta
 
 // ErrNotRuby: the file is not CRuby.
 var ErrNotRuby = errors.New("not a ruby vm")
+
+// yjitSymbol is a function a VM built with YJIT exports (yjit.c); one without has none.
+const yjitSymbol = "rb_yjit_init"
 
 // ecSymbol is the TLS variable holding a thread's execution context.
 const ecSymbol = "ruby_current_ec"
@@ -61,7 +66,7 @@ func Inspect(f *elf.File) (v *VM, err error) {
 	}
 	// 3.3 and later export neither rb_vm_exec nor ruby_current_ec: rb_iseq_eval, which
 	// they keep, reads the one and calls the other's caller.
-	want := map[string]*elf.Symbol{"rb_vm_exec": nil, "rb_iseq_eval": nil, "ruby_version": nil, ecSymbol: nil}
+	want := map[string]*elf.Symbol{"rb_vm_exec": nil, "rb_iseq_eval": nil, "ruby_version": nil, ecSymbol: nil, yjitSymbol: nil}
 	if syms != nil {
 		syms.Each(func(i int, name []byte) bool {
 			if _, ok := want[string(name)]; ok {
@@ -113,6 +118,7 @@ func Inspect(f *elf.File) (v *VM, err error) {
 	}
 	v.LoopCold = interp.OutOfLinePart(f, v.Loop[0], v.Loop[1], tableOf)
 	v.Symbols, v.LastOpID = globalSymbols(f)
+	v.YJIT = want[yjitSymbol] != nil
 	return v, nil
 }
 
@@ -204,7 +210,9 @@ func functionAt(ranges []unwind.CodeRange, pc uint64) (unwind.CodeRange, bool) {
 // ecFromCode finds where a libruby that hides ruby_current_ec keeps it, from rb_iseq_eval,
 // which reads it through the local-dynamic model: "lea GOT(%rip), %rdi; call
 // __tls_get_addr" gives the module's TLS block, and the load from the result that follows
-// reads the variable at its offset in the block. The GOT pair holds the module id.
+// reads the variable at its offset in the block. The GOT pair holds the module id. A
+// program (not a library: it has an interpreter) reads it at a fixed offset from the
+// thread pointer.
 func ecFromCode(f *elf.File, eval *elf.Symbol) *tracectx.TLSSymbol {
 	if eval == nil || eval.Size == 0 || eval.Size > maxExecRead {
 		return nil
@@ -215,8 +223,16 @@ func ecFromCode(f *elf.File, eval *elf.Symbol) *tracectx.TLSSymbol {
 	}
 	var got uint64
 	var found *tracectx.TLSSymbol
+	program := slices.ContainsFunc(f.Progs, func(p *elf.Prog) bool { return p.Type == elf.PT_INTERP })
 	state, after := 0, 0 // state 1: the GOT pair loaded into rdi; 2: __tls_get_addr called
 	interp.DecodeX86(code, eval.Value, func(in x86asm.Inst, next uint64) bool {
+		// A ruby that links the VM into its executable reads it in its static TLS block:
+		// "mov %fs:-OFFSET, %reg" (local exec).
+		if m, ok := in.Args[1].(x86asm.Mem); ok && program && in.Op == x86asm.MOV && m.Segment == x86asm.FS &&
+			m.Base == 0 && m.Index == 0 && m.Disp < 0 && m.Disp > -1<<16 {
+			found = &tracectx.TLSSymbol{Access: tracectx.LocalExec, Machine: f.Machine, Offset: m.Disp}
+			return false
+		}
 		switch state {
 		case 0, 1:
 			if in.Op == x86asm.LEA && in.Args[0] == x86asm.RDI {

@@ -22,6 +22,10 @@ func TestInspect(t *testing.T) {
 		}
 		libs[matches[0]] = r.Version
 	}
+	// A ruby linking the VM, built with YJIT, into its executable: its context is in the
+	// executable's static TLS block.
+	yjit := testenv.YJITRuby(t)
+	libs[yjit.Path] = yjit.Version
 	for path, version := range libs {
 		t.Run(filepath.Base(path), func(t *testing.T) {
 			f, err := elf.Open(path)
@@ -39,10 +43,13 @@ func TestInspect(t *testing.T) {
 			if v.Loop[1]-v.Loop[0] < minLoop || v.Exec[1] <= v.Exec[0] || v.Exec[0] < v.Loop[1] && v.Loop[0] < v.Exec[1] {
 				t.Errorf("vm_exec at %#x, vm_exec_core at %#x", v.Exec, v.Loop)
 			}
-			if v.EC == nil || (v.EC.Access != tracectx.GlobalDynamic && v.EC.Access != tracectx.TLSDesc && v.EC.Access != tracectx.InitialExec) {
+			if v.EC == nil || (v.EC.Access != tracectx.GlobalDynamic && v.EC.Access != tracectx.TLSDesc && v.EC.Access != tracectx.InitialExec && v.EC.Access != tracectx.LocalExec) {
 				t.Errorf("ruby_current_ec reached by %+v", v.EC)
 			}
 			// ruby_global_symbols, found from rb_id2str's code: C methods are named by it.
+			if want := path == yjit.Path; v.YJIT != want {
+				t.Errorf("YJIT %v, want %v", v.YJIT, want)
+			}
 			if v.Symbols == 0 || v.LastOpID != 0xa9 {
 				t.Errorf("global symbols at %#x, last operator ID %#x", v.Symbols, v.LastOpID)
 			}

@@ -25,6 +25,7 @@ type Image struct {
 	// symbols is ruby_global_symbols' address (its last_id) in the process, 0 unknown;
 	// lastOpID the highest ID that is its own serial.
 	symbols, lastOpID uint64
+	jit               [2]uint64 // YJIT's code, as told to the kernel
 }
 
 // Iseq is what names the frames of one instruction sequence.

@@ -17,6 +17,7 @@ type KernelState struct {
 	ExecStart, ExecEnd    uint64 // vm_exec: an activation
 	VMStart, VMEnd        uint64 // vm_exec_core, the loop it calls
 	ColdStart, ColdEnd    uint64 // its out-of-line part, or 0, 0
+	JITStart, JITEnd      uint64 // YJIT's code, or 0, 0
 	TLSOffset             int64  // ruby_current_ec from the thread pointer, or in its module's block
 	TLSModule             uint64 // dynamic TLS: the module; 0: static
 	DTVOffset, DTVLen     int32
@@ -111,7 +112,8 @@ func (t *Tracker) ProcessMappings(pid uint32, execID uint64, mappings []*trace.M
 		if !ok {
 			continue
 		}
-		if old := t.procs.Image(pid); old != nil && old.bias == bias && old.execID == execID {
+		jit := yjitCode(v, m, mappings)
+		if old := t.procs.Image(pid); old != nil && old.bias == bias && old.execID == execID && old.jit == jit {
 			return // told already
 		}
 		ec, err := v.EC.Resolve(t.cfg.Memory(pid), bias, libcOf(mappings))
@@ -120,8 +122,9 @@ func (t *Tracker) ProcessMappings(pid uint32, execID uint64, mappings []*trace.M
 			return
 		}
 		state := KernelStateFor(v, bias, execID, ec)
+		state.JITStart, state.JITEnd = jit[0], jit[1]
 		if t.procs.Update(pid, func(*Image) *Image {
-			img := &Image{Version: v.Version, Layout: v.Layout, bias: bias, execID: execID, lastOpID: v.LastOpID}
+			img := &Image{Version: v.Version, Layout: v.Layout, bias: bias, execID: execID, lastOpID: v.LastOpID, jit: jit}
 			if v.Symbols != 0 {
 				img.symbols = v.Symbols + bias
 			}
@@ -132,6 +135,50 @@ func (t *Tracker) ProcessMappings(pid uint32, execID uint64, mappings []*trace.M
 		return
 	}
 	t.procs.Forget(pid)
+}
+
+// yjitNear bounds how far from the VM's code YJIT's is: it reserves its memory near the
+// code it calls, for 32-bit relative calls.
+const yjitNear = 1 << 32
+
+// yjitReserve is what YJIT reserves by default (--yjit-exec-mem-size, 48 MiB in 3.3): its
+// pages become executable from the start of the reservation on, as it compiles.
+const yjitReserve = 48 << 20
+
+// yjitCode returns the span of YJIT's code in a process whose VM (mapped at vm) was built
+// with it, or zero: the anonymous executable mappings near the VM's code, where YJIT's
+// reservation is made executable page by page as it compiles, and the rest of a default
+// reservation after them, short of any other executable mapping, so that pages made
+// executable after this reading are in it too. A larger reservation's later pages are
+// found by the reading that samples in them bring.
+func yjitCode(v *VM, vm *trace.Mapping, mappings []*trace.Mapping) (span [2]uint64) {
+	if !v.YJIT {
+		return span
+	}
+	for _, m := range mappings {
+		if m.File != nil || m.Path != "" || m.End <= m.Start {
+			continue
+		}
+		if dist := max(m.Start, vm.Start) - min(m.End, vm.End); dist > yjitNear {
+			continue
+		}
+		if span[1] == 0 {
+			span = [2]uint64{m.Start, m.End}
+			continue
+		}
+		span[0], span[1] = min(span[0], m.Start), max(span[1], m.End)
+	}
+	if span[1] == 0 {
+		return span
+	}
+	end := max(span[1], span[0]+yjitReserve)
+	for _, m := range mappings {
+		if m.Start >= span[1] && m.Start < end {
+			end = m.Start
+		}
+	}
+	span[1] = end
+	return span
 }
 
 // libcOf tells musl's processes from glibc's, whose TLS layouts differ.

@@ -1,0 +1,187 @@
+package testenv
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// No distribution's Ruby has YJIT here (Debian builds without rustc), so the tests build
+// one as Ruby's own images do: Debian's source of the Ruby 3.3 in sid, configured with
+// --enable-yjit, its miniruby alone (the VM with YJIT, without the extensions the workloads
+// do not use).
+const (
+	yjitSuite  = "sid"
+	yjitSource = "ruby3.3"
+	// The release the tests were written against, and its tarball's SHA-256 as Debian's
+	// Sources index gives it. Where the archive has moved on, the index names the newer.
+	yjitPinned       = "ruby3.3_3.3.8.orig.tar.xz"
+	yjitPinnedSHA256 = "e2e1233ad275b7623a05edf23a01192626d1da454bdfe353a28a87acd8ef015c"
+	debianMirror     = "http://deb.debian.org/debian"
+)
+
+// YJITRuby is Ruby 3.3 built with YJIT (BuildYJITRuby), run with --yjit.
+func YJITRuby(t testing.TB) Ruby {
+	t.Helper()
+	if _, err := exec.LookPath("gcc"); err != nil {
+		Unavailable(t, "building Ruby with YJIT needs gcc")
+	}
+	path, err := BuildYJITRuby(func(format string, args ...any) { t.Logf(format, args...) })
+	if err != nil {
+		Unavailable(t, "ruby with yjit: %v", err)
+	}
+	r := Ruby{Path: path, Flags: []string{"--yjit"}}
+	r.Version = r.version(t)
+	r.Name = r.Version + " (yjit)"
+	return r
+}
+
+// BuildYJITRuby builds the Ruby YJITRuby runs, if no complete one is cached, and returns
+// its path. logf hears what it does.
+func BuildYJITRuby(logf func(format string, args ...any)) (string, error) {
+	cache := os.Getenv("SONDE_YJIT_CACHE")
+	if cache == "" {
+		cache = "/var/tmp/sonde-yjit"
+	}
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return "", err
+	}
+	dir := filepath.Join(cache, strings.TrimSuffix(yjitPinned, ".orig.tar.xz"))
+	bin := filepath.Join(dir, "miniruby")
+	done := func() bool { _, err := os.Stat(filepath.Join(dir, ".sonde-complete")); return err == nil }
+	if done() {
+		return bin, nil
+	}
+	lock, err := os.OpenFile(dir+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", fmt.Errorf("lock %s: %w", lock.Name(), err)
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	if done() {
+		return bin, nil
+	}
+	rustc, err := findRustc()
+	if err != nil {
+		return "", err
+	}
+	t0 := time.Now()
+	tarball, err := fetchYJITSource()
+	if err != nil {
+		return "", err
+	}
+	tmp := dir + ".building"
+	os.RemoveAll(tmp)
+	os.RemoveAll(dir)
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return "", err
+	}
+	logf("building Ruby with YJIT from %s (%d bytes)", yjitPinned, len(tarball))
+	untar := exec.Command("tar", "xJ", "--strip-components=1", "-C", tmp)
+	untar.Stdin = bytes.NewReader(tarball)
+	if out, err := untar.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("untar: %v\n%s", err, out)
+	}
+	env := append(os.Environ(), "PATH="+filepath.Dir(rustc)+":"+os.Getenv("PATH"))
+	for _, args := range [][]string{
+		{"./configure", "--enable-yjit", "--disable-install-doc", "--without-gmp", "--disable-rubygems"},
+		{"make", "-j2", "miniruby"},
+	} {
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Dir, cmd.Env = tmp, env
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("%s: %v\n%s", strings.Join(args, " "), err, tail(out, 3000))
+		}
+	}
+	if out, err := exec.Command(filepath.Join(tmp, "miniruby"), "--yjit", "-e", "exit(RubyVM::YJIT.enabled? ? 0 : 1)").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("the Ruby built runs without YJIT: %v\n%s", err, out)
+	}
+	if err := os.WriteFile(filepath.Join(tmp, ".sonde-complete"), nil, 0o644); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return "", err
+	}
+	logf("built %s in %v", bin, time.Since(t0).Round(time.Second))
+	return bin, nil
+}
+
+// findRustc finds rustc, which YJIT is written for: on PATH, or where rustup puts it.
+func findRustc() (string, error) {
+	if p, err := exec.LookPath("rustc"); err == nil {
+		return p, nil
+	}
+	home, _ := os.UserHomeDir()
+	for _, p := range []string{filepath.Join(home, ".cargo/bin/rustc"), "/root/.cargo/bin/rustc", "/usr/local/cargo/bin/rustc"} {
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("no rustc, which YJIT needs")
+}
+
+// fetchYJITSource downloads Ruby's source from Debian's archive: the pinned release, or
+// the one the suite's Sources index names where the archive no longer has it, checked
+// against the SHA-256 the index (or the pin) gives.
+func fetchYJITSource() ([]byte, error) {
+	b, err := httpGet(debianMirror + "/pool/main/r/" + yjitSource + "/" + yjitPinned)
+	if err == nil {
+		return b, checkSHA256(b, yjitPinnedSHA256, yjitPinned)
+	}
+	index, ierr := httpGet(debianMirror + "/dists/" + yjitSuite + "/main/source/Sources.xz")
+	if ierr != nil {
+		return nil, fmt.Errorf("%s: %v; Sources: %v", yjitPinned, err, ierr)
+	}
+	unxz := exec.Command("xz", "-dc")
+	unxz.Stdin = bytes.NewReader(index)
+	sources, ierr := unxz.Output()
+	if ierr != nil {
+		return nil, fmt.Errorf("xz -dc Sources.xz: %w", ierr)
+	}
+	// The package's stanza: its directory, and the orig tarball's SHA-256 line.
+	stanza := regexp.MustCompile(`(?s)\nPackage: ` + regexp.QuoteMeta(yjitSource) + `\n.*?\n\n`).Find(sources)
+	m := regexp.MustCompile(`(?m)^ ([0-9a-f]{64}) \d+ (` + regexp.QuoteMeta(yjitSource) + `_[^ ]+\.orig\.tar\.xz)$`).FindSubmatch(stanza)
+	if m == nil {
+		return nil, fmt.Errorf("%s: %v, and %s's Sources has no %s tarball", yjitPinned, err, yjitSuite, yjitSource)
+	}
+	b, err = httpGet(debianMirror + "/pool/main/r/" + yjitSource + "/" + string(m[2]))
+	if err != nil {
+		return nil, err
+	}
+	return b, checkSHA256(b, string(m[1]), string(m[2]))
+}
+
+func checkSHA256(b []byte, want, name string) error {
+	sum := sha256.Sum256(b)
+	if got := hex.EncodeToString(sum[:]); got != want {
+		return fmt.Errorf("%s: SHA-256 %s, want %s", name, got, want)
+	}
+	return nil
+}
+
+func httpGet(url string) ([]byte, error) {
+	c := http.Client{Timeout: 3 * time.Minute}
+	resp, err := c.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+}
