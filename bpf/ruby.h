@@ -56,17 +56,11 @@ enum ruby_limits {
 	RUBY_ENV_LOCAL = 0x2,           /* VM_ENV_FLAG_LOCAL: ep[-2] holds the method entry (or a cref, an svar) */
 };
 
-/* The frame's type (VM_FRAME_MAGIC_*), in its flags under VM_FRAME_MAGIC_MASK, and the
- * RBasic.flags of the method entries (imemo_ment) and special-variable holders (imemo_svar)
- * ep[-2] may hold. */
+/* The frame's type (VM_FRAME_MAGIC_*), in its flags under VM_FRAME_MAGIC_MASK. */
 enum ruby_magic {
 	RUBY_MAGIC_MASK = 0x7fff0001,
 	RUBY_MAGIC_METHOD = 0x11110001,
 	RUBY_MAGIC_CFUNC = 0x55550001,
-	RUBY_IMEMO_MASK = 0xf01f, /* the object's type (T_IMEMO, 0x1a) and the imemo's kind << 12 */
-	RUBY_IMEMO_MENT = 0x601a,
-	RUBY_IMEMO_SVAR = 0x201a,
-	RUBY_SVAR_CREF_OR_ME = 8, /* struct vm_svar: cref_or_me */
 };
 
 /* Where a Ruby process keeps its threads' frames, and how to read them: offsets from
@@ -183,19 +177,13 @@ static __always_inline void ruby_emit(struct ruby_walk *w, __u64 v) { state_emit
 
 static __always_inline void ruby_close(struct ruby_walk *w) { state_close(&w->s->st, w->out); }
 
-/* ruby_method_entry returns the method entry ep[-2] holds, directly or in the svar that
- * took its place when the method used $~ or $_, or 0. */
+/* ruby_method_entry returns what ep[-2] of a method's frame holds: its method entry, or the
+ * svar holding it that took its place when the method used $~ or $_, which user space
+ * follows; 0 where it is no user address. Reading its type here would cost a read per
+ * frame that user space does once per method. */
 static __always_inline __u64 ruby_method_entry(__u64 v)
 {
-	__u64 flags = 0;
-	if (!v || v & 7 || v >> 47 || bpf_probe_read_user(&flags, sizeof(flags), (void *)v))
-		return 0;
-	if ((flags & RUBY_IMEMO_MASK) == RUBY_IMEMO_SVAR) {
-		if (bpf_probe_read_user(&v, sizeof(v), (void *)(v + RUBY_SVAR_CREF_OR_ME)) || !v || v & 7 || v >> 47 ||
-		    bpf_probe_read_user(&flags, sizeof(flags), (void *)v))
-			return 0;
-	}
-	return (flags & RUBY_IMEMO_MASK) == RUBY_IMEMO_MENT ? v : 0;
+	return !v || v & 7 || v >> 47 ? 0 : v;
 }
 
 /* ruby_step reads one control frame of the open activation and emits it if it is Ruby's. */

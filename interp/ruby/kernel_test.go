@@ -13,7 +13,7 @@ import (
 func TestKernelAgrees(t *testing.T) {
 	interptest.CheckKernel(t, map[string]any{"ruby_proc": KernelState{}}, map[string]map[string]uint64{
 		"ruby_frame_encoding":   {"RUBY_RUNTIME": uint64(Number), "RUBY_ISEQ_ALIGN_SHIFT": iseqAlignShift, "RUBY_POS_BITS": posBits, "RUBY_KIND_METHOD_BIT": kindMethodBit},
-		"ruby_magic":            {"RUBY_SVAR_CREF_OR_ME": 8, "RUBY_IMEMO_MENT": imemoMent<<imemoShift | typeImemo},
+		"ruby_magic":            {"RUBY_MAGIC_METHOD": 0x11110001, "RUBY_MAGIC_CFUNC": 0x55550001},
 		"ruby_limits":           {"RUBY_MAX_CFP_READ": 64},
 		"interp_frame_encoding": {"INTERP_PAYLOAD_BITS": uint64(trace.InterpPayloadBits), "INTERP_RUNTIME_MAX": uint64(trace.InterpRuntimeMax)},
 	})

@@ -33,6 +33,8 @@ const (
 	methodISeq     = 0 // VM_METHOD_TYPE_ISEQ
 	methodCFunc    = 1 // VM_METHOD_TYPE_CFUNC
 	imemoMent      = 6
+	imemoSvar      = 2 // struct vm_svar, which holds the method entry it replaced
+	svarCrefOrMe   = 8
 	rbasicKlass    = 8    // RBasic.klass
 	typeClass      = 0x02 // T_CLASS
 	typeModule     = 0x03 // T_MODULE
@@ -53,13 +55,9 @@ var errNotMethod = errors.New("not a method entry")
 // its class ("Orchard#pluck", "Orchard.build" for a singleton method); a C method by its
 // name, with its class ("Array#each"), where the file shows the VM's symbol table.
 func (img *Image) readMethod(m Memory, addr uint64) (*Iseq, error) {
-	var me [meSize]byte
-	if err := m.ReadAt(me[:], addr); err != nil {
+	me, err := readMethodEntry(m, addr)
+	if err != nil {
 		return nil, err
-	}
-	flags := binary.LittleEndian.Uint64(me[:])
-	if flags&typeMask != typeImemo || flags>>imemoShift&imemoMask != imemoMent {
-		return nil, fmt.Errorf("method entry at %#x: flags %#x: %w", addr, flags, errNotMethod)
 	}
 	def := binary.LittleEndian.Uint64(me[meDef:])
 	var d [defOriginalID + 8]byte
@@ -70,7 +68,6 @@ func (img *Image) readMethod(m Memory, addr uint64) (*Iseq, error) {
 	var q *Iseq
 	switch typ := binary.LittleEndian.Uint32(d[:]) & defTypeMask; typ {
 	case methodISeq:
-		var err error
 		if q, err = img.ReadIseq(m, binary.LittleEndian.Uint64(d[defBody:])); err != nil {
 			return nil, fmt.Errorf("method entry at %#x: %w", addr, err)
 		}
@@ -91,10 +88,32 @@ func (img *Image) readMethod(m Memory, addr uint64) (*Iseq, error) {
 	return q, nil
 }
 
+// readMethodEntry reads the method entry the kernel found in a frame's ep[-2]: the entry
+// itself, or the svar holding it.
+func readMethodEntry(m Memory, addr uint64) (me [meSize]byte, err error) {
+	for range 2 {
+		if err := m.ReadAt(me[:], addr); err != nil {
+			return me, err
+		}
+		flags := binary.LittleEndian.Uint64(me[:])
+		if flags&typeMask == typeImemo {
+			switch flags >> imemoShift & imemoMask {
+			case imemoMent:
+				return me, nil
+			case imemoSvar:
+				addr = binary.LittleEndian.Uint64(me[svarCrefOrMe:])
+				continue
+			}
+		}
+		return me, fmt.Errorf("method entry at %#x: flags %#x: %w", addr, flags, errNotMethod)
+	}
+	return me, fmt.Errorf("method entry at %#x: an svar in an svar: %w", addr, errNotMethod)
+}
+
 // readMethodFingerprint reads what tells a method entry from another at its address.
 func (img *Image) readMethodFingerprint(m Memory, addr uint64) ([4]uint64, error) {
-	var me [meSize]byte
-	if err := m.ReadAt(me[:], addr); err != nil {
+	me, err := readMethodEntry(m, addr)
+	if err != nil {
 		return [4]uint64{}, err
 	}
 	return [4]uint64{binary.LittleEndian.Uint64(me[meDef:]), binary.LittleEndian.Uint64(me[meOwner:]),

@@ -124,7 +124,8 @@ func (m fakeMemory) method(addr, owner, typ, body, id uint64) uint64 {
 // TestMethodNames names frames by their method entry as Ruby 3.4's backtraces do: a
 // method with its class's path, "." for a singleton method, a module's method as included
 // by its module, a C method by its ID's name from the VM's symbol table; a class that
-// cannot be read, or Object (a script's top-level method), leaves the bare name.
+// cannot be read, or Object (a script's top-level method), leaves the bare name; an svar
+// holding the entry is followed.
 func TestMethodNames(t *testing.T) {
 	mem := fakeMemory{}
 	l := layouts[3]
@@ -163,6 +164,8 @@ func TestMethodNames(t *testing.T) {
 		mem.method(0x26000, object, methodISeq, pluck, 0):   "pluck", // a script's top-level method
 		mem.method(0x25000, array, methodCFunc, 0, 0x9990):  unnamed, // past last_id
 		pluck: "pluck", // a sequence, not a method entry
+		// The svar that took the entry's place in ep[-2] when the method used $~.
+		mem.u64s(0x28000, typeImemo|imemoSvar<<imemoShift, 0x20000, 0, 0, 0) | Method: "Farm::Orchard#pluck",
 	} {
 		lines, ok := n.Name(&trace.Location{Interp: &trace.InterpFrame{PID: 7, Image: 1, Code: code}})
 		if !ok || len(lines) != 1 || lines[0].Function != want {
