@@ -44,8 +44,9 @@ var rubyChains = map[string][]string{
 	// run it and yield to the block.
 	"block": {"weigh_basket", "block in harvest", "Array#each", "harvest", "<main>"},
 	// Root side only (rubyRootChains): a sample in Integer#times's C code (3.1; Ruby code
-	// in 3.3), or in the VM entering the tiny block from it, holds the rest as well.
-	"times": {"Integer#times", "tally", "count", "<main>"},
+	// in 3.3), or in the VM entering the tiny block from it, holds the rest as well. Most
+	// samples have Integer#times above tally (rubyTimes).
+	"times": {"tally", "count", "<main>"},
 }
 
 // rbMethod is the name a chain's frame has in the file: its method's, without the class.
@@ -93,15 +94,15 @@ func rbSpans(t testing.TB, file string) map[string][2]int64 {
 	return spans
 }
 
-// TestRubyStacks profiles Debian 12's Ruby 3.1 on the host, Debian sid's Ruby 3.3 in a
-// container, and Ruby 3.3 built with YJIT and run with --yjit, on workloads whose hot
+// TestRubyStacks profiles Debian 12's Ruby 3.1 on the host, Debian's Ruby 3.3 (sid) and
+// 3.4 (experimental) in a container, and Ruby 3.3 built with YJIT and run with --yjit, on workloads whose hot
 // method is called from Ruby, from a block a C method (Array#each) yields to, and from two
 // threads at once, and checks their stacks read as the program calls: Ruby frames by
 // class, method, file and line, the C method's native frames between the block and it,
 // each thread its own chain, complete to the native root (through YJIT's code).
 func TestRubyStacks(t *testing.T) {
 	testenv.RequireRoot(t)
-	rubies := []testenv.Ruby{testenv.HostRuby(t), testenv.DebianRuby(t), testenv.YJITRuby(t)}
+	rubies := []testenv.Ruby{testenv.HostRuby(t), testenv.DebianRuby(t), testenv.DebianRuby34(t), testenv.YJITRuby(t)}
 	var cmds []*exec.Cmd
 	for _, r := range rubies {
 		for _, m := range rubyModes {
@@ -120,7 +121,7 @@ func TestRubyStacks(t *testing.T) {
 					return
 				}
 				chain := rubyChains[mode]
-				var n, good, between, complete int64
+				var n, good, between, complete, times int64
 				var other []*trace.Sample // without the chain, to show a failure
 				for _, s := range samples {
 					n += s.Count
@@ -134,6 +135,7 @@ func TestRubyStacks(t *testing.T) {
 						other = append(other, s)
 						continue
 					}
+					all := fs
 					if rubyRootChains[mode] {
 						fs = fs[len(fs)-len(chain):]
 					}
@@ -157,6 +159,9 @@ func TestRubyStacks(t *testing.T) {
 						continue
 					}
 					good += s.Count
+					if mode == "times" && len(all) > len(chain) && all[len(all)-len(chain)-1].name == "Integer#times" {
+						times += s.Count
+					}
 					if mode == "block" && fs[2].index-fs[1].index > 1 && fs[3].index-fs[2].index == 1 {
 						between += s.Count // Array#each's native frames yield to the block
 					}
@@ -175,6 +180,9 @@ func TestRubyStacks(t *testing.T) {
 				}
 				if float64(complete) < 0.9*float64(good) {
 					t.Errorf("%d of %d samples reach the native root below <main>, want 0.9", complete, good)
+				}
+				if mode == "times" && float64(times) < 0.9*float64(good) {
+					t.Errorf("%d of %d samples show Integer#times above tally, want 0.9", times, good)
 				}
 				if mode == "block" && float64(between) < 0.9*float64(good) {
 					t.Errorf("%d of %d samples have native frames between the block and Array#each, and none between it and harvest, want 0.9", between, good)

@@ -17,11 +17,18 @@ import (
 )
 
 // SidPackages are Debian's packages of the runtimes the tests run as a container's base
-// image ships them: one root holds them all, built once.
-var SidPackages = []string{"python3.13", "python3.14", "python3.15", "zlib1g", "php8.4-cli", "ruby3.3"}
+// image ships them: one root holds them all, built once. ruby3.4 is in experimental only.
+var SidPackages = []string{"python3.13", "python3.14", "python3.15", "zlib1g", "php8.4-cli", "ruby3.3", "ruby3.4"}
 
-// debianSuite is the suite the root is built from: sid, where the newest runtimes land first.
+// debianSuite is the suite the root is built from: sid, where the newest runtimes land
+// first; debianSources are the archive's parts it draws on: experimental's packages are
+// installed only where sid has none of the name.
 const debianSuite = "sid"
+
+var debianSources = []string{
+	"deb http://deb.debian.org/debian sid main",
+	"deb http://deb.debian.org/debian experimental main",
+}
 
 // DebianRoot returns a Debian root holding SidPackages, built with mmdebstrap from
 // Debian's archive the first time a test asks and kept for the test binaries of the run
@@ -53,7 +60,7 @@ func BuildDebianRoot(logf func(format string, args ...any)) (string, error) {
 	if err := os.MkdirAll(cache, 0o755); err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256([]byte(debianSuite + " " + strings.Join(SidPackages, ",")))
+	sum := sha256.Sum256([]byte(debianSuite + " " + strings.Join(SidPackages, ",") + " " + strings.Join(debianSources, ",")))
 	root := filepath.Join(cache, debianSuite+"-"+hex.EncodeToString(sum[:6]))
 	done := func() bool { _, err := os.Stat(filepath.Join(root, ".sonde-complete")); return err == nil }
 	if done() {
@@ -78,8 +85,8 @@ func BuildDebianRoot(logf func(format string, args ...any)) (string, error) {
 	logf("building a Debian %s root with %s", debianSuite, strings.Join(SidPackages, ", "))
 	// The archive's Release files of a mirror snapshot may have expired; the packages'
 	// signatures are still checked.
-	cmd := exec.Command("mmdebstrap", "--variant=apt", `--aptopt=Acquire::Check-Valid-Until "false"`,
-		"--include="+strings.Join(SidPackages, ","), debianSuite, tmp)
+	cmd := exec.Command("mmdebstrap", append([]string{"--variant=apt", `--aptopt=Acquire::Check-Valid-Until "false"`,
+		"--include=" + strings.Join(SidPackages, ","), debianSuite, tmp}, debianSources...)...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		os.RemoveAll(tmp)
 		return "", fmt.Errorf("mmdebstrap: %v\n%s", err, tail(out, 2000))

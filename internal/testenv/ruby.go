@@ -67,10 +67,15 @@ func HostRuby(t testing.TB) Ruby {
 
 // DebianRuby is Debian sid's Ruby 3.3, in the Debian root (DebianRoot), run in its own
 // namespaces as a container runs it.
-func DebianRuby(t testing.TB) Ruby {
+func DebianRuby(t testing.TB) Ruby { return debianRuby(t, "3.3", "debian sid") }
+
+// DebianRuby34 is Debian experimental's Ruby 3.4, in the Debian root, as DebianRuby.
+func DebianRuby34(t testing.TB) Ruby { return debianRuby(t, "3.4", "debian experimental") }
+
+func debianRuby(t testing.TB, minor, from string) Ruby {
 	t.Helper()
-	r := Ruby{Path: "/usr/bin/ruby3.3", Root: DebianRoot(t)}
+	r := Ruby{Path: "/usr/bin/ruby" + minor, Root: DebianRoot(t)}
 	r.Version = r.version(t)
-	r.Name = r.Version + " (debian sid)"
+	r.Name = r.Version + " (" + from + ")"
 	return r
 }
