@@ -116,7 +116,7 @@ for n in ast.walk(tree):
 // per thread, through generators and coroutines.
 func TestPythonStacks(t *testing.T) {
 	testenv.RequireRoot(t)
-	pys := append(testenv.Pythons(t), testenv.DebianPythons(t)...)
+	pys := append(append(testenv.Pythons(t), testenv.DebianPythons(t)...), testenv.UbuntuPythons(t)...)
 	profiled := profilePythons(t, pys)
 	for i, py := range pys {
 		t.Run(py.Name, func(t *testing.T) {
@@ -235,7 +235,8 @@ func TestPythonStacks(t *testing.T) {
 			})
 			t.Run("gen", func(t *testing.T) {
 				var gen, coro int64
-				for _, s := range profiled(t, i, "gen") {
+				samples := profiled(t, i, "gen")
+				for _, s := range samples {
 					fs := pythonFrames(s)
 					switch {
 					case startsWith(fs, "gen_inner", "gen_outer", "consume_until", "main"):
@@ -246,6 +247,7 @@ func TestPythonStacks(t *testing.T) {
 				}
 				t.Logf("%d samples in the generator, %d in the coroutine", gen, coro)
 				if gen < 20 || coro < 20 {
+					logTopStacks(t, samples, 6)
 					t.Errorf("%d samples show gen_inner <- gen_outer <- consume_until <- main, %d coro_inner <- coro_outer <- coro_main; want 20 each", gen, coro)
 				}
 			})

@@ -30,6 +30,56 @@ var debianSources = []string{
 	"deb http://deb.debian.org/debian experimental main",
 }
 
+// UbuntuRoot is where the root holds Ubuntu's own builds of CPython (UbuntuPythons),
+// unpacked from Ubuntu's packages: they run on the root's libraries, their standard
+// library found beside them.
+const UbuntuRoot = "/opt/ubuntu"
+
+// ubuntuDebs are those packages, from Ubuntu 25.10 (3.13) and 26.04 LTS (3.14), pinned by
+// the SHA-256 their suites' Packages indexes give.
+var ubuntuDebs = []struct{ path, sha256 string }{
+	{"pool/main/p/python3.13/python3.13-minimal_3.13.7-1_amd64.deb", "d5b4c8be95adede3d584b1ab02a5868aa19fa0a75aba2284c7bd6b065c9c47de"},
+	{"pool/main/p/python3.13/libpython3.13-minimal_3.13.7-1_amd64.deb", "28e4ec81135f7e6125ee1bde4b4635988a4963bdd94a59405337249d1d4fc0cd"},
+	{"pool/main/p/python3.13/libpython3.13-stdlib_3.13.7-1_amd64.deb", "41917dfe8eda4678309800daf70848b6b04e7a87b0bbf34b4ffdbffd3e503a24"},
+	{"pool/main/p/python3.14/python3.14-minimal_3.14.4-1_amd64.deb", "7c25ce41fc15cd737664bea334cd941ecd0c64b3f51523c44c51254e7dfd7926"},
+	{"pool/main/p/python3.14/libpython3.14-minimal_3.14.4-1_amd64.deb", "3552dd7d4b8c6bf1b25dba129290fc46b6421197587e2e211aa0dbe5f8beea54"},
+	{"pool/main/p/python3.14/libpython3.14-stdlib_3.14.4-1_amd64.deb", "3b73ea5df272886f6bca236798eea769b8bc2b99337a55a0ae5f779b310a918c"},
+}
+
+const ubuntuMirror = "http://archive.ubuntu.com/ubuntu"
+
+// unpackUbuntu unpacks ubuntuDebs into root's UbuntuRoot.
+func unpackUbuntu(root string) error {
+	dir := filepath.Join(root, UbuntuRoot)
+	for _, d := range ubuntuDebs {
+		b, err := httpGet(ubuntuMirror + "/" + d.path)
+		if err != nil {
+			return err
+		}
+		if err := checkSHA256(b, d.sha256, filepath.Base(d.path)); err != nil {
+			return err
+		}
+		deb := filepath.Join(root, "tmp", filepath.Base(d.path))
+		if err := os.WriteFile(deb, b, 0o644); err != nil {
+			return err
+		}
+		out, err := exec.Command("dpkg-deb", "-x", deb, dir).CombinedOutput()
+		os.Remove(deb)
+		if err != nil {
+			return fmt.Errorf("dpkg-deb -x %s: %v\n%s", filepath.Base(d.path), err, out)
+		}
+	}
+	// The packages' scripts would compile the standard library; a program importing a
+	// module of it (asyncio) would otherwise spend its first seconds compiling.
+	for _, v := range []string{"3.13", "3.14"} {
+		lib := UbuntuRoot + "/usr/lib/python" + v
+		if out, err := exec.Command("chroot", root, UbuntuRoot+"/usr/bin/python"+v, "-m", "compileall", "-q", "-j", "0", lib).CombinedOutput(); err != nil {
+			return fmt.Errorf("compile %s: %v\n%s", lib, err, tail(out, 2000))
+		}
+	}
+	return nil
+}
+
 // DebianRoot returns a Debian root holding SidPackages, built with mmdebstrap from
 // Debian's archive the first time a test asks and kept for the test binaries of the run
 // (and later runs on the machine) under $SONDE_DEBROOT_CACHE, else /var/tmp/sonde-debroot,
@@ -60,7 +110,12 @@ func BuildDebianRoot(logf func(format string, args ...any)) (string, error) {
 	if err := os.MkdirAll(cache, 0o755); err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256([]byte(debianSuite + " " + strings.Join(SidPackages, ",") + " " + strings.Join(debianSources, ",")))
+	key := debianSuite + " " + strings.Join(SidPackages, ",") + " " + strings.Join(debianSources, ",")
+	for _, d := range ubuntuDebs {
+		key += " " + d.sha256
+	}
+	key += " compiled"
+	sum := sha256.Sum256([]byte(key))
 	root := filepath.Join(cache, debianSuite+"-"+hex.EncodeToString(sum[:6]))
 	done := func() bool { _, err := os.Stat(filepath.Join(root, ".sonde-complete")); return err == nil }
 	if done() {
@@ -90,6 +145,10 @@ func BuildDebianRoot(logf func(format string, args ...any)) (string, error) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		os.RemoveAll(tmp)
 		return "", fmt.Errorf("mmdebstrap: %v\n%s", err, tail(out, 2000))
+	}
+	if err := unpackUbuntu(tmp); err != nil {
+		os.RemoveAll(tmp)
+		return "", fmt.Errorf("ubuntu's pythons: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(tmp, ".sonde-complete"), nil, 0o644); err != nil {
 		return "", err

@@ -46,16 +46,30 @@ func (py Python) Script(t testing.TB, hostFile string) string {
 // (DebianRoot) and run in their own namespaces as a container runs them.
 func DebianPythons(t testing.TB) []Python {
 	t.Helper()
+	return rootPythons(t, "/usr/bin/", "debian", "python3.13", "python3.14", "python3.15")
+}
+
+// UbuntuPythons are Ubuntu's own builds of CPython 3.13 (25.10) and 3.14 (26.04 LTS):
+// stripped, statically linked, built by GCC 15, Ubuntu's patch releases; unpacked into the
+// Debian root (UbuntuRoot) and run there in their own namespaces.
+func UbuntuPythons(t testing.TB) []Python {
+	t.Helper()
+	return rootPythons(t, UbuntuRoot+"/usr/bin/", "ubuntu", "python3.13", "python3.14")
+}
+
+// rootPythons are the interpreters names in dir of the Debian root.
+func rootPythons(t testing.TB, dir, origin string, names ...string) []Python {
+	t.Helper()
 	root := DebianRoot(t)
 	var out []Python
-	for _, name := range []string{"python3.13", "python3.14", "python3.15"} {
-		path := "/usr/bin/" + name
+	for _, name := range names {
+		path := dir + name
 		b, err := exec.Command("chroot", root, path, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])").Output()
 		if err != nil {
 			Unavailable(t, "%s in %s: %v", path, root, err)
 		}
 		v := strings.TrimSpace(string(b))
-		out = append(out, Python{Name: v + " (debian)", Version: v, Path: path, Lib: filepath.Join(root, path), Root: root})
+		out = append(out, Python{Name: v + " (" + origin + ")", Version: v, Path: path, Lib: filepath.Join(root, path), Root: root})
 	}
 	return out
 }

@@ -15,7 +15,7 @@ import (
 // part is found in Debian's stripped builds, and where a build keeps its symbol, what a
 // stripped copy would find is that symbol.
 func TestInspect(t *testing.T) {
-	for _, py := range append(testenv.Pythons(t), testenv.DebianPythons(t)...) {
+	for _, py := range append(append(testenv.Pythons(t), testenv.DebianPythons(t)...), testenv.UbuntuPythons(t)...) {
 		t.Run(py.Name, func(t *testing.T) {
 			f, err := elf.Open(py.Lib)
 			if err != nil {
