@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -107,9 +106,6 @@ func BuildDebianRoot(logf func(format string, args ...any)) (string, error) {
 	if cache == "" {
 		cache = "/var/tmp/sonde-debroot"
 	}
-	if err := os.MkdirAll(cache, 0o755); err != nil {
-		return "", err
-	}
 	key := debianSuite + " " + strings.Join(SidPackages, ",") + " " + strings.Join(debianSources, ",")
 	for _, d := range ubuntuDebs {
 		key += " " + d.sha256
@@ -117,47 +113,20 @@ func BuildDebianRoot(logf func(format string, args ...any)) (string, error) {
 	key += " compiled"
 	sum := sha256.Sum256([]byte(key))
 	root := filepath.Join(cache, debianSuite+"-"+hex.EncodeToString(sum[:6]))
-	done := func() bool { _, err := os.Stat(filepath.Join(root, ".sonde-complete")); return err == nil }
-	if done() {
-		return root, nil
-	}
-	lock, err := os.OpenFile(root+".lock", os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return "", err
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", fmt.Errorf("lock %s: %w", lock.Name(), err)
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
-	if done() {
-		return root, nil // another test binary built it meanwhile
-	}
-	tmp := root + ".building"
-	os.RemoveAll(tmp)
-	os.RemoveAll(root)
-	t0 := time.Now()
-	logf("building a Debian %s root with %s", debianSuite, strings.Join(SidPackages, ", "))
-	// The archive's Release files of a mirror snapshot may have expired; the packages'
-	// signatures are still checked.
-	cmd := exec.Command("mmdebstrap", append([]string{"--variant=apt", `--aptopt=Acquire::Check-Valid-Until "false"`,
-		"--include=" + strings.Join(SidPackages, ","), debianSuite, tmp}, debianSources...)...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		os.RemoveAll(tmp)
-		return "", fmt.Errorf("mmdebstrap: %v\n%s", err, tail(out, 2000))
-	}
-	if err := unpackUbuntu(tmp); err != nil {
-		os.RemoveAll(tmp)
-		return "", fmt.Errorf("ubuntu's pythons: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(tmp, ".sonde-complete"), nil, 0o644); err != nil {
-		return "", err
-	}
-	if err := os.Rename(tmp, root); err != nil {
-		return "", err
-	}
-	logf("built %s in %v", root, time.Since(t0).Round(time.Second))
-	return root, nil
+	return root, buildCached(root, logf, func(tmp string) error {
+		logf("building a Debian %s root with %s", debianSuite, strings.Join(SidPackages, ", "))
+		// The archive's Release files of a mirror snapshot may have expired; the packages'
+		// signatures are still checked.
+		cmd := exec.Command("mmdebstrap", append([]string{"--variant=apt", `--aptopt=Acquire::Check-Valid-Until "false"`,
+			"--include=" + strings.Join(SidPackages, ","), debianSuite, tmp}, debianSources...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("mmdebstrap: %v\n%s", err, tail(out, 2000))
+		}
+		if err := unpackUbuntu(tmp); err != nil {
+			return fmt.Errorf("ubuntu's pythons: %w", err)
+		}
+		return nil
+	})
 }
 
 func tail(b []byte, n int) []byte {

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -54,70 +53,41 @@ func BuildYJITRuby(logf func(format string, args ...any)) (string, error) {
 	if cache == "" {
 		cache = "/var/tmp/sonde-yjit"
 	}
-	if err := os.MkdirAll(cache, 0o755); err != nil {
-		return "", err
-	}
 	dir := filepath.Join(cache, strings.TrimSuffix(yjitPinned, ".orig.tar.xz"))
-	bin := filepath.Join(dir, "miniruby")
-	done := func() bool { _, err := os.Stat(filepath.Join(dir, ".sonde-complete")); return err == nil }
-	if done() {
-		return bin, nil
-	}
-	lock, err := os.OpenFile(dir+".lock", os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return "", err
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", fmt.Errorf("lock %s: %w", lock.Name(), err)
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
-	if done() {
-		return bin, nil
-	}
-	rustc, err := findRustc()
-	if err != nil {
-		return "", err
-	}
-	t0 := time.Now()
-	tarball, err := fetchYJITSource()
-	if err != nil {
-		return "", err
-	}
-	tmp := dir + ".building"
-	os.RemoveAll(tmp)
-	os.RemoveAll(dir)
-	if err := os.MkdirAll(tmp, 0o755); err != nil {
-		return "", err
-	}
-	logf("building Ruby with YJIT from %s (%d bytes)", yjitPinned, len(tarball))
-	untar := exec.Command("tar", "xJ", "--strip-components=1", "-C", tmp)
-	untar.Stdin = bytes.NewReader(tarball)
-	if out, err := untar.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("untar: %v\n%s", err, out)
-	}
-	env := append(os.Environ(), "PATH="+filepath.Dir(rustc)+":"+os.Getenv("PATH"))
-	for _, args := range [][]string{
-		{"./configure", "--enable-yjit", "--disable-install-doc", "--without-gmp", "--disable-rubygems"},
-		{"make", "-j2", "miniruby"},
-	} {
-		cmd := exec.Command(args[0], args[1:]...)
-		cmd.Dir, cmd.Env = tmp, env
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return "", fmt.Errorf("%s: %v\n%s", strings.Join(args, " "), err, tail(out, 3000))
+	return filepath.Join(dir, "miniruby"), buildCached(dir, logf, func(tmp string) error {
+		rustc, err := findRustc()
+		if err != nil {
+			return err
 		}
-	}
-	if out, err := exec.Command(filepath.Join(tmp, "miniruby"), "--yjit", "-e", "exit(RubyVM::YJIT.enabled? ? 0 : 1)").CombinedOutput(); err != nil {
-		return "", fmt.Errorf("the Ruby built runs without YJIT: %v\n%s", err, out)
-	}
-	if err := os.WriteFile(filepath.Join(tmp, ".sonde-complete"), nil, 0o644); err != nil {
-		return "", err
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		return "", err
-	}
-	logf("built %s in %v", bin, time.Since(t0).Round(time.Second))
-	return bin, nil
+		tarball, err := fetchYJITSource()
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(tmp, 0o755); err != nil {
+			return err
+		}
+		logf("building Ruby with YJIT from %s (%d bytes)", yjitPinned, len(tarball))
+		untar := exec.Command("tar", "xJ", "--strip-components=1", "-C", tmp)
+		untar.Stdin = bytes.NewReader(tarball)
+		if out, err := untar.CombinedOutput(); err != nil {
+			return fmt.Errorf("untar: %v\n%s", err, out)
+		}
+		env := append(os.Environ(), "PATH="+filepath.Dir(rustc)+":"+os.Getenv("PATH"))
+		for _, args := range [][]string{
+			{"./configure", "--enable-yjit", "--disable-install-doc", "--without-gmp", "--disable-rubygems"},
+			{"make", "-j2", "miniruby"},
+		} {
+			cmd := exec.Command(args[0], args[1:]...)
+			cmd.Dir, cmd.Env = tmp, env
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("%s: %v\n%s", strings.Join(args, " "), err, tail(out, 3000))
+			}
+		}
+		if out, err := exec.Command(filepath.Join(tmp, "miniruby"), "--yjit", "-e", "exit(RubyVM::YJIT.enabled? ? 0 : 1)").CombinedOutput(); err != nil {
+			return fmt.Errorf("the Ruby built runs without YJIT: %v\n%s", err, out)
+		}
+		return nil
+	})
 }
 
 // findRustc finds rustc, which YJIT is written for: on PATH, or where rustup puts it.
