@@ -19,7 +19,7 @@ import (
 // No distribution's Ruby has YJIT here (Debian builds without rustc), so the tests build
 // one as Ruby's own images do: Debian's source of the Ruby 3.3 in sid, configured with
 // --enable-yjit, its miniruby alone (the VM with YJIT, without the extensions the workloads
-// do not use).
+// do not use). The tarball carries its generated sources: no host Ruby takes part.
 const (
 	yjitSuite  = "sid"
 	yjitSource = "ruby3.3"
@@ -74,7 +74,7 @@ func BuildYJITRuby(logf func(format string, args ...any)) (string, error) {
 		}
 		env := append(os.Environ(), "PATH="+filepath.Dir(rustc)+":"+os.Getenv("PATH"))
 		for _, args := range [][]string{
-			{"./configure", "--enable-yjit", "--disable-install-doc", "--without-gmp", "--disable-rubygems"},
+			{"./configure", "--enable-yjit", "--disable-install-doc", "--without-gmp", "--disable-rubygems", "--without-baseruby"},
 			{"make", "-j2", "miniruby"},
 		} {
 			cmd := exec.Command(args[0], args[1:]...)
