@@ -34,7 +34,7 @@ const relaSize = 24
 // A table that cannot be read is left out: its words read as the file holds them.
 func ReadRelocations(f *elf.File, withSymbols bool) *Relocations {
 	r := &Relocations{}
-	if f.Class != elf.ELFCLASS64 {
+	if f == nil || f.Class != elf.ELFCLASS64 {
 		return r
 	}
 	var relative, abs, globDat uint32

@@ -127,10 +127,17 @@ func (m *image) relocated(vaddr uint64) uint64 {
 	return v
 }
 
+// readRelocations reads the relocations once; after Load has let go of the file (m.f nil),
+// there are none to read, and the words read as the file holds them.
 func (m *image) readRelocations() {
-	if m.relative == nil {
-		m.relative = objfile.ReadRelocations(m.f, false)
+	if m.relative != nil {
+		return
 	}
+	if m.f == nil {
+		m.relative = &objfile.Relocations{}
+		return
+	}
+	m.relative = objfile.ReadRelocations(m.f, false)
 }
 
 // moduledata is what the runtime's moduledata tells that the pclntab does not.
