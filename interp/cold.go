@@ -3,7 +3,6 @@ package interp
 import (
 	"bytes"
 	"debug/elf"
-	"slices"
 
 	"golang.org/x/arch/x86/x86asm"
 
@@ -48,17 +47,8 @@ func OutOfLinePart(f *elf.File, start, end uint64, table func() *unwind.Table) [
 		if to >= start && to < end {
 			continue
 		}
-		i, found := slices.BinarySearchFunc(ranges, to, func(r unwind.CodeRange, pc uint64) int {
-			switch {
-			case r.End <= pc:
-				return -1
-			case r.Start > pc:
-				return 1
-			}
-			return 0
-		})
-		if found {
-			hits[ranges[i]]++
+		if r, found := unwind.RangeAt(ranges, to); found {
+			hits[r]++
 		}
 	}
 	if len(hits) == 0 {

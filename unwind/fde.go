@@ -12,6 +12,24 @@ type CodeRange struct {
 	Start, End uint64
 }
 
+// RangeAt returns the range of ranges (sorted by start, as FunctionRanges returns them)
+// that holds pc.
+func RangeAt(ranges []CodeRange, pc uint64) (CodeRange, bool) {
+	i, found := slices.BinarySearchFunc(ranges, pc, func(r CodeRange, pc uint64) int {
+		switch {
+		case r.End <= pc:
+			return -1
+		case r.Start > pc:
+			return 1
+		}
+		return 0
+	})
+	if !found {
+		return CodeRange{}, false
+	}
+	return ranges[i], true
+}
+
 // FunctionRanges lists the code ranges of f's .eh_frame FDEs, sorted by start. Compilers
 // emit one FDE per function (or per part of one that was split, like gcc's .cold
 // sections), so where a stripped file names nothing, the FDE covering an address stands

@@ -69,13 +69,21 @@ func phpFrames(s *trace.Sample) []runtimeFrame { return runtimeFrames(s, "php") 
 // phpSpans returns the lines of each function of a PHP file written as the workload is:
 // "function name(" opens one, a "}" at its indentation closes it; "{main}" is the file.
 func phpSpans(t testing.TB, file string) map[string][2]int64 {
+	open := regexp.MustCompile(`^(\s*)(?:\$\w+\s*=\s*)?(?:(?:public|private|protected|static)\s+)*function(?:\s+(\w+))?\s*\(`)
+	return blockSpans(t, file, "{main}", open, "{closure}", "}", "};")
+}
+
+// blockSpans returns the lines of each block of a workload's source file: a line open
+// matches starts one, its indentation the first group and its name the second (anonymous
+// where empty); a line of one of the closers at that indentation ends it. whole names the
+// file itself.
+func blockSpans(t testing.TB, file, whole string, open *regexp.Regexp, anonymous string, closers ...string) map[string][2]int64 {
 	t.Helper()
 	f, err := os.Open(file)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	open := regexp.MustCompile(`^(\s*)(?:\$\w+\s*=\s*)?(?:(?:public|private|protected|static)\s+)*function(?:\s+(\w+))?\s*\(`)
 	spans := map[string][2]int64{}
 	type pending struct {
 		name, indent string
@@ -89,17 +97,17 @@ func phpSpans(t testing.TB, file string) map[string][2]int64 {
 		if m := open.FindStringSubmatch(text); m != nil {
 			name := m[2]
 			if name == "" {
-				name = "{closure}"
+				name = anonymous
 			}
 			stack = append(stack, pending{name, m[1], line})
 			continue
 		}
-		if n := len(stack); n > 0 && (text == stack[n-1].indent+"}" || text == stack[n-1].indent+"};") {
+		if n := len(stack); n > 0 && slices.ContainsFunc(closers, func(c string) bool { return text == stack[n-1].indent+c }) {
 			spans[stack[n-1].name] = [2]int64{stack[n-1].start, line}
 			stack = stack[:n-1]
 		}
 	}
-	spans["{main}"] = [2]int64{1, line}
+	spans[whole] = [2]int64{1, line}
 	return spans
 }
 

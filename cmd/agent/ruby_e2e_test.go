@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -64,34 +63,7 @@ func rbFrames(s *trace.Sample) []runtimeFrame { return runtimeFrames(s, "ruby") 
 // rbSpans returns the lines of each method of a Ruby file written as the workload is: "def
 // name" opens one, an "end" at its indentation closes it; "<main>" is the file.
 func rbSpans(t testing.TB, file string) map[string][2]int64 {
-	t.Helper()
-	f, err := os.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	open := regexp.MustCompile(`^(\s*)def (?:self\.)?(\w+)`)
-	spans := map[string][2]int64{}
-	type pending struct {
-		name, indent string
-		start        int64
-	}
-	var stack []pending
-	var line int64
-	for sc := bufio.NewScanner(f); sc.Scan(); {
-		line++
-		text := sc.Text()
-		if m := open.FindStringSubmatch(text); m != nil {
-			stack = append(stack, pending{m[2], m[1], line})
-			continue
-		}
-		if n := len(stack); n > 0 && text == stack[n-1].indent+"end" {
-			spans[stack[n-1].name] = [2]int64{stack[n-1].start, line}
-			stack = stack[:n-1]
-		}
-	}
-	spans["<main>"] = [2]int64{1, line}
-	return spans
+	return blockSpans(t, file, "<main>", regexp.MustCompile(`^(\s*)def (?:self\.)?(\w+)`), "", "end")
 }
 
 // TestRubyStacks profiles Debian 12's Ruby 3.1 on the host, Debian's Ruby 3.3 (sid) and

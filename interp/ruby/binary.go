@@ -161,7 +161,7 @@ func vmLoop(f *elf.File, entry *elf.Symbol, depth int) (caller, loop [2]uint64) 
 				continue
 			}
 			for _, to := range branchTargets(code, fn.Start) {
-				r, ok := functionAt(ranges, to)
+				r, ok := unwind.RangeAt(ranges, to)
 				if !ok || r.Start != to {
 					continue
 				}
@@ -189,22 +189,6 @@ func branchTargets(code []byte, addr uint64) []uint64 {
 		return true
 	})
 	return out
-}
-
-func functionAt(ranges []unwind.CodeRange, pc uint64) (unwind.CodeRange, bool) {
-	i, found := slices.BinarySearchFunc(ranges, pc, func(r unwind.CodeRange, pc uint64) int {
-		switch {
-		case r.End <= pc:
-			return -1
-		case r.Start > pc:
-			return 1
-		}
-		return 0
-	})
-	if !found {
-		return unwind.CodeRange{}, false
-	}
-	return ranges[i], true
 }
 
 // ecFromCode finds where a libruby that hides ruby_current_ec keeps it, from rb_iseq_eval,
