@@ -42,6 +42,7 @@ enum py_limits {
 	PY_MAX_FRAME_READ = 128,   /* py_proc.frame_size at most */
 	PY_MAX_THREADS = 512,      /* thread states searched for the sampled thread's */
 	PY_MAX_FRAMES = 192,       /* Python frames walked per sample, shim frames included */
+	PY_MAX_TLBC = 1 << 16,     /* a thread-local bytecode index past this is not believed */
 };
 
 /* How an interpreter version lays out its frames and ties them to eval-loop activations. */
@@ -79,7 +80,10 @@ struct py_proc {
 	__u16 lasti_bytes;            /* 1: f_lasti counts bytes (3.9), 0: code units (3.10) */
 	__u16 code_tag_bits;          /* bits of f_executable that tag the reference (3.14+'s
 	                               * _PyStackRef), cleared to get the code object */
-	__u16 pad[3];
+	__u16 frame_tlbc;             /* free-threaded: tlbc_index, the thread's copy of the
+	                               * bytecode; PY_NO_OFFSET in builds with the GIL */
+	__u16 code_tlbc;              /* free-threaded: PyCodeObject.co_tlbc, the copies */
+	__u16 pad;
 };
 
 /* For bpf2go -type. */
@@ -267,7 +271,22 @@ static __always_inline long py_step(struct py_walk *w)
 	} else {
 		__u64 instr = py_field(s, p->frame_instr);
 		__u64 base = code + p->code_adaptive;
-		if (instr > base)
+		/* A free-threaded build runs threads other than the first on copies of the
+		 * bytecode: entry tlbc_index of the code object's co_tlbc array (a size, then
+		 * the entries; entry 0 is co_code_adaptive). */
+		if (p->frame_tlbc < PY_MAX_FRAME_READ - 4) {
+			__s32 idx = *(__s32 *)&s->frame[p->frame_tlbc & (PY_MAX_FRAME_READ - 1)];
+			__u64 tlbc = 0;
+			/* A copy that cannot be read leaves the instruction unknown (saturated
+			 * below): the frame keeps its name, at its function's first line. */
+			if (idx > 0 && idx < PY_MAX_TLBC &&
+			    (bpf_probe_read_user(&tlbc, sizeof(tlbc), (void *)(code + p->code_tlbc)) || !tlbc ||
+			     bpf_probe_read_user(&base, sizeof(base), (void *)(tlbc + 8 + 8 * (__u64)idx))))
+				base = 0;
+		}
+		if (!base)
+			units = PY_OFFSET_MASK;
+		else if (instr > base)
 			units = (instr - base) / 2;
 	}
 	if (units > PY_OFFSET_MASK)

@@ -324,7 +324,9 @@ type samplerPyProc struct {
 	CodeAdaptive   uint16
 	LastiBytes     uint16
 	CodeTagBits    uint16
-	Pad            [3]uint16
+	FrameTlbc      uint16
+	CodeTlbc       uint16
+	Pad            uint16
 }
 
 type samplerPyScratch struct {

@@ -57,6 +57,15 @@ func UbuntuPythons(t testing.TB) []Python {
 	return rootPythons(t, UbuntuRoot+"/usr/bin/", "ubuntu", "python3.13", "python3.14")
 }
 
+// EveryPython is every CPython the tests run: the machine's (Pythons), Debian's and
+// Ubuntu's in their root (DebianPythons, UbuntuPythons) and the free-threaded build
+// (FreeThreadedPython).
+func EveryPython(t testing.TB) []Python {
+	t.Helper()
+	pys := append(append(Pythons(t), DebianPythons(t)...), UbuntuPythons(t)...)
+	return append(pys, FreeThreadedPython(t))
+}
+
 // rootPythons are the interpreters names in dir of the Debian root.
 func rootPythons(t testing.TB, dir, origin string, names ...string) []Python {
 	t.Helper()

@@ -163,7 +163,7 @@ func scanInitShim(f *elf.File, in *Interpreter) uint64 {
 	var found uint64
 	unique := true
 	try := func(typeAt uint64) {
-		addr := typeAt - obType
+		addr := typeAt - uint64(in.Layout.ObType)
 		if c, err := img.ReadCode(file, addr); err == nil && c.FirstLine == 0 && addr != found {
 			unique = found == 0
 			found = addr
@@ -184,7 +184,8 @@ func scanInitShim(f *elf.File, in *Interpreter) uint64 {
 			continue
 		}
 		// Objects, and so their ob_type, are 8-aligned.
-		for off := obType + int(-(sec.Addr+obType)&7); off+8 <= len(b) && unique; off += 8 {
+		ob := in.Layout.ObType
+		for off := ob + int(-(sec.Addr+uint64(ob))&7); off+8 <= len(b) && unique; off += 8 {
 			if binary.LittleEndian.Uint64(b[off:]) == in.CodeType {
 				try(sec.Addr + uint64(off))
 			}

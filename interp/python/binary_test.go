@@ -2,6 +2,8 @@ package python
 
 import (
 	"debug/elf"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/sonde-profiler/sonde/internal/testenv"
@@ -15,7 +17,7 @@ import (
 // part is found in Debian's stripped builds, and where a build keeps its symbol, what a
 // stripped copy would find is that symbol.
 func TestInspect(t *testing.T) {
-	for _, py := range append(append(testenv.Pythons(t), testenv.DebianPythons(t)...), testenv.UbuntuPythons(t)...) {
+	for _, py := range testenv.EveryPython(t) {
 		t.Run(py.Name, func(t *testing.T) {
 			f, err := elf.Open(py.Lib)
 			if err != nil {
@@ -56,6 +58,10 @@ func TestInspect(t *testing.T) {
 			} else if in.InitShim != 0 {
 				t.Errorf("an __init__ shim at %#x before 3.13", in.InitShim)
 			}
+			if ft := strings.Contains(py.Name, "free-threaded"); in.Layout.FreeThreaded != ft {
+				t.Errorf("layout free-threaded %v, the build %v", in.Layout.FreeThreaded, ft)
+			}
+			checkObjectLayout(t, f, in.Layout)
 			if in.Version.Minor >= 14 {
 				// Read from the interpreter's _Py_DebugOffsets only: sonde has no table.
 				if in.Layout.Source != "debug_offsets" {
@@ -84,6 +90,41 @@ func TestInspect(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// checkObjectLayout holds the object headers' offsets, and a free-threaded build's
+// thread-local bytecode fields, to the interpreter's DWARF where it has some, else to what
+// every build with the GIL shares.
+func checkObjectLayout(t *testing.T, f *elf.File, l Layout) {
+	t.Helper()
+	got := []int{l.ObType, l.UnicodeLength, l.UnicodeState, l.BytesSize, l.BytesData, l.FrameTLBC, l.CodeTLBC}
+	d, err := f.DWARF()
+	if err != nil {
+		if want := []int{obType, unicodeLength, unicodeState, bytesSize, bytesData, noOffset, noOffset}; !slices.Equal(got, want) {
+			t.Errorf("object layout %v, want %v", got, want)
+		}
+		return
+	}
+	structs, err := dwarfStructs(d, "_object", "PyASCIIObject", "PyBytesObject", "PyVarObject", "_PyInterpreterFrame", "PyCodeObject")
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(st, name string) int {
+		if s := structs[st]; s != nil {
+			for _, f := range s.Field {
+				if f.Name == name {
+					return int(f.ByteOffset)
+				}
+			}
+		}
+		return noOffset
+	}
+	want := []int{at("_object", "ob_type"), at("PyASCIIObject", "length"), at("PyASCIIObject", "state"),
+		at("PyBytesObject", "ob_base") + at("PyVarObject", "ob_size"), at("PyBytesObject", "ob_sval"),
+		at("_PyInterpreterFrame", "tlbc_index"), at("PyCodeObject", "co_tlbc")}
+	if !slices.Equal(got, want) {
+		t.Errorf("object layout %v, DWARF says %v", got, want)
 	}
 }
 

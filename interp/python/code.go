@@ -34,7 +34,7 @@ func (c *Code) Line(offset int) int {
 const (
 	maxStringChars = 4096    // a name or file name longer than this is cut
 	maxLineTable   = 1 << 20 // bytes of line table
-	codeHeadSize   = 256     // PyCodeObject up to co_code_adaptive, in every version
+	codeHeadSize   = 320     // PyCodeObject up to co_code_adaptive, in every version and build
 )
 
 var errNotCode = errors.New("not a code object")
@@ -71,7 +71,7 @@ func (img *Image) ReadCode(m Memory, addr uint64) (*Code, error) {
 		}
 		return binary.LittleEndian.Uint64(head[off:])
 	}
-	if u64(obType) != img.codeType {
+	if u64(l.ObType) != img.codeType {
 		return nil, fmt.Errorf("object at %#x: %w", addr, errNotCode)
 	}
 	c := &Code{print: img.fingerprint(head[:])}
@@ -119,7 +119,7 @@ func (img *Image) readFingerprint(m Memory, addr uint64) (fingerprint, error) {
 	if err := m.ReadAt(head[:], addr); err != nil {
 		return fingerprint{}, err
 	}
-	if binary.LittleEndian.Uint64(head[obType:]) != img.codeType {
+	if binary.LittleEndian.Uint64(head[img.Layout.ObType:]) != img.codeType {
 		return fingerprint{}, errNotCode
 	}
 	return img.fingerprint(head[:]), nil
@@ -130,19 +130,21 @@ func (img *Image) readFingerprint(m Memory, addr uint64) (fingerprint, error) {
 func (img *Image) readString(m Memory, addr uint64) (string, error) {
 	l := &img.Layout
 	var head [80]byte
-	if l.CompactSize > len(head) || l.ASCIISize > len(head) {
+	if l.CompactSize > len(head) || l.ASCIISize > len(head) || l.ObType+8 > l.ASCIISize ||
+		l.UnicodeLength+8 > l.ASCIISize || l.UnicodeState+4 > l.ASCIISize {
 		return "", errors.New("string layout out of range")
 	}
 	// The ASCII header holds all that is read: a str no longer than it ends there.
 	if err := m.ReadAt(head[:l.ASCIISize], addr); err != nil {
 		return "", err
 	}
-	if binary.LittleEndian.Uint64(head[obType:]) != img.strType {
+	if binary.LittleEndian.Uint64(head[l.ObType:]) != img.strType {
 		return "", errors.New("not a str")
 	}
-	n := binary.LittleEndian.Uint64(head[unicodeLength:])
-	state := binary.LittleEndian.Uint32(head[unicodeState:])
-	kind, compact, ascii := int(state>>2&7), state>>5&1 == 1, state>>6&1 == 1
+	n := binary.LittleEndian.Uint64(head[l.UnicodeLength:])
+	state := binary.LittleEndian.Uint32(head[l.UnicodeState:])
+	shift := l.StateKindShift
+	kind, compact, ascii := int(state>>shift&7), state>>(shift+3)&1 == 1, state>>(shift+4)&1 == 1
 	if !compact {
 		return "", errors.New("not a compact str")
 	}
@@ -200,17 +202,21 @@ func toValidUTF8(b []byte) []byte {
 
 // readBytes reads a bytes object, at most maxLineTable bytes of it.
 func (img *Image) readBytes(m Memory, addr uint64) ([]byte, error) {
-	var head [bytesData]byte
-	if err := m.ReadAt(head[:], addr); err != nil {
+	l := &img.Layout
+	var head [64]byte
+	if l.BytesData > len(head) || l.ObType+8 > l.BytesData || l.BytesSize+8 > l.BytesData {
+		return nil, errors.New("bytes layout out of range")
+	}
+	if err := m.ReadAt(head[:l.BytesData], addr); err != nil {
 		return nil, err
 	}
-	if binary.LittleEndian.Uint64(head[obType:]) != img.byteType {
+	if binary.LittleEndian.Uint64(head[l.ObType:]) != img.byteType {
 		return nil, errors.New("not a bytes object")
 	}
-	n := binary.LittleEndian.Uint64(head[bytesSize:])
+	n := binary.LittleEndian.Uint64(head[l.BytesSize:])
 	if n > maxLineTable {
 		return nil, fmt.Errorf("%d bytes: over the bound of %d", n, maxLineTable)
 	}
 	b := make([]byte, n)
-	return b, m.ReadAt(b, addr+bytesData)
+	return b, m.ReadAt(b, addr+uint64(l.BytesData))
 }

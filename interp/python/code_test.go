@@ -30,7 +30,7 @@ type reportedCode struct {
 // compares name, file, first line and the line of every instruction with what the
 // interpreter itself reports (co_lines(), dis.findlinestarts() on 3.9).
 func TestCodeObjects(t *testing.T) {
-	for _, py := range append(append(testenv.Pythons(t), testenv.DebianPythons(t)...), testenv.UbuntuPythons(t)...) {
+	for _, py := range testenv.EveryPython(t) {
 		t.Run(py.Name, func(t *testing.T) {
 			script, err := filepath.Abs("testdata/codeobjects.py")
 			if err != nil {

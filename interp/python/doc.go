@@ -12,6 +12,9 @@
 // version string). Nothing is taken from .symtab that a stripped build needs: the part of
 // the eval loop gcc moves out of line (.cold), which Debian's builds run their opcodes in,
 // is found from the branches of the exported head and .eh_frame (interp.OutOfLinePart).
+// A free-threaded build (3.14t) differs in its object headers (32 bytes), its strings'
+// state bits and its thread-local bytecode, all of which its _Py_DebugOffsets says but
+// the state bits, which follow from the build.
 //
 // The kernel records each Python frame as the address of its code object and the
 // instruction's offset (package bpf, python.h). A Namer reads code objects from the process

@@ -39,18 +39,40 @@ type Layout struct {
 	// Strings: sizeof(PyASCIIObject) and sizeof(PyCompactUnicodeObject), after which a
 	// compact string's characters start.
 	ASCIISize, CompactSize int
+	// Object headers: PyObject.ob_type; PyASCIIObject's length and state; a bytes
+	// object's size and first byte. A free-threaded build's header is 32 bytes, not 16.
+	ObType, UnicodeLength, UnicodeState, BytesSize, BytesData int
+	// StateKindShift is where PyASCIIObject.state's kind starts (compact and ascii are the
+	// next bits but three and four): 2 after a 2-bit interned field, 8 in a free-threaded
+	// build, whose interned is a byte of its own.
+	StateKindShift int
+	// FreeThreaded: built without the GIL (Py_GIL_DISABLED). Threads other than the first
+	// run thread-local copies of the bytecode: the frame's tlbc_index picks the copy among
+	// the code object's co_tlbc entries. noOffset in other builds.
+	FreeThreaded        bool
+	FrameTLBC, CodeTLBC int
 	// Source says where the offsets came from: "debug_offsets", "dwarf" or "table".
 	Source string
 }
 
-// Where every version agrees.
+// Where every build with the GIL agrees; a free-threaded one publishes its own in
+// _Py_DebugOffsets.
 const (
 	obType        = 8  // PyObject.ob_type
 	unicodeLength = 16 // PyASCIIObject.length
 	unicodeState  = 32 // PyASCIIObject.state
 	bytesSize     = 16 // PyVarObject.ob_size of a bytes object
 	bytesData     = 32 // PyBytesObject.ob_sval
+	kindShift     = 2  // PyASCIIObject.state.kind, after interned:2
 )
+
+// withGILObjects sets the object header offsets every build with the GIL shares.
+func (l Layout) withGILObjects() Layout {
+	l.ObType, l.UnicodeLength, l.UnicodeState, l.BytesSize, l.BytesData = obType, unicodeLength, unicodeState, bytesSize, bytesData
+	l.StateKindShift = kindShift
+	l.FrameTLBC, l.CodeTLBC = noOffset, noOffset
+	return l
+}
 
 // layouts are the layouts of release builds of 3.9 to 3.13, read from their DWARF; a debug
 // build (Py_DEBUG, Py_TRACE_REFS) has other ones and is not supported without DWARF.
@@ -90,7 +112,7 @@ func tableLayout(v Version) (Layout, error) {
 		return Layout{}, fmt.Errorf("python %s: %w", v, ErrUnsupported)
 	}
 	l.Source = "table"
-	return l, nil
+	return l.withGILObjects(), nil
 }
 
 // ErrUnsupported: a CPython version whose frames sonde cannot walk.
@@ -117,6 +139,14 @@ type debugFields struct {
 	codeSize, codeFilename, codeName, codeQualname              int
 	codeLineTable, codeFirstLine, codeAdaptive                  int
 	asciiSize                                                   int
+	// Since 3.14 (0: not published): the object header's groups, and the thread-local
+	// bytecode's fields, which only a free-threaded build fills in.
+	objectSize, obType                        int
+	bytesGroup, bytesSize, bytesData          int
+	unicodeGroup, unicodeState, unicodeLength int
+	frameTLBC, codeTLBC                       int
+	// freeThreaded: sonde knows this version's free-threaded build (tested on 3.14t).
+	freeThreaded bool
 }
 
 var debugOffsetFields = map[int]debugFields{
@@ -129,12 +159,16 @@ var debugOffsetFields = map[int]debugFields{
 		threadSize: 22, threadNext: 24, threadFrame: 26, threadID: 27,
 		frameSize: 31, framePrevious: 32, frameCode: 33, frameInstr: 34, frameOwner: 36,
 		codeSize: 39, codeFilename: 40, codeName: 41, codeQualname: 42, codeLineTable: 43, codeFirstLine: 44, codeAdaptive: 48,
-		asciiSize: 80},
+		asciiSize:  80,
+		objectSize: 50, obType: 51, bytesGroup: 74, bytesSize: 75, bytesData: 76, unicodeGroup: 77, unicodeState: 78, unicodeLength: 79,
+		frameTLBC: 38, codeTLBC: 49, freeThreaded: true},
 	15: {interpretersHead: 5, threadsHead: 9,
 		threadSize: 22, threadNext: 24, threadFrame: 26, threadID: 30,
 		frameSize: 39, framePrevious: 40, frameCode: 41, frameInstr: 42, frameOwner: 44,
 		codeSize: 47, codeFilename: 48, codeName: 49, codeQualname: 50, codeLineTable: 51, codeFirstLine: 52, codeAdaptive: 56,
-		asciiSize: 92},
+		asciiSize:  92,
+		objectSize: 58, obType: 59, bytesGroup: 86, bytesSize: 87, bytesData: 88, unicodeGroup: 89, unicodeState: 90, unicodeLength: 91,
+		frameTLBC: 46, codeTLBC: 57},
 }
 
 // parseDebugOffsets reads the offsets an interpreter since 3.13 publishes at the start of
@@ -149,7 +183,8 @@ func parseDebugOffsets(b []byte) (Version, Layout, error) {
 	if v.Major != 3 || !ok {
 		return v, Layout{}, fmt.Errorf("_Py_DebugOffsets of python %s: %w", v, ErrUnsupported)
 	}
-	if b[16] != 0 {
+	freeThreaded := b[16] != 0
+	if freeThreaded && !fields.freeThreaded {
 		return v, Layout{}, fmt.Errorf("python %s built free-threaded: %w", v, ErrUnsupported)
 	}
 	u := func(word int) int {
@@ -183,27 +218,52 @@ func parseDebugOffsets(b []byte) (Version, Layout, error) {
 		CodeAdaptive:     u(f.codeAdaptive),
 		ASCIISize:        u(f.asciiSize),
 		Source:           "debug_offsets",
-	}
+	}.withGILObjects()
 	// sizeof(PyCompactUnicodeObject): utf8_length and utf8 follow the ASCII header.
 	l.CompactSize = l.ASCIISize + 16
+	var groups []offsetGroup
+	if f.obType != 0 {
+		l.ObType = u(f.obType)
+		l.BytesSize, l.BytesData = u(f.bytesSize), u(f.bytesData)
+		l.UnicodeState, l.UnicodeLength = u(f.unicodeState), u(f.unicodeLength)
+		groups = append(groups,
+			offsetGroup{"object header", u(f.objectSize), []int{l.ObType + 8}},
+			// A bytes object's size is its header's; its bytes follow.
+			offsetGroup{"bytes object", u(f.bytesGroup), []int{l.BytesSize + 8, l.BytesData}},
+			offsetGroup{"str object", u(f.unicodeGroup), []int{l.UnicodeState + 4, l.UnicodeLength + 8}},
+		)
+	}
+	if freeThreaded {
+		l.FreeThreaded = true
+		l.StateKindShift = 8
+		l.FrameTLBC, l.CodeTLBC = u(f.frameTLBC), u(f.codeTLBC)
+		groups = append(groups,
+			offsetGroup{"interpreter frame", u(f.frameSize), []int{l.FrameTLBC + 4}},
+			offsetGroup{"code object", u(f.codeSize), []int{l.CodeTLBC + 8}},
+		)
+	}
 	// A word read from the wrong place (a patch release that moved a group) shows as an
 	// offset past its structure's end.
-	for _, g := range []struct {
-		name string
-		size int
-		offs []int
-	}{
+	for _, g := range append([]offsetGroup{
 		{"thread state", u(f.threadSize), []int{l.ThreadNext + 8, l.ThreadFrame + 8, l.ThreadID + 8}},
 		{"interpreter frame", u(f.frameSize), []int{l.FramePrevious + 8, l.FrameCode + 8, l.FrameInstr + 8, l.FrameOwner + 1}},
 		{"code object", u(f.codeSize), []int{l.CodeFilename + 8, l.CodeName + 8, l.CodeQualname + 8, l.CodeLineTable + 8, l.CodeFirstLine + 4, l.CodeAdaptive}},
-	} {
-		for _, end := range g.offs {
+		{"str object", l.ASCIISize, []int{l.UnicodeState + 4, l.UnicodeLength + 8}},
+	}, groups...) {
+		for _, end := range g.ends {
 			if g.size <= 0 || end <= 0 || end > g.size {
 				return v, Layout{}, fmt.Errorf("_Py_DebugOffsets of python %s: %s offsets beyond its size %d: %w", v, g.name, g.size, ErrUnsupported)
 			}
 		}
 	}
 	return v, l, l.check()
+}
+
+// offsetGroup is a structure's offsets that must end within its size.
+type offsetGroup struct {
+	name string
+	size int
+	ends []int
 }
 
 // check refuses a layout with an offset missing or beyond what the kernel reads.
@@ -213,12 +273,14 @@ func (l Layout) check() error {
 		"thread_id": l.ThreadID, "thread frame": l.ThreadFrame, "frame previous": l.FramePrevious,
 		"frame code": l.FrameCode, "frame instruction": l.FrameInstr, "co_firstlineno": l.CodeFirstLine,
 		"co_filename": l.CodeFilename, "co_name": l.CodeName, "line table": l.CodeLineTable, "ascii size": l.ASCIISize,
+		"ob_type": l.ObType, "str length": l.UnicodeLength, "str state": l.UnicodeState,
+		"bytes size": l.BytesSize, "bytes data": l.BytesData,
 	} {
 		if off < 0 || off >= 1<<16-1 {
 			return fmt.Errorf("offset of %s: %d: out of range", name, off)
 		}
 	}
-	for _, off := range []int{l.FramePrevious, l.FrameCode, l.FrameInstr, l.FrameOwner, l.FrameIsEntry} {
+	for _, off := range []int{l.FramePrevious, l.FrameCode, l.FrameInstr, l.FrameOwner, l.FrameIsEntry, l.FrameTLBC} {
 		if off >= 120 {
 			return fmt.Errorf("frame field at %d: beyond the %d bytes the kernel reads of a frame", off, 120)
 		}
@@ -279,7 +341,7 @@ func dwarfLayout(d *dwarf.Data, v Version) (Layout, error) {
 		ASCIISize:        size("PyASCIIObject"),
 		CompactSize:      size("PyCompactUnicodeObject"),
 		Source:           "dwarf",
-	}
+	}.withGILObjects()
 	switch {
 	case v.AtLeast(11):
 		l.ThreadsHead = field("_is", "threads", "head")

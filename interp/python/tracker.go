@@ -27,7 +27,8 @@ type KernelState struct {
 	CodeAdaptive               uint16
 	LastiBytes                 uint16 // f_lasti counts bytes (3.9)
 	CodeTagBits                uint16 // tag bits of a frame's code reference (3.14+)
-	_                          [3]uint16
+	FrameTLBC, CodeTLBC        uint16 // free-threaded: tlbc_index, co_tlbc; else no offset
+	_                          [1]uint16
 }
 
 // Frame models of python.h (enum py_frame_model).
@@ -68,6 +69,8 @@ func KernelStateFor(in *Interpreter, bias, execID uint64) (*KernelState, error) 
 		FrameOwner:     u16(l.FrameOwner),
 		FrameIsEntry:   u16(l.FrameIsEntry),
 		CodeAdaptive:   u16(max(l.CodeAdaptive, 0)),
+		FrameTLBC:      u16(l.FrameTLBC),
+		CodeTLBC:       u16(l.CodeTLBC),
 	}
 	if in.EvalCold[1] != 0 {
 		s.ColdStart, s.ColdEnd = in.EvalCold[0]+bias, in.EvalCold[1]+bias
@@ -96,6 +99,7 @@ func KernelStateFor(in *Interpreter, bias, execID uint64) (*KernelState, error) 
 	for _, off := range []int{l.FrameOwner, l.FrameIsEntry} {
 		size = max(size, off+1)
 	}
+	size = max(size, l.FrameTLBC+4)
 	if size > maxFrameRead {
 		return nil, fmt.Errorf("python %s: frame fields end at %d, past the %d bytes the kernel reads", v(in), size, maxFrameRead)
 	}
