@@ -334,7 +334,7 @@ func TestOffCPUStateBounded(t *testing.T) {
 	})
 	for range 3 {
 		for _, prog := range []string{bin, goBin} {
-			cmd := exec.Command(prog, "2")
+			cmd := exec.Command(prog, "1")
 			cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
 			if err := cmd.Run(); err != nil {
 				t.Fatal(err)

@@ -595,6 +595,9 @@ func TestSondeExportsToCollector(t *testing.T) {
 // up, and the outage is reported once, not at every retry.
 func TestSondeRidesOutCollectorOutage(t *testing.T) {
 	testenv.RequireRoot(t)
+	// The outage tests wait out collectors' absences, each with its own collector, sonde
+	// and workload: they wait at once.
+	t.Parallel()
 	bin := buildChain(t)
 	sondeBinary(t)
 	CollectorBinary(t) // build it now, not while sonde waits for it
@@ -736,6 +739,9 @@ func rssKiB(pid int) (int64, error) {
 // neither sonde's life nor unbounded memory.
 func TestSondeSurvivesCollectorKilled(t *testing.T) {
 	testenv.RequireRoot(t)
+	// The outage tests wait out collectors' absences, each with its own collector, sonde
+	// and workload: they wait at once.
+	t.Parallel()
 	bin := buildChain(t)
 	sondeBinary(t)
 	c := StartCollector(t)
@@ -840,6 +846,9 @@ sampling:
 // queue cannot hold are counted as dropped, and delivery resumes within an interval.
 func TestSondeOutage(t *testing.T) {
 	testenv.RequireRoot(t)
+	// The outage tests wait out collectors' absences, each with its own collector, sonde
+	// and workload: they wait at once.
+	t.Parallel()
 	bin := buildChain(t)
 	sondeBinary(t)
 	// Ten intervals: twice what the queue holds, so that some are dropped.
