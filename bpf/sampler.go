@@ -172,7 +172,7 @@ type ProgramStats struct {
 // Sampler owns the loaded programs, their perf events and the ring buffer reader.
 type Sampler struct {
 	objs      samplerObjects
-	spec      *ebpf.CollectionSpec // as loaded: the maps' BTF, for RuntimeKernel's checks
+	spec      *ebpf.CollectionSpec // as loaded, its maps and types only: for RuntimeKernel's checks
 	maps      map[string]*ebpf.Map // objs' maps by name, for the runtimes' writers
 	perfFDs   []int
 	links     []link.Link
@@ -784,7 +784,10 @@ func (s *Sampler) load(spec *ebpf.CollectionSpec, offCPU, goroutines bool) error
 	s.objs.samplerMaps = c.samplerMaps
 	s.objs.samplerPrograms = samplerPrograms{OnExec: c.OnExec, OnExit: c.OnExit, OnFork: c.OnFork,
 		OnSwitch: all.OnSwitch, OnGopark: all.OnGopark, OnExecute: all.OnExecute, Sample: c.Sample}
-	s.spec, s.maps = spec, mapsByName(&s.objs.samplerMaps)
+	// Of the spec, the runtimes' checks need the maps' and types' BTF only: its programs'
+	// instructions and line information, 3 MB of heap, go once loaded.
+	s.spec = &ebpf.CollectionSpec{Maps: spec.Maps, Types: spec.Types}
+	s.maps = mapsByName(&s.objs.samplerMaps)
 	return nil
 }
 
