@@ -160,9 +160,9 @@ func TestSectionsNeededAgainStayLonger(t *testing.T) {
 
 // A distribution's libc debug file (8.6 MB of compressed DWARF decompressed) is
 // decompressed where a pass's new units lie, and what a pass decompressed goes when it
-// ends: passes hold a small part of it. A file whose passes keep decoding new units, the
-// fourth within the idle time, keeps its sections whole, and the passes after it
-// decompress nothing more. Once idle, it keeps only the marks its streams are entered at.
+// ends: passes hold a small part of it, however many keep decoding new units (a file
+// whose sections come to dwarfHoldMaxBytes at most would hold them whole from the
+// fourth). Once idle, it keeps only the marks its streams are entered at.
 func TestLibcPassesHoldWhatTheyNeed(t *testing.T) {
 	lib, id := libcWithDebugFile(t)
 	var funcs []uint64
@@ -206,23 +206,18 @@ func TestLibcPassesHoldWhatTheyNeed(t *testing.T) {
 	if st := s.Stats(); d == 0 || held > small || st.DecompressedPeakBytes > 2*small {
 		t.Fatalf("first pass: %d bytes decompressed, %d held after it, %d at most: want under %d held", d, held, st.DecompressedPeakBytes, small)
 	}
-	for i := 2; i < dwarfHoldPasses; i++ {
+	// Passes after it, new units each, past the passes that would hold a smaller file's
+	// sections: each decompresses what it needs and holds little after it.
+	for i := 2; i <= dwarfHoldPasses+2; i++ {
 		now = now.Add(5 * time.Second)
-		if d, held = pass(); d == 0 || held > small {
+		d, held = pass()
+		t.Logf("pass %d: %d bytes decompressed, %d held after it", i, d, held)
+		if d == 0 || held > small {
 			t.Fatalf("pass %d: %d bytes decompressed, %d held after it: want new units read, under %d held", i, d, held, small)
 		}
 	}
-	now = now.Add(5 * time.Second)
-	if d, held = pass(); d == 0 || held > small {
-		t.Fatalf("pass %d: %d bytes decompressed, %d held after it", dwarfHoldPasses, d, held)
-	}
-	now = now.Add(5 * time.Second)
-	if d, held = pass(); d == 0 || held < 4*small {
-		t.Fatalf("the pass after: %d bytes decompressed, %d held after it: want the sections whole", d, held)
-	}
-	now = now.Add(5 * time.Second)
-	if d, _ = pass(); d != 0 {
-		t.Errorf("the next pass decompressed %d bytes: the file holds its sections", d)
+	if st := s.Stats(); st.DecompressedPeakBytes > 2*small {
+		t.Errorf("%d bytes decompressed at most, want under %d", st.DecompressedPeakBytes, 2*small)
 	}
 	now = now.Add(dwarfIdleMin)
 	s.Symbolize(&trace.Profile{Locations: []*trace.Location{{Kind: trace.FrameKernel, Address: 0xffffffff81000000}}})

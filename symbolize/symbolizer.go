@@ -869,17 +869,21 @@ func (obj *objFile) releasePages() {
 // ranges) stay for the idle time. A file whose passes keep decoding new units, the fourth
 // within the idle time of the one before (dwarfHoldPasses), keeps whatever its sections
 // decompress for the idle time instead, so that its later new units cost no more
-// decompression: a distribution's debug file of libc decompresses to 8.6 MB, and walking
-// its .debug_info costs about 20 ms. Each time the sections are needed again after they
+// decompression, if they come to dwarfHoldMaxBytes at most. A larger file's passes
+// decompress from the mark before their new units each time: a distribution's debug file
+// of libc decompresses to 8.6 MB, which held for minutes was a quarter of sonde's memory
+// where processes come and go (their new libc units keep coming), and walking all of its
+// .debug_info costs about 20 ms. Each time the sections are needed again after they
 // went, the file keeps them twice as long, so that a file whose new units keep coming
 // decompresses a few times in all, never once an interval, and each time from the mark
 // before its new units (dwarf.Table.Trim keeps a few marks). The bound on them across
 // files (Options.MaxDecompressedBytes) keeps what they hold in check meanwhile. Lookups in
 // units decoded already read no section.
 const (
-	dwarfIdleMin    = 30 * time.Second
-	dwarfIdleMax    = 8 * time.Minute
-	dwarfHoldPasses = 4
+	dwarfIdleMin      = 30 * time.Second
+	dwarfIdleMax      = 8 * time.Minute
+	dwarfHoldPasses   = 4
+	dwarfHoldMaxBytes = 4 << 20
 )
 
 // trimDWARF ends a pass over the file: what its large sections decompressed for it goes
@@ -897,7 +901,7 @@ func (obj *objFile) trimDWARF(now time.Time) {
 		switch {
 		case obj.dwarfLoaded: // one pass with the load
 		case now.Sub(obj.dwarfReadAt) < obj.dwarfIdle:
-			if obj.dwarfPasses++; obj.dwarfPasses >= dwarfHoldPasses {
+			if obj.dwarfPasses++; obj.dwarfPasses >= dwarfHoldPasses && obj.dwarf.LazyBytes() <= dwarfHoldMaxBytes {
 				obj.dwarf.Hold()
 			}
 		default:

@@ -460,6 +460,18 @@ func (t *Table) Thin() {
 	}
 }
 
+// LazyBytes is what the compressed sections decompressed a block at a time come to,
+// whole: what Hold would keep at most.
+func (t *Table) LazyBytes() uint64 {
+	var n uint64
+	for i := range t.secs {
+		if l := t.secs[i].lazy; l != nil {
+			n += l.size
+		}
+	}
+	return n
+}
+
 // Hold keeps every block of the compressed sections once decompressed, until Trim: for
 // a file whose passes keep decoding new units, one decompression serves them all.
 func (t *Table) Hold() {
