@@ -81,7 +81,7 @@ func TestInflateMatchesZlib(t *testing.T) {
 			}
 			var marks []blockMark
 			f.onBlock = func(bit, out uint64, hist []byte) {
-				marks = append(marks, blockMark{bit, out, bytes.Clone(hist)})
+				marks = append(marks, blockMark{bit: bit, out: out, hist: bytes.Clone(hist)})
 			}
 			got, err := io.ReadAll(f)
 			if err != nil {

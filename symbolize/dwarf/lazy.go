@@ -1,7 +1,6 @@
 package dwarf
 
 import (
-	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
@@ -29,7 +28,7 @@ import (
 // nearly always are) is decoded by sonde's own inflater, which leaves a mark every
 // markEvery bytes of output where a block begins: the bit it begins at and the 32 KB of
 // output before it. A walk starts at the last mark before the block it needs, or jumps
-// ahead to one, and decompresses under a megabyte instead of up to the whole section:
+// ahead to one, and decompresses under markEvery instead of up to the whole section:
 // beside a program that keeps calling C library code not sampled before (perf), those
 // walks were a sixth of sonde's steady CPU.
 
@@ -44,8 +43,10 @@ const maxWalks = 3
 
 // markEvery is the output between two marks of a zlib stream: at most what a walk
 // decompresses to reach a block, for the 32 KB each mark holds (libc's .debug_info,
-// 5.6 MB: five marks).
-const markEvery = 1 << 20
+// 5.6 MB: 22 marks). Where processes come and go, their new C library units come a few
+// each interval: a megabyte between marks was 30–40 MB decompressed a minute, a quarter
+// of that with a quarter.
+const markEvery = 256 << 10
 
 // lazySection is a compressed section decompressed where decoding needs it.
 type lazySection struct {
@@ -72,10 +73,12 @@ type lazySection struct {
 }
 
 // blockMark is where a zlib stream can be entered again: the bit its block begins at,
-// the output before it, and the last window bytes of that output.
+// the output before it, and the last window bytes of that output, kept in anonymous
+// memory as the decompressed copies are, outside the Go heap.
 type blockMark struct {
 	bit, out uint64
 	hist     []byte
+	region   *mmapfile.Region
 }
 
 type bitset []uint64
@@ -237,16 +240,22 @@ func (l *lazySection) jump(off uint64) bool {
 	return m != nil && m.out&^(lazyBlock-1) > l.pos+2*window
 }
 
-// mark keeps where a block begins, when it is markEvery past the last mark.
+// mark keeps where a block begins, the first past each multiple of markEvery: the
+// marks do not drift by a block's length each.
 func (l *lazySection) mark(bit, out uint64, hist []byte) {
 	next := uint64(markEvery)
 	if n := len(l.marks); n > 0 {
-		next = l.marks[n-1].out + markEvery
+		next = (l.marks[n-1].out/markEvery + 1) * markEvery
 	}
 	if out < next || len(hist) < window || out > l.size {
 		return
 	}
-	l.marks = append(l.marks, blockMark{bit: bit, out: out, hist: bytes.Clone(hist)})
+	r, err := mmapfile.Anon(len(hist))
+	if err != nil {
+		return // no mark: a later walk starts from an earlier one
+	}
+	copy(r.Bytes(), hist)
+	l.marks = append(l.marks, blockMark{bit: bit, out: out, hist: r.Bytes(), region: r})
 	l.held += int64(len(hist))
 }
 
@@ -330,6 +339,7 @@ func (l *lazySection) markBytes() int64 {
 // what a later need wants. It returns the bytes freed.
 func (l *lazySection) dropKeepingMarks() int64 {
 	marks, kept := l.marks, l.markBytes()
+	l.marks = nil
 	freed := l.drop()
 	l.marks, l.held = marks, kept
 	return freed - kept
@@ -337,6 +347,9 @@ func (l *lazySection) dropKeepingMarks() int64 {
 
 // drop lets go of the region, the stream and the marks.
 func (l *lazySection) drop() int64 {
+	for _, m := range l.marks {
+		m.region.Close()
+	}
 	freed := l.held
 	l.closeStream()
 	if l.region != nil {
