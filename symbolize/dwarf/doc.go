@@ -32,9 +32,9 @@
 // decoded by the package's own inflater (inflate.go), which leaves a mark every 256 KB
 // of output where a block begins (its 32 KB window in anonymous memory too), so that a
 // later walk starts near what it needs rather than at the section's start. The other
-// compressed
-// sections, small, are decompressed whole when needed. All of it stays until Trim, and
-// the compressed pages read are given back as the stream passes them (Options.Release).
+// compressed sections, small, are decompressed whole when needed. All of it stays until
+// Trim, and the compressed pages read are given back as the stream passes them
+// (Options.Release).
 // The copies lie in anonymous memory outside the Go heap.
 //
 // Hostile or broken input costs an error, never a panic: unit headers, unit DIEs
