@@ -1,7 +1,6 @@
 package testenv
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -24,13 +23,7 @@ const (
 // run on the host.
 func FreeThreadedPython(t testing.TB) Python {
 	t.Helper()
-	if _, err := exec.LookPath("gcc"); err != nil {
-		Unavailable(t, "building a free-threaded CPython needs gcc")
-	}
-	path, err := BuildFreeThreadedPython(func(format string, args ...any) { t.Logf(format, args...) })
-	if err != nil {
-		Unavailable(t, "free-threaded python: %v", err)
-	}
+	path := builtFromSource(t, "a free-threaded CPython", BuildFreeThreadedPython)
 	b, err := exec.Command(path, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])").Output()
 	if err != nil {
 		Unavailable(t, "%s: %v", path, err)
@@ -55,30 +48,18 @@ func BuildFreeThreadedPython(logf func(format string, args ...any)) (string, err
 		if err := checkSHA256(tarball, ftPythonSHA256, ftPythonTarball); err != nil {
 			return err
 		}
-		if err := os.MkdirAll(tmp, 0o755); err != nil {
-			return err
-		}
 		logf("building a free-threaded CPython from %s (%d bytes)", ftPythonTarball, len(tarball))
-		untar := exec.Command("tar", "xJ", "--strip-components=1", "-C", tmp)
-		untar.Stdin = bytes.NewReader(tarball)
-		if out, err := untar.CombinedOutput(); err != nil {
-			return fmt.Errorf("untar: %v\n%s", err, out)
-		}
-		for _, args := range [][]string{
-			{"./configure", "--disable-gil", "--without-ensurepip", "--disable-test-modules"},
+		if err := buildSource(tmp, tarball, nil,
+			[]string{"./configure", "--disable-gil", "--without-ensurepip", "--disable-test-modules"},
 			// The interpreter and the extension modules beside it (zlib).
-			{"make", "-j2", "python", "sharedmods"},
+			[]string{"make", "-j2", "python", "sharedmods"},
 			// As an installation would: a workload importing the standard library (asyncio)
 			// would otherwise compile it in its first seconds. The names the compiled
 			// modules keep are where the directory will be.
-			{"./python", "-m", "compileall", "-q", "-j", "0", "-s", tmp, "-p", dir,
+			[]string{"./python", "-m", "compileall", "-q", "-j", "0", "-s", tmp, "-p", dir,
 				"-x", "/(test|idlelib|tkinter|turtledemo)/", "Lib"},
-		} {
-			cmd := exec.Command(args[0], args[1:]...)
-			cmd.Dir = tmp
-			if out, err := cmd.CombinedOutput(); err != nil {
-				return fmt.Errorf("%s: %v\n%s", strings.Join(args, " "), err, tail(out, 3000))
-			}
+		); err != nil {
+			return err
 		}
 		if out, err := exec.Command(filepath.Join(tmp, "python"), "-c", "import sys, zlib; sys.exit(sys._is_gil_enabled())").CombinedOutput(); err != nil {
 			return fmt.Errorf("the CPython built runs with the GIL or without zlib: %v\n%s", err, out)

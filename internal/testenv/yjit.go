@@ -33,14 +33,7 @@ const (
 // YJITRuby is Ruby 3.3 built with YJIT (BuildYJITRuby), run with --yjit.
 func YJITRuby(t testing.TB) Ruby {
 	t.Helper()
-	if _, err := exec.LookPath("gcc"); err != nil {
-		Unavailable(t, "building Ruby with YJIT needs gcc")
-	}
-	path, err := BuildYJITRuby(func(format string, args ...any) { t.Logf(format, args...) })
-	if err != nil {
-		Unavailable(t, "ruby with yjit: %v", err)
-	}
-	r := Ruby{Path: path, Flags: []string{"--yjit"}}
+	r := Ruby{Path: builtFromSource(t, "ruby with yjit", BuildYJITRuby), Flags: []string{"--yjit"}}
 	r.Version = r.version(t)
 	r.Name = r.Version + " (yjit)"
 	return r
@@ -63,25 +56,13 @@ func BuildYJITRuby(logf func(format string, args ...any)) (string, error) {
 		if err != nil {
 			return err
 		}
-		if err := os.MkdirAll(tmp, 0o755); err != nil {
-			return err
-		}
 		logf("building Ruby with YJIT from %s (%d bytes)", yjitPinned, len(tarball))
-		untar := exec.Command("tar", "xJ", "--strip-components=1", "-C", tmp)
-		untar.Stdin = bytes.NewReader(tarball)
-		if out, err := untar.CombinedOutput(); err != nil {
-			return fmt.Errorf("untar: %v\n%s", err, out)
-		}
 		env := append(os.Environ(), "PATH="+filepath.Dir(rustc)+":"+os.Getenv("PATH"))
-		for _, args := range [][]string{
-			{"./configure", "--enable-yjit", "--disable-install-doc", "--without-gmp", "--disable-rubygems", "--without-baseruby"},
-			{"make", "-j2", "miniruby"},
-		} {
-			cmd := exec.Command(args[0], args[1:]...)
-			cmd.Dir, cmd.Env = tmp, env
-			if out, err := cmd.CombinedOutput(); err != nil {
-				return fmt.Errorf("%s: %v\n%s", strings.Join(args, " "), err, tail(out, 3000))
-			}
+		if err := buildSource(tmp, tarball, env,
+			[]string{"./configure", "--enable-yjit", "--disable-install-doc", "--without-gmp", "--disable-rubygems", "--without-baseruby"},
+			[]string{"make", "-j2", "miniruby"},
+		); err != nil {
+			return err
 		}
 		if out, err := exec.Command(filepath.Join(tmp, "miniruby"), "--yjit", "-e", "exit(RubyVM::YJIT.enabled? ? 0 : 1)").CombinedOutput(); err != nil {
 			return fmt.Errorf("the Ruby built runs without YJIT: %v\n%s", err, out)
@@ -133,6 +114,41 @@ func fetchYJITSource() ([]byte, error) {
 		return nil, err
 	}
 	return b, checkSHA256(b, string(m[1]), string(m[2]))
+}
+
+// builtFromSource returns the path build gives, building it if no complete build is
+// cached: what no distribution packages (with gcc and make, which CI installs).
+func builtFromSource(t testing.TB, what string, build func(logf func(format string, args ...any)) (string, error)) string {
+	t.Helper()
+	if _, err := exec.LookPath("gcc"); err != nil {
+		Unavailable(t, "building %s needs gcc", what)
+	}
+	path, err := build(func(format string, args ...any) { t.Logf(format, args...) })
+	if err != nil {
+		Unavailable(t, "%s: %v", what, err)
+	}
+	return path
+}
+
+// buildSource unpacks a source tarball (xz, one top directory) into dir and runs each
+// command there in turn, with env (nil: this process's own).
+func buildSource(dir string, tarball []byte, env []string, cmds ...[]string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	untar := exec.Command("tar", "xJ", "--strip-components=1", "-C", dir)
+	untar.Stdin = bytes.NewReader(tarball)
+	if out, err := untar.CombinedOutput(); err != nil {
+		return fmt.Errorf("untar: %v\n%s", err, out)
+	}
+	for _, args := range cmds {
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Dir, cmd.Env = dir, env
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%s: %v\n%s", strings.Join(args, " "), err, tail(out, 3000))
+		}
+	}
+	return nil
 }
 
 func checkSHA256(b []byte, want, name string) error {
