@@ -54,10 +54,9 @@ func BuildFreeThreadedPython(logf func(format string, args ...any)) (string, err
 			// The interpreter and the extension modules beside it (zlib).
 			[]string{"make", "-j2", "python", "sharedmods"},
 			// As an installation would: a workload importing the standard library (asyncio)
-			// would otherwise compile it in its first seconds. The names the compiled
-			// modules keep are where the directory will be.
-			[]string{"./python", "-m", "compileall", "-q", "-j", "0", "-s", tmp, "-p", dir,
-				"-x", "/(test|idlelib|tkinter|turtledemo)/", "Lib"},
+			// would otherwise compile it in its first seconds. (An import gives the code
+			// objects the file name they are loaded from, not the build directory's.)
+			[]string{"./python", "-m", "compileall", "-q", "-j", "0", "-x", "/(test|idlelib|tkinter|turtledemo)/", "Lib"},
 		); err != nil {
 			return err
 		}
