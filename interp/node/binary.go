@@ -82,7 +82,10 @@ type V8 struct {
 	// lacks what naming reads, or its layout is not one sonde reads): they are named
 	// [v8], and counted. Nil: named.
 	Unnamed error
-	loads   objfile.Loads
+	// Filled says, for each field of Meta the v8dbg_* symbols do not give, how it is found
+	// instead (fillSlotsByType, fillDefault), by the field's name. V8 11 to 13 lack a few.
+	Filled map[string]string
+	loads  objfile.Loads
 }
 
 // Bias returns the load bias of the file mapped at start from file offset offset.
@@ -182,6 +185,9 @@ func Inspect(f *elf.File) (v *V8, err error) {
 		return -1
 	}
 	m := &v.Meta
+	filled := map[string]string{}
+	v.Filled = filled
+	var ok bool
 	m.FPContext = get("off_fp_context_or_frame_type")
 	m.FPFunction = get("off_fp_function")
 	m.FPBytecodeOffset = get("off_fp_bytecode_offset")
@@ -214,7 +220,9 @@ func Inspect(f *elf.File) (v *V8, err error) {
 	m.FixedArrayData = get("class_FixedArray__data__uintptr_t")
 	m.SFINameOrScopeInfo = getField("class_SharedFunctionInfo__name_or_scope_info")
 	m.SFIScript = getField("class_SharedFunctionInfo__script_or_debug_info", "class_SharedFunctionInfo__script")
-	m.SFIFunction, _ = field("class_SharedFunctionInfo__function_data")
+	if m.SFIFunction, ok = field("class_SharedFunctionInfo__function_data"); !ok {
+		filled["SFIFunction"] = fillSlotsByType
+	}
 	m.ScriptName = get("class_Script__name__Object")
 	m.ScriptSource = get("class_Script__source__Object")
 	m.ScriptLineEnds = get("class_Script__line_ends__Object")
@@ -231,6 +239,7 @@ func Inspect(f *elf.File) (v *V8, err error) {
 	if !deoptOK || !positionsOK {
 		// V8 12 names neither: they lie among the slots before the first field it names.
 		m.CodeDeoptData, m.CodePositions = 0, 0
+		filled["CodeDeoptData"], filled["CodePositions"] = fillSlotsByType, fillSlotsByType
 		m.CodeNamedFrom = firstField(dbg, f, "class_Code__")
 		if m.CodeNamedFrom <= 8 {
 			missing = append(missing, "class_Code__deoptimization_data")
@@ -239,8 +248,10 @@ func Inspect(f *elf.File) (v *V8, err error) {
 	if wrapper, ok := field("class_BytecodeArray__wrapper"); ok {
 		// V8 12: the source position table is one of the slots after the wrapper.
 		m.BytecodeNamedTo = wrapper + 8
+		filled["BytecodePositions"] = fillSlotsByType
 	} else {
 		m.BytecodePositions = bytecodePositionsOffset
+		filled["BytecodePositions"] = fillDefault
 	}
 	m.InstructionStart = get("class_InstructionStream__instruction_start__uintptr_t")
 	m.ScopeInfoContextLocals = get("scopeinfo_idx_ncontextlocals")
@@ -286,6 +297,15 @@ func Inspect(f *elf.File) (v *V8, err error) {
 	}
 	return v, nil
 }
+
+// How a field the metadata does not give is found (V8.Filled).
+const (
+	// fillSlotsByType: the object's slot holding a value of the field's type, among
+	// the tagged slots next to the fields the metadata names; read per object.
+	fillSlotsByType = "slots by type"
+	// fillDefault: sonde's constant, checked by the type of what it reads.
+	fillDefault = "default"
+)
 
 // v8Version reads v8::internal::Version's numbers from the file's data.
 func v8Version(f *elf.File, syms map[string]elf.Symbol) string {

@@ -4,6 +4,7 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -256,5 +257,38 @@ func TestBuiltinsInterpreter(t *testing.T) {
 	}
 	if b.span != [2]uint64{64, 64 * uint64(1+len(many)+len(names))} || b.entry != [2]uint64{} || b.handlers != [2]uint64{} {
 		t.Errorf("%d builtins: span %#x, entry %#x, handlers %#x", len(many)+len(names), b.span, b.entry, b.handlers)
+	}
+}
+
+// TestMetadataFilled reads each Node's v8dbg_* set and says which fields of the metadata
+// it lacks and how sonde finds them instead, by V8's major version: a Node whose V8 drops
+// another field, or names one sonde fills, fails here before its frames go unnamed.
+func TestMetadataFilled(t *testing.T) {
+	// What each V8 line lacks, and how it is filled (V8.Filled).
+	want := map[string]map[string]string{
+		"11": {"BytecodePositions": fillDefault},
+		"12": {"BytecodePositions": fillSlotsByType, "CodeDeoptData": fillSlotsByType, "CodePositions": fillSlotsByType, "SFIFunction": fillSlotsByType},
+		"13": {"BytecodePositions": fillSlotsByType, "CodeDeoptData": fillSlotsByType, "CodePositions": fillSlotsByType, "SFIFunction": fillSlotsByType},
+	}
+	for _, node := range testenv.Nodes(t) {
+		t.Run(node.Name, func(t *testing.T) {
+			path, err := filepath.EvalSymlinks(node.Path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v := inspectELF(t, openELF(t, path))
+			if v.Unnamed != nil {
+				t.Fatalf("v8 %s: %v", v.Version, v.Unnamed)
+			}
+			major, _, _ := strings.Cut(v.Version, ".")
+			t.Logf("v8 %s: the metadata lacks %v", v.Version, v.Filled)
+			w, ok := want[major]
+			if !ok {
+				t.Fatalf("v8 %s: no expectation for V8 %s", v.Version, major)
+			}
+			if !maps.Equal(v.Filled, w) {
+				t.Errorf("v8 %s: fields filled %v, want %v", v.Version, v.Filled, w)
+			}
+		})
 	}
 }
