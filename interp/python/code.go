@@ -143,7 +143,7 @@ func (img *Image) readString(m Memory, addr uint64) (string, error) {
 	}
 	n := binary.LittleEndian.Uint64(head[l.UnicodeLength:])
 	state := binary.LittleEndian.Uint32(head[l.UnicodeState:])
-	shift := l.StateKindShift
+	shift := l.stateKindShift()
 	kind, compact, ascii := int(state>>shift&7), state>>(shift+3)&1 == 1, state>>(shift+4)&1 == 1
 	if !compact {
 		return "", errors.New("not a compact str")

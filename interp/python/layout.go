@@ -42,13 +42,11 @@ type Layout struct {
 	// Object headers: PyObject.ob_type; PyASCIIObject's length and state; a bytes
 	// object's size and first byte. A free-threaded build's header is 32 bytes, not 16.
 	ObType, UnicodeLength, UnicodeState, BytesSize, BytesData int
-	// StateKindShift is where PyASCIIObject.state's kind starts (compact and ascii are the
-	// next bits but three and four): 2 after a 2-bit interned field, 8 in a free-threaded
-	// build, whose interned is a byte of its own.
-	StateKindShift int
-	// FreeThreaded: built without the GIL (Py_GIL_DISABLED). Threads other than the first
-	// run thread-local copies of the bytecode: the frame's tlbc_index picks the copy among
-	// the code object's co_tlbc entries. noOffset in other builds.
+	// FreeThreaded: built without the GIL (Py_GIL_DISABLED). Its strings' state has
+	// interned as a byte of its own (stateKindShift). Threads other than the first run
+	// thread-local copies of the bytecode: the frame's tlbc_index (FrameTLBC) picks the
+	// copy among the code object's co_tlbc entries (CodeTLBC); both noOffset in other
+	// builds.
 	FreeThreaded        bool
 	FrameTLBC, CodeTLBC int
 	// Source says where the offsets came from: "debug_offsets", "dwarf" or "table".
@@ -66,10 +64,19 @@ const (
 	kindShift     = 2  // PyASCIIObject.state.kind, after interned:2
 )
 
+// stateKindShift is where PyASCIIObject.state's kind starts (compact and ascii are the
+// next bits but three and four): after a 2-bit interned field, or a byte of it in a
+// free-threaded build.
+func (l *Layout) stateKindShift() int {
+	if l.FreeThreaded {
+		return 8
+	}
+	return kindShift
+}
+
 // withGILObjects sets the object header offsets every build with the GIL shares.
 func (l Layout) withGILObjects() Layout {
 	l.ObType, l.UnicodeLength, l.UnicodeState, l.BytesSize, l.BytesData = obType, unicodeLength, unicodeState, bytesSize, bytesData
-	l.StateKindShift = kindShift
 	l.FrameTLBC, l.CodeTLBC = noOffset, noOffset
 	return l
 }
@@ -235,7 +242,6 @@ func parseDebugOffsets(b []byte) (Version, Layout, error) {
 	}
 	if freeThreaded {
 		l.FreeThreaded = true
-		l.StateKindShift = 8
 		l.FrameTLBC, l.CodeTLBC = u(f.frameTLBC), u(f.codeTLBC)
 		groups = append(groups,
 			offsetGroup{"interpreter frame", u(f.frameSize), []int{l.FrameTLBC + 4}},

@@ -50,7 +50,7 @@ func TestDebugOffsets(t *testing.T) {
 		FramePrevious: 8, FrameCode: 0, FrameInstr: 56, FrameOwner: 74, FrameIsEntry: noOffset,
 		CodeFirstLine: 68, CodeFilename: 112, CodeName: 120, CodeQualname: 128, CodeLineTable: 136, CodeAdaptive: 208,
 		ASCIISize: 40, CompactSize: 56, Source: "debug_offsets",
-		ObType: 8, UnicodeLength: 16, UnicodeState: 32, BytesSize: 16, BytesData: 32, StateKindShift: 2,
+		ObType: 8, UnicodeLength: 16, UnicodeState: 32, BytesSize: 16, BytesData: 32,
 		FrameTLBC: noOffset, CodeTLBC: noOffset}
 	if v.String() != "3.14.10" || l != want {
 		t.Errorf("python %s, layout\n %+v\nwant\n %+v", v, l, want)
@@ -65,7 +65,7 @@ func TestDebugOffsets(t *testing.T) {
 		FramePrevious: 8, FrameCode: 0, FrameInstr: 56, FrameOwner: 78, FrameIsEntry: noOffset,
 		CodeFirstLine: 84, CodeFilename: 128, CodeName: 136, CodeQualname: 144, CodeLineTable: 152, CodeAdaptive: 232,
 		ASCIISize: 56, CompactSize: 72, Source: "debug_offsets",
-		ObType: 24, UnicodeLength: 32, UnicodeState: 48, BytesSize: 32, BytesData: 48, StateKindShift: 8,
+		ObType: 24, UnicodeLength: 32, UnicodeState: 48, BytesSize: 32, BytesData: 48,
 		FreeThreaded: true, FrameTLBC: 72, CodeTLBC: 224}
 	if v.String() != "3.14.4" || l != want {
 		t.Errorf("free-threaded python %s, layout\n %+v\nwant\n %+v", v, l, want)
