@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 
 	"go.yaml.in/yaml/v3"
-	"k8s.io/client-go/rest"
 )
 
 // kubeconfig is the part of a kubeconfig file sonde reads: its current context's
@@ -48,11 +47,11 @@ type kubeconfig struct {
 	} `yaml:"contexts"`
 }
 
-// LoadKubeconfig reads the current context of a kubeconfig file into a client config.
+// LoadKubeconfig reads the current context of a kubeconfig file into an APIConfig.
 // Credentials are a token, a token file (read again as it changes, like a projected
 // service-account token) or a client certificate; exec and auth-provider plugins are
 // refused rather than ignored, so a kubeconfig that needs them fails at start.
-func LoadKubeconfig(path string) (*rest.Config, error) {
+func LoadKubeconfig(path string) (*APIConfig, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig: %w", err)
@@ -91,7 +90,7 @@ func LoadKubeconfig(path string) (*rest.Config, error) {
 		}
 		return d, nil
 	}
-	cfg := &rest.Config{}
+	cfg := &APIConfig{}
 	found = false
 	for _, c := range kc.Clusters {
 		if c.Name != clusterName {
@@ -99,10 +98,10 @@ func LoadKubeconfig(path string) (*rest.Config, error) {
 		}
 		found = true
 		cfg.Host = c.Cluster.Server
-		cfg.TLSClientConfig.CAFile = rel(c.Cluster.CertificateAuthority)
-		cfg.TLSClientConfig.Insecure = c.Cluster.InsecureSkipTLSVerify
-		cfg.TLSClientConfig.ServerName = c.Cluster.TLSServerName
-		if cfg.TLSClientConfig.CAData, err = data("certificate-authority-data", c.Cluster.CertificateAuthorityData); err != nil {
+		cfg.CAFile = rel(c.Cluster.CertificateAuthority)
+		cfg.Insecure = c.Cluster.InsecureSkipTLSVerify
+		cfg.ServerName = c.Cluster.TLSServerName
+		if cfg.CAData, err = data("certificate-authority-data", c.Cluster.CertificateAuthorityData); err != nil {
 			return nil, err
 		}
 	}
@@ -118,12 +117,12 @@ func LoadKubeconfig(path string) (*rest.Config, error) {
 		}
 		cfg.BearerToken = u.User.Token
 		cfg.BearerTokenFile = rel(u.User.TokenFile)
-		cfg.TLSClientConfig.CertFile = rel(u.User.ClientCertificate)
-		cfg.TLSClientConfig.KeyFile = rel(u.User.ClientKey)
-		if cfg.TLSClientConfig.CertData, err = data("client-certificate-data", u.User.ClientCertificateData); err != nil {
+		cfg.CertFile = rel(u.User.ClientCertificate)
+		cfg.KeyFile = rel(u.User.ClientKey)
+		if cfg.CertData, err = data("client-certificate-data", u.User.ClientCertificateData); err != nil {
 			return nil, err
 		}
-		if cfg.TLSClientConfig.KeyData, err = data("client-key-data", u.User.ClientKeyData); err != nil {
+		if cfg.KeyData, err = data("client-key-data", u.User.ClientKeyData); err != nil {
 			return nil, err
 		}
 	}

@@ -1,14 +1,7 @@
 package kube
 
 import (
-	"maps"
-	"slices"
 	"strings"
-
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // Labels whose values the agent may use for service.name.
@@ -91,23 +84,62 @@ func Attributes(p Pod, c Container) []Attribute {
 	return attrs
 }
 
+// apiPod is a pod as the API server sends it, in JSON: only the fields sonde keeps are
+// decoded, the rest of each object is skipped.
+type apiPod struct {
+	Metadata struct {
+		Name            string            `json:"name"`
+		Namespace       string            `json:"namespace"`
+		UID             string            `json:"uid"`
+		ResourceVersion string            `json:"resourceVersion"`
+		Labels          map[string]string `json:"labels"`
+		Annotations     map[string]string `json:"annotations"`
+		OwnerReferences []struct {
+			Kind       string `json:"kind"`
+			Name       string `json:"name"`
+			Controller *bool  `json:"controller"`
+		} `json:"ownerReferences"`
+	} `json:"metadata"`
+	Spec struct {
+		NodeName string `json:"nodeName"`
+	} `json:"spec"`
+	Status struct {
+		InitContainerStatuses      []containerStatus `json:"initContainerStatuses"`
+		ContainerStatuses          []containerStatus `json:"containerStatuses"`
+		EphemeralContainerStatuses []containerStatus `json:"ephemeralContainerStatuses"`
+	} `json:"status"`
+}
+
+type containerStatus struct {
+	Name        string `json:"name"`
+	ContainerID string `json:"containerID"`
+}
+
+// key is how the API names a pod: its namespace and name. A pod made again under its
+// name has a new UID.
+func (p *apiPod) key() string { return p.Metadata.Namespace + "/" + p.Metadata.Name }
+
 // compact keeps what Lookup answers with from a pod the API server sent.
-func compact(p *corev1.Pod) (Pod, []Container) {
+func compact(p *apiPod) (Pod, []Container) {
+	m := &p.Metadata
 	out := Pod{
-		UID:        string(p.UID),
-		Name:       p.Name,
-		Namespace:  p.Namespace,
+		UID:        m.UID,
+		Name:       m.Name,
+		Namespace:  m.Namespace,
 		NodeName:   p.Spec.NodeName,
-		AppName:    p.Labels[LabelAppName],
-		App:        p.Labels[LabelApp],
-		Labels:     boundedLabels(p.Labels),
-		mirrorHash: p.Annotations[annotationMirror],
+		AppName:    m.Labels[LabelAppName],
+		App:        m.Labels[LabelApp],
+		Labels:     boundedLabels(m.Labels),
+		mirrorHash: m.Annotations[annotationMirror],
 	}
-	if ref := metav1.GetControllerOfNoCopy(p); ref != nil {
+	for _, ref := range m.OwnerReferences {
+		if ref.Controller == nil || !*ref.Controller {
+			continue
+		}
 		switch ref.Kind {
 		case "ReplicaSet":
 			out.ReplicaSet = ref.Name
-			if h := p.Labels[labelPodTemplateHash]; h != "" {
+			if h := m.Labels[labelPodTemplateHash]; h != "" {
 				if d, ok := strings.CutSuffix(ref.Name, "-"+h); ok && d != "" {
 					out.Deployment = d
 				}
@@ -119,9 +151,10 @@ func compact(p *corev1.Pod) (Pod, []Container) {
 		case "Job":
 			out.Job = ref.Name
 		}
+		break // an object has one controller at most
 	}
 	var cs []Container
-	for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses, p.Status.EphemeralContainerStatuses} {
+	for _, list := range [][]containerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses, p.Status.EphemeralContainerStatuses} {
 		for _, s := range list {
 			if id := containerID(s.ContainerID); id != "" {
 				cs = append(cs, Container{ID: id, Name: s.Name})
@@ -163,38 +196,16 @@ func boundedLabels(in map[string]string) map[string]string {
 	return out
 }
 
-// stored is what the informer keeps of a pod, and what its handlers get: the Pod and
-// containers Lookup answers with, made once, and shared with the watcher's maps. A
-// *corev1.Pod trimmed to the same fields still takes 1.2 KB of struct, before its labels,
-// owner references and container statuses, and the watcher kept its own copies beside it.
+// stored is what the watcher keeps of a pod: the Pod and containers Lookup answers
+// with, made once when the pod arrives, and the pod's key and resource version.
 type stored struct {
-	// Name, Namespace, UID and ResourceVersion only: the informer's key and accessors.
-	metav1.ObjectMeta
-	pod        Pod
-	containers []Container
+	key, resourceVersion string
+	pod                  Pod
+	containers           []Container
 }
 
-// GetObjectKind implements runtime.Object; a stored pod is never encoded.
-func (s *stored) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
-
-// DeepCopyObject implements runtime.Object.
-func (s *stored) DeepCopyObject() runtime.Object {
-	c := &stored{pod: s.pod, containers: slices.Clone(s.containers)}
-	s.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
-	c.pod.Labels = maps.Clone(s.pod.Labels)
-	return c
-}
-
-// trim turns a pod the API server sent into what the informer stores.
-func trim(obj any) (any, error) {
-	p, ok := obj.(*corev1.Pod)
-	if !ok {
-		return obj, nil // a DeletedFinalStateUnknown tombstone, kept as it is
-	}
+// trim turns a pod the API server sent into what the watcher stores.
+func trim(p *apiPod) *stored {
 	pod, cs := compact(p)
-	return &stored{
-		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion},
-		pod:        pod,
-		containers: cs,
-	}, nil
+	return &stored{key: p.key(), resourceVersion: p.Metadata.ResourceVersion, pod: pod, containers: cs}
 }

@@ -2,19 +2,14 @@ package kube
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 )
 
 // ErrNoAPIAccess says pod metadata cannot be had: sonde does not run in a cluster, or
@@ -22,49 +17,45 @@ import (
 // only; the caller says so once.
 var ErrNoAPIAccess = errors.New("no access to the Kubernetes API")
 
-// PodClient lists and watches pods. A client-go clientset's CoreV1().Pods("") is one;
-// New makes a lighter one when Config.Pods is nil.
-type PodClient interface {
-	List(ctx context.Context, opts metav1.ListOptions) (*corev1.PodList, error)
-	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
-}
-
 // Config configures a Watcher.
 type Config struct {
 	// NodeName is this node's name (the pod's spec.nodeName, from the downward API):
 	// only pods scheduled here are listed and watched.
 	NodeName string
-	// REST is how to reach the API server; nil means the in-cluster configuration (the
+	// API is how to reach the API server; nil means the in-cluster configuration (the
 	// service account's token and CA, KUBERNETES_SERVICE_HOST and _PORT).
-	REST *rest.Config
-	// Pods, if set, is used instead of a client made from REST.
-	Pods PodClient
+	API *APIConfig
 	// DenialGrace is how long refusals of the first list (401, 403) are retried before
 	// Run gives up with ErrNoAPIAccess; 0 means DefaultDenialGrace. An API server that
 	// has just started refuses everyone until its RBAC caches have synced, and a new
 	// ServiceAccount's binding may land after the DaemonSet's pods start: giving up on
 	// the first refusal would leave sonde without metadata until it restarts.
 	DenialGrace time.Duration
+	// OnError, when set, hears of each failed list or watch; the watcher retries them.
+	OnError func(error)
 }
 
 // DefaultDenialGrace is Config.DenialGrace's default.
 const DefaultDenialGrace = 30 * time.Second
 
-// Watcher keeps the metadata of this node's pods current.
+// Watcher keeps the metadata of this node's pods current: it lists them, then follows
+// a watch from the list's resource version, and lists again when the server no longer
+// has that version (410 Gone).
 type Watcher struct {
 	node     string
-	informer cache.SharedIndexInformer
-	handler  cache.ResourceEventHandlerRegistration
+	selector string // the field selector of every request: this node's pods only
+	client   *podClient
+	onError  func(error)
+	synced   atomic.Bool
 
 	mu         sync.RWMutex
 	pods       map[string]*Pod      // by pod UID, and by config hash for static pods
+	byKey      map[string]*stored   // by namespace/name, as the API names pods
 	containers map[string]container // by container id
 	// podContainers lists each pod's container ids, to forget them with the pod.
 	podContainers map[string][]string
 
-	denied      chan error // a refusal DenialGrace after the first, before the first list succeeded
 	denialGrace time.Duration
-	firstDenial time.Time // of the refusals before the first list; zero when none
 
 	// onChange, when set, hears of every pod added, changed or deleted, outside mu.
 	onChange func()
@@ -102,115 +93,211 @@ func New(cfg Config) (*Watcher, error) {
 	if cfg.NodeName == "" {
 		return nil, errors.New("kube: no node name")
 	}
-	pods := cfg.Pods
-	if pods == nil {
-		rc := cfg.REST
-		if rc == nil {
-			var err error
-			if rc, err = rest.InClusterConfig(); err != nil {
-				return nil, fmt.Errorf("kube: %w: %w", ErrNoAPIAccess, err)
-			}
-		}
+	api := cfg.API
+	if api == nil {
 		var err error
-		if pods, err = newPodClient(rc); err != nil {
-			return nil, fmt.Errorf("kube: %w", err)
+		if api, err = InClusterConfig(); err != nil {
+			return nil, fmt.Errorf("kube: %w: %w", ErrNoAPIAccess, err)
 		}
+	}
+	client, err := newPodClient(api)
+	if err != nil {
+		return nil, fmt.Errorf("kube: %w", err)
 	}
 	w := &Watcher{
 		node:          cfg.NodeName,
+		selector:      "spec.nodeName=" + cfg.NodeName,
+		client:        client,
+		onError:       cfg.OnError,
 		pods:          map[string]*Pod{},
+		byKey:         map[string]*stored{},
 		containers:    map[string]container{},
 		podContainers: map[string][]string{},
-		denied:        make(chan error, 1),
 		denialGrace:   cfg.DenialGrace,
 	}
 	if w.denialGrace <= 0 {
 		w.denialGrace = DefaultDenialGrace
 	}
-	selector := fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			opts.FieldSelector = selector
-			return pods.List(ctx, opts)
-		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			opts.FieldSelector = selector
-			return pods.Watch(ctx, opts)
-		},
-	}
-	w.informer = cache.NewSharedIndexInformerWithOptions(plainListWatch{lw}, &corev1.Pod{}, cache.SharedIndexInformerOptions{})
-	if err := w.informer.SetTransform(trim); err != nil {
-		return nil, fmt.Errorf("kube: %w", err)
-	}
-	if err := w.informer.SetWatchErrorHandlerWithContext(w.watchError); err != nil {
-		return nil, fmt.Errorf("kube: %w", err)
-	}
-	var err error
-	if w.handler, err = w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { w.put(obj); w.changed() },
-		UpdateFunc: func(old, obj any) { w.replace(old, obj); w.changed() },
-		DeleteFunc: func(obj any) { w.delete(obj); w.changed() },
-	}); err != nil {
-		return nil, fmt.Errorf("kube: %w", err)
-	}
 	return w, nil
 }
 
-// plainListWatch makes the reflector list, then watch, rather than stream the list
-// through a watch (WatchListClient): the same requests whatever the client, and a
-// list of one node's pods is small.
-type plainListWatch struct{ *cache.ListWatch }
+// Backoff between failed requests, as client-go's reflector spaces them: doubling from
+// initialBackoff to maxBackoff, each wait drawn between half and all of it.
+const (
+	initialBackoff = 800 * time.Millisecond
+	maxBackoff     = 30 * time.Second
+	// A watch that ends this soon, having delivered nothing, counts as failed: a server
+	// or proxy that closes watches at once would otherwise be asked again in a loop.
+	minWatch = time.Second
+)
 
-func (plainListWatch) IsWatchListSemanticsUnSupported() bool { return true }
+type backoff struct{ d time.Duration }
+
+func (b *backoff) next() time.Duration {
+	b.d = min(max(b.d*2, initialBackoff), maxBackoff)
+	return b.d/2 + rand.N(b.d/2+1)
+}
+
+func (b *backoff) reset() { b.d = 0 }
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
 
 // Run watches until ctx ends and then returns nil. If the API server refuses the first
 // list (no token, or RBAC forbids it) for DenialGrace, Run returns an error wrapping
 // ErrNoAPIAccess; other failures, and all after the first list, are retried with
-// backoff while the cache keeps what it has.
+// backoff while the watcher keeps what it has.
 func (w *Watcher) Run(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		w.informer.RunWithContext(ctx)
-	}()
-	select {
-	case <-ctx.Done():
-		<-done
-		return nil
-	case err := <-w.denied:
-		cancel()
-		<-done
-		return fmt.Errorf("kube: list pods on node %s: %w: %w", w.node, ErrNoAPIAccess, err)
+	var bo backoff
+	var firstDenial time.Time
+	for {
+		rv, err := w.list(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			if isDenied(err) && !w.Synced() {
+				now := time.Now()
+				if firstDenial.IsZero() {
+					firstDenial = now
+				}
+				if now.Sub(firstDenial) >= w.denialGrace {
+					return fmt.Errorf("kube: list pods on node %s: %w: %w", w.node, ErrNoAPIAccess, err)
+				}
+			}
+			w.report(fmt.Errorf("list pods: %w", err))
+			if !sleep(ctx, bo.next()) {
+				return nil
+			}
+			continue
+		}
+		bo.reset()
+		for {
+			err := w.watch(ctx, &rv, &bo)
+			if ctx.Err() != nil {
+				return nil
+			}
+			if err == nil {
+				continue // the server's timeout ended the watch: go on from rv
+			}
+			w.report(fmt.Errorf("watch pods from resource version %s: %w", rv, err))
+			if isGone(err) {
+				break // compacted away: only a new list brings the pods back
+			}
+			if !sleep(ctx, bo.next()) {
+				return nil
+			}
+			if statusCode(err) != 0 {
+				// The server answered, and not with events: list again, as client-go's
+				// reflector does. A connection that failed (the server restarting) is
+				// tried again from rv.
+				break
+			}
+		}
+	}
+}
+
+func (w *Watcher) report(err error) {
+	if w.onError != nil {
+		w.onError(err)
+	}
+}
+
+// list replaces what the watcher knows with this node's pods now and returns the list's
+// resource version.
+func (w *Watcher) list(ctx context.Context) (string, error) {
+	l, err := w.client.List(ctx, w.selector)
+	if err != nil {
+		return "", err
+	}
+	keys := make(map[string]bool, len(l.Items))
+	w.mu.Lock()
+	for i := range l.Items {
+		s := trim(&l.Items[i])
+		keys[s.key] = true
+		w.put(s)
+	}
+	for k, s := range w.byKey {
+		if !keys[k] {
+			w.forget(s.pod.UID)
+			delete(w.byKey, k)
+		}
+	}
+	w.mu.Unlock()
+	w.synced.Store(true)
+	w.changed()
+	return l.Metadata.ResourceVersion, nil
+}
+
+// watch applies one watch's events from *rv on, advancing *rv as they come. It returns
+// nil when the server ended the watch in the ordinary way.
+func (w *Watcher) watch(ctx context.Context, rv *string, bo *backoff) error {
+	started := time.Now()
+	s, err := w.client.Watch(ctx, w.selector, *rv)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	events := 0
+	for {
+		e, err := s.Next()
+		if errors.Is(err, io.EOF) {
+			if events == 0 && time.Since(started) < minWatch {
+				return errors.New("the server ended the watch at once")
+			}
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if e.Type == "ERROR" {
+			var st status
+			if err := json.Unmarshal(e.Object, &st); err != nil || st.Code == 0 {
+				return fmt.Errorf("watch error event: %s", e.Object)
+			}
+			return &apiError{Code: st.Code, Reason: st.Reason, Message: st.Message}
+		}
+		var p apiPod
+		if err := json.Unmarshal(e.Object, &p); err != nil {
+			return fmt.Errorf("decode %s event: %w", e.Type, err)
+		}
+		switch e.Type {
+		case "ADDED", "MODIFIED":
+			w.mu.Lock()
+			w.put(trim(&p))
+			w.mu.Unlock()
+			w.changed()
+		case "DELETED":
+			w.mu.Lock()
+			if s, ok := w.byKey[p.key()]; ok && s.pod.UID == p.Metadata.UID {
+				w.forget(s.pod.UID)
+				delete(w.byKey, s.key)
+			}
+			w.mu.Unlock()
+			w.changed()
+		case "BOOKMARK":
+		default:
+			return fmt.Errorf("watch event of unknown type %q", e.Type)
+		}
+		if v := p.Metadata.ResourceVersion; v != "" {
+			*rv = v
+		}
+		events++
+		bo.reset()
 	}
 }
 
 // Synced reports whether the first list has been applied: Lookup knows every pod
-// listed then. (The informer's own HasSynced turns true before its handlers have run.)
-func (w *Watcher) Synced() bool { return w.handler.HasSynced() }
-
-// watchError hears of every failed list and watch (the reflector then backs off and
-// tries again). Refusals before the first list has succeeded end Run once they have
-// lasted denialGrace; one refusal alone does not.
-func (w *Watcher) watchError(ctx context.Context, r *cache.Reflector, err error) {
-	cache.DefaultWatchErrorHandler(ctx, r, err)
-	if w.informer.HasSynced() || !(apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err)) {
-		return
-	}
-	// Only the reflector's goroutine calls this: firstDenial needs no lock.
-	now := time.Now()
-	if w.firstDenial.IsZero() {
-		w.firstDenial = now
-	}
-	if now.Sub(w.firstDenial) < w.denialGrace {
-		return
-	}
-	select {
-	case w.denied <- err:
-	default:
-	}
-}
+// listed then.
+func (w *Watcher) Synced() bool { return w.synced.Load() }
 
 // Lookup returns the pod with podUID (from a cgroup path; a static pod's config hash
 // works too) and its container with containerID. Either may be "": with no podUID the
@@ -236,17 +323,22 @@ func (w *Watcher) Lookup(podUID, containerID string) (Pod, Container, bool) {
 	return *p, ctr, true
 }
 
-func (w *Watcher) put(obj any) {
-	s, ok := obj.(*stored)
-	// The field selector keeps other nodes' pods out; this keeps them out of the
-	// cache should a server or proxy ignore it.
-	if !ok || s.pod.NodeName != w.node {
+// put stores a pod the API server sent; w.mu is held. A pod of the same name under
+// another UID (deleted and made again, as a StatefulSet's pod is, while the watch was
+// down) replaces the old one, whose UID and containers are forgotten.
+func (w *Watcher) put(s *stored) {
+	if old, ok := w.byKey[s.key]; ok && old.pod.UID != s.pod.UID {
+		w.forget(old.pod.UID)
+		delete(w.byKey, s.key)
+	}
+	// The field selector keeps other nodes' pods out; this keeps them out should a
+	// server or proxy ignore it.
+	if s.pod.NodeName != w.node {
 		return
 	}
 	pod, cs := &s.pod, s.containers
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	w.forget(pod.UID)
+	w.byKey[s.key] = s
 	w.pods[pod.UID] = pod
 	if pod.mirrorHash != "" && pod.mirrorHash != pod.UID {
 		w.pods[pod.mirrorHash] = pod
@@ -257,31 +349,6 @@ func (w *Watcher) put(obj any) {
 		ids = append(ids, c.ID)
 	}
 	w.podContainers[pod.UID] = ids
-}
-
-// replace applies an update. The informer keys pods by namespace and name: a pod deleted
-// and made again under its name (a StatefulSet's) while the watch was down comes back
-// from the new list as an update of the old one, whose UID must be forgotten too.
-func (w *Watcher) replace(old, obj any) {
-	if o, ok := old.(*stored); ok {
-		if n, ok := obj.(*stored); !ok || n.pod.UID != o.pod.UID {
-			w.delete(old)
-		}
-	}
-	w.put(obj)
-}
-
-func (w *Watcher) delete(obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	s, ok := obj.(*stored)
-	if !ok {
-		return
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.forget(s.pod.UID)
 }
 
 // forget removes a pod and its containers; w.mu is held.

@@ -2,12 +2,10 @@ package kube
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
-	"net/http/httptest"
-	"net/url"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"sync"
@@ -15,15 +13,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stypes "k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/rest"
-	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/sonde-profiler/sonde/internal/kube/kubetest"
 )
 
 const (
@@ -57,7 +50,7 @@ func deploymentPod(uid, name, nodeName string) *corev1.Pod {
 	}
 }
 
-// waitFor polls cond: informers apply events on their own goroutine. The deadline only
+// waitFor polls cond: the watcher applies events on its own goroutine. The deadline only
 // bounds a broken test; nothing asserts how fast events arrive.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -84,22 +77,47 @@ func start(t *testing.T, w *Watcher) {
 	waitFor(t, "the first list", w.Synced)
 }
 
-// TestWatcherFakeClientset follows pod add, update and delete through client-go's fake
-// clientset, and checks that every list and watch asks for this node's pods only.
-func TestWatcherFakeClientset(t *testing.T) {
-	uidA, uidB, uidC := "0d1c4a2e-5b7f-4c1e-9a3d-2f6b8e7c1a90", "5e0c1d2f-3a4b-4c5d-8e9f-0a1b2c3d4e5f", "9f8e7d6c-5b4a-4392-8170-6f5e4d3c2b1a"
-	cs := fake.NewClientset(deploymentPod(uidA, "checkout-7d9f8c6b5-x2x9z", node))
-	watching := make(chan struct{}, 10)
-	cs.PrependWatchReactor("pods", func(k8stesting.Action) (bool, watch.Interface, error) {
-		watching <- struct{}{}
-		return false, nil, nil
-	})
-	w, err := New(Config{NodeName: node, Pods: cs.CoreV1().Pods("")})
+// newWatcher makes a watcher of node's pods on srv.
+func newWatcher(t *testing.T, srv *kubetest.Server, grace time.Duration) *Watcher {
+	t.Helper()
+	w, err := New(Config{NodeName: node, API: &APIConfig{Host: srv.URL}, DenialGrace: grace})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return w
+}
+
+// requests counts the lists and watches srv served, and fails the test on any that is
+// not for this node's pods in all namespaces.
+func requests(t *testing.T, srv *kubetest.Server) (lists, watches int) {
+	t.Helper()
+	for _, u := range srv.Requests() {
+		q := u.Query()
+		if u.Path != "/api/v1/pods" || q.Get("fieldSelector") != "spec.nodeName="+node {
+			t.Errorf("request %s: want /api/v1/pods with fieldSelector=spec.nodeName=%s", u, node)
+		}
+		if q.Get("watch") == "true" {
+			watches++
+			if q.Get("allowWatchBookmarks") != "true" || q.Get("resourceVersion") == "" {
+				t.Errorf("watch %s: want bookmarks, from a resource version", u)
+			}
+		} else {
+			lists++
+		}
+	}
+	return lists, watches
+}
+
+// TestWatcherFollowsPods lists this node's pods, then follows adds, updates and deletes
+// through the watch, asking for this node's pods only.
+func TestWatcherFollowsPods(t *testing.T) {
+	uidA, uidB, uidC := "0d1c4a2e-5b7f-4c1e-9a3d-2f6b8e7c1a90", "5e0c1d2f-3a4b-4c5d-8e9f-0a1b2c3d4e5f", "9f8e7d6c-5b4a-4392-8170-6f5e4d3c2b1a"
+	srv := kubetest.New(t, deploymentPod(uidA, "checkout-7d9f8c6b5-x2x9z", node), deploymentPod(uidC, "elsewhere", other))
+	w := newWatcher(t, srv, 0)
+	changes := 0
+	var mu sync.Mutex
+	w.OnChange(func() { mu.Lock(); changes++; mu.Unlock() })
 	start(t, w)
-	<-watching // events created before the fake's watch starts would be lost
 
 	pod, ctr, ok := w.Lookup(uidA, cidA)
 	if !ok {
@@ -125,63 +143,86 @@ func TestWatcherFakeClientset(t *testing.T) {
 			t.Errorf("Attributes = %v, lacks %v", gotAttrs, a)
 		}
 	}
+	if _, _, ok := w.Lookup(uidC, ""); ok {
+		t.Error("another node's pod was listed")
+	}
 
-	// Added: a StatefulSet's pod here, and a pod on another node that must not be kept
-	// even though the fake clientset, unlike the API server, ignores field selectors.
-	ctx := context.Background()
+	// Added: a StatefulSet's pod, not started yet.
 	b := deploymentPod(uidB, "db-0", node)
 	b.OwnerReferences[0].Kind, b.OwnerReferences[0].Name = "StatefulSet", "db"
-	b.Status = corev1.PodStatus{} // not started yet: no container ids
-	if _, err := cs.CoreV1().Pods("shop").Create(ctx, b, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cs.CoreV1().Pods("shop").Create(ctx, deploymentPod(uidC, "elsewhere", other), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	b.Status = corev1.PodStatus{}
+	srv.Create(b)
 	waitFor(t, "the added pod", func() bool { _, _, ok := w.Lookup(uidB, ""); return ok })
 	if p, c, _ := w.Lookup(uidB, cidB); p.StatefulSet != "db" || p.Deployment != "" || c.Name != "" {
 		t.Errorf("Lookup(db-0) = %+v %+v, want StatefulSet db and no container name yet", p, c)
 	}
-
 	// Updated: the container started.
 	b.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "postgres", ContainerID: "containerd://" + cidB}}
-	if _, err := cs.CoreV1().Pods("shop").UpdateStatus(ctx, b, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	srv.Update(b)
 	waitFor(t, "the container status", func() bool { _, c, _ := w.Lookup(uidB, cidB); return c.Name == "postgres" })
-
 	// Deleted.
-	if err := cs.CoreV1().Pods("shop").Delete(ctx, "checkout-7d9f8c6b5-x2x9z", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	srv.Delete("shop", "checkout-7d9f8c6b5-x2x9z")
 	waitFor(t, "the deletion", func() bool { _, _, ok := w.Lookup(uidA, ""); return !ok })
 	if _, _, ok := w.Lookup("", cidA); ok {
 		t.Error("a deleted pod's container is still found")
 	}
-	if _, _, ok := w.Lookup(uidC, cidA); ok {
-		t.Error("another node's pod was kept")
+	mu.Lock()
+	if changes < 4 {
+		t.Errorf("OnChange heard %d changes, want the list and three events", changes)
+	}
+	mu.Unlock()
+	if lists, watches := requests(t, srv); lists != 1 || watches != 1 {
+		t.Errorf("%d lists and %d watches, want one of each", lists, watches)
+	}
+}
+
+// A watch the server ends (its timeout) is taken up again from the last version seen,
+// with no new list; a watch from a version compacted away (410 Gone) lists again, and
+// the new list forgets what went while the watch was down, including a pod deleted and
+// made again under its name with another UID (a StatefulSet's; seen against a real API
+// server, test/kube).
+func TestWatcherResumesAndRelists(t *testing.T) {
+	oldUID, newUID, uidB := "0d1c4a2e-5b7f-4c1e-9a3d-2f6b8e7c1a90", "5e0c1d2f-3a4b-4c5d-8e9f-0a1b2c3d4e5f", "9f8e7d6c-5b4a-4392-8170-6f5e4d3c2b1a"
+	srv := kubetest.New(t, deploymentPod(oldUID, "db-0", node), deploymentPod(uidB, "web-1", node))
+	w := newWatcher(t, srv, 0)
+	start(t, w)
+	waitFor(t, "the first watch", func() bool { _, watches := requests(t, srv); return watches == 1 })
+
+	srv.CloseWatches()
+	c := deploymentPod("c0c0c0c0-5b7f-4c1e-9a3d-2f6b8e7c1a90", "web-2", node)
+	c.Status = corev1.PodStatus{}
+	srv.Create(c)
+	waitFor(t, "the pod made after the watch ended", func() bool { _, _, ok := w.Lookup(string(c.UID), ""); return ok })
+	if lists, watches := requests(t, srv); lists != 1 || watches != 2 {
+		t.Errorf("%d lists and %d watches after the server ended the watch, want 1 and 2", lists, watches)
 	}
 
-	var lists, watches int
-	for _, a := range cs.Actions() {
-		if a.GetResource().Resource != "pods" || (a.GetVerb() != "list" && a.GetVerb() != "watch") {
-			continue
+	// While no watch is open: db-0 is made again, web-1 goes, and the events are
+	// compacted away.
+	srv.Refuse(func(r *http.Request) int {
+		if r.URL.Query().Get("watch") == "true" {
+			return http.StatusServiceUnavailable
 		}
-		var fs string
-		switch a := a.(type) {
-		case k8stesting.ListAction:
-			fs = a.GetListRestrictions().Fields.String()
-			lists++
-		case k8stesting.WatchAction:
-			fs = a.GetWatchRestrictions().Fields.String()
-			watches++
-		}
-		if fs != "spec.nodeName="+node || a.GetNamespace() != "" {
-			t.Errorf("%s pods in namespace %q with field selector %q, want all namespaces, spec.nodeName=%s", a.GetVerb(), a.GetNamespace(), fs, node)
-		}
+		return 0
+	})
+	srv.CloseWatches()
+	srv.Delete("shop", "db-0")
+	srv.Create(deploymentPod(newUID, "db-0", node))
+	srv.Delete("shop", "web-1")
+	srv.Compact()
+	srv.Refuse(nil)
+	waitFor(t, "the new list", func() bool { _, _, ok := w.Lookup(newUID, ""); return ok })
+	if _, _, ok := w.Lookup(oldUID, ""); ok {
+		t.Error("db-0's old UID is still known")
 	}
-	if lists == 0 || watches == 0 {
-		t.Errorf("%d lists and %d watches of pods, want both", lists, watches)
+	if _, _, ok := w.Lookup(uidB, ""); ok {
+		t.Error("web-1, deleted while the watch was down, is still known")
+	}
+	if _, c, ok := w.Lookup(newUID, cidA); !ok || c.Name != "app" || len(w.Pods()) != 2 {
+		t.Errorf("Lookup(new UID) = %+v %v, %d pods: want db-0 anew and web-2", c, ok, len(w.Pods()))
+	}
+	if lists, _ := requests(t, srv); lists < 2 {
+		t.Errorf("%d lists: want a new one after the 410", lists)
 	}
 }
 
@@ -190,10 +231,7 @@ func TestStaticPodByConfigHash(t *testing.T) {
 	p := deploymentPod(uid, "etcd-node-a", node)
 	p.OwnerReferences = []metav1.OwnerReference{{Kind: "Node", Name: node}}
 	p.Annotations = map[string]string{annotationMirror: hash}
-	w, err := New(Config{NodeName: node, Pods: fake.NewClientset(p).CoreV1().Pods("")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := newWatcher(t, kubetest.New(t, p), 0)
 	start(t, w)
 	if got, c, ok := w.Lookup(hash, cidA); !ok || got.UID != uid || c.Name != "app" {
 		t.Errorf("Lookup by config hash = %+v %+v %v, want the mirror pod %s", got, c, ok, uid)
@@ -201,14 +239,9 @@ func TestStaticPodByConfigHash(t *testing.T) {
 }
 
 func TestRunWithoutAccess(t *testing.T) {
-	cs := fake.NewClientset()
-	cs.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", errors.New("RBAC: no"))
-	})
-	w, err := New(Config{NodeName: node, Pods: cs.CoreV1().Pods(""), DenialGrace: time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := kubetest.New(t)
+	srv.Refuse(func(*http.Request) int { return http.StatusForbidden })
+	w := newWatcher(t, srv, time.Millisecond)
 	if err := w.Run(context.Background()); !errors.Is(err, ErrNoAPIAccess) {
 		t.Errorf("Run = %v, want ErrNoAPIAccess", err)
 	}
@@ -219,22 +252,54 @@ func TestRunWithoutAccess(t *testing.T) {
 // are retried, and the watcher lists the pods once they are let through.
 func TestRunRetriesEarlyRefusals(t *testing.T) {
 	uid := "0d1c4a2e-5b7f-4c1e-9a3d-2f6b8e7c1a90"
-	cs := fake.NewClientset(deploymentPod(uid, "checkout-7d9f8c6b5-x2x9z", node))
+	srv := kubetest.New(t, deploymentPod(uid, "checkout-7d9f8c6b5-x2x9z", node))
 	var refused int
-	cs.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+	srv.Refuse(func(*http.Request) int {
 		if refused < 2 {
 			refused++
-			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", errors.New(`RBAC: clusterrole.rbac.authorization.k8s.io "sonde" not found`))
+			return http.StatusForbidden
 		}
-		return false, nil, nil
+		return 0
 	})
-	w, err := New(Config{NodeName: node, Pods: cs.CoreV1().Pods("")})
+	w := newWatcher(t, srv, 0)
+	var errs []error
+	w.onError = func(err error) { errs = append(errs, err) }
+	start(t, w)
+	if _, _, ok := w.Lookup(uid, ""); !ok || refused != 2 || len(errs) < 2 {
+		t.Errorf("after %d refusals (%d said): pod found %v, want it listed after the second", refused, len(errs), ok)
+	}
+}
+
+// A token file is read again for each request: the kubelet rotates a projected
+// service-account token in place.
+func TestTokenFileRotates(t *testing.T) {
+	srv := kubetest.New(t, deploymentPod("0d1c4a2e-5b7f-4c1e-9a3d-2f6b8e7c1a90", "web-1", node))
+	var mu sync.Mutex
+	var seen []string
+	srv.Refuse(func(r *http.Request) int {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, r.Header.Get("Authorization"))
+		return 0
+	})
+	tok := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(tok, []byte("first\n"), 0o600)
+	w, err := New(Config{NodeName: node, API: &APIConfig{Host: srv.URL, BearerTokenFile: tok}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	start(t, w)
-	if _, _, ok := w.Lookup(uid, ""); !ok || refused != 2 {
-		t.Errorf("after %d refusals: pod found %v, want it listed after the second", refused, ok)
+	os.WriteFile(tok, []byte("second"), 0o600)
+	srv.CloseWatches()
+	waitFor(t, "a request with the new token", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Contains(seen, "Bearer second")
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if seen[0] != "Bearer first" {
+		t.Errorf("first request presented %q, want the token file's", seen[0])
 	}
 }
 
@@ -247,123 +312,12 @@ func TestNewOutsideCluster(t *testing.T) {
 	if _, err := New(Config{}); err == nil {
 		t.Error("New without a node name: want an error")
 	}
-}
-
-// TestWatcherOverHTTP runs the client New makes against an HTTP server that answers
-// like the API server, and checks the requests themselves: every one lists or watches
-// pods in all namespaces, with this node's field selector.
-func TestWatcherOverHTTP(t *testing.T) {
-	uidA, uidB := "0d1c4a2e-5b7f-4c1e-9a3d-2f6b8e7c1a90", "5e0c1d2f-3a4b-4c5d-8e9f-0a1b2c3d4e5f"
-	events := make(chan string, 4)
-	var (
-		mu       sync.Mutex
-		requests []string
-	)
-	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		requests = append(requests, r.URL.String())
-		mu.Unlock()
-		q := r.URL.Query()
-		if r.URL.Path != "/api/v1/pods" || q.Get("fieldSelector") != "spec.nodeName="+node {
-			http.Error(rw, "unexpected request", http.StatusBadRequest)
-			return
-		}
-		rw.Header().Set("Content-Type", "application/json")
-		if q.Get("watch") != "true" {
-			a := deploymentPod(uidA, "checkout-7d9f8c6b5-x2x9z", node)
-			a.ResourceVersion = "10"
-			list := corev1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"},
-				ListMeta: metav1.ListMeta{ResourceVersion: "10"}, Items: []corev1.Pod{*a}}
-			json.NewEncoder(rw).Encode(list)
-			return
-		}
-		rw.WriteHeader(http.StatusOK)
-		rw.(http.Flusher).Flush()
-		for {
-			select {
-			case <-r.Context().Done():
-				return
-			case e := <-events:
-				fmt.Fprintln(rw, e)
-				rw.(http.Flusher).Flush()
-			}
-		}
-	}))
-	t.Cleanup(srv.Close) // after start's cleanup has stopped the watch
-
-	w, err := New(Config{NodeName: node, REST: &rest.Config{Host: srv.URL}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	start(t, w)
-	if p, c, ok := w.Lookup(uidA, cidA); !ok || p.Deployment != "checkout" || c.Name != "app" {
-		t.Fatalf("listed pod: Lookup = %+v %+v %v", p, c, ok)
-	}
-	event := func(typ string, p *corev1.Pod) string {
-		p.TypeMeta = metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"}
-		b, err := json.Marshal(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return fmt.Sprintf(`{"type":%q,"object":%s}`, typ, b)
-	}
-	b := deploymentPod(uidB, "db-0", node)
-	b.ResourceVersion = "11"
-	b.Status.ContainerStatuses[0].ContainerID = "containerd://" + cidB
-	events <- event("ADDED", b)
-	a := deploymentPod(uidA, "checkout-7d9f8c6b5-x2x9z", node)
-	a.ResourceVersion = "12"
-	events <- event("DELETED", a)
-	waitFor(t, "the watched add and delete", func() bool {
-		_, _, added := w.Lookup(uidB, cidB)
-		_, _, kept := w.Lookup(uidA, "")
-		return added && !kept
-	})
-
-	mu.Lock()
-	defer mu.Unlock()
-	var lists, watches int
-	for _, r := range requests {
-		u, err := url.Parse(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		q := u.Query()
-		if u.Path != "/api/v1/pods" || q.Get("fieldSelector") != "spec.nodeName="+node {
-			t.Errorf("request %s: want /api/v1/pods with fieldSelector=spec.nodeName=%s", r, node)
-		}
-		if q.Get("watch") == "true" {
-			watches++
-		} else {
-			lists++
+	for _, host := range []string{"", "127.0.0.1:6443", "ftp://x"} {
+		if _, err := New(Config{NodeName: node, API: &APIConfig{Host: host}}); err == nil {
+			t.Errorf("New with host %q: want an error", host)
 		}
 	}
-	if lists == 0 || watches == 0 {
-		t.Errorf("requests %q: want a list and a watch", requests)
-	}
-}
-
-// A relist that finds a pod's name under another UID (deleted and made again while the
-// watch was down) is an update to the informer: the old UID must go (seen against a
-// real API server, test/kube).
-func TestUpdateWithNewUID(t *testing.T) {
-	oldUID, newUID := "0d1c4a2e-5b7f-4c1e-9a3d-2f6b8e7c1a90", "5e0c1d2f-3a4b-4c5d-8e9f-0a1b2c3d4e5f"
-	w, err := New(Config{NodeName: node, Pods: fake.NewClientset().CoreV1().Pods("")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	before, _ := trim(deploymentPod(oldUID, "db-0", node))
-	after, _ := trim(deploymentPod(newUID, "db-0", node))
-	after.(*stored).containers = nil // not started yet
-	w.put(before)
-	w.replace(before, after)
-	if _, _, ok := w.Lookup(oldUID, ""); ok {
-		t.Error("the old UID is still known")
-	}
-	if _, _, ok := w.Lookup("", cidA); ok {
-		t.Error("the old pod's container is still known")
-	}
-	if p, _, ok := w.Lookup(newUID, ""); !ok || len(w.Pods()) != 1 {
-		t.Errorf("Lookup(new UID) = %+v %v, %d pods: want the new pod alone", p, ok, len(w.Pods()))
+	if _, err := New(Config{NodeName: node, API: &APIConfig{Host: "https://x", CAData: []byte("not PEM")}}); err == nil {
+		t.Error("New with a CA that is no PEM: want an error")
 	}
 }

@@ -38,10 +38,16 @@ type running struct {
 	stop    func() error
 }
 
+// apiConfig is the part of a client-go config sonde's watcher takes.
+func apiConfig(c *rest.Config) *sondekube.APIConfig {
+	return &sondekube.APIConfig{Host: c.Host, BearerToken: c.BearerToken, CAData: c.CAData,
+		Insecure: c.Insecure, ServerName: c.ServerName}
+}
+
 // runWatcher runs sonde's watcher for node with cfg and waits for its first list.
 func runWatcher(t *testing.T, node string, cfg *rest.Config) *running {
 	t.Helper()
-	w, err := sondekube.New(sondekube.Config{NodeName: node, REST: cfg})
+	w, err := sondekube.New(sondekube.Config{NodeName: node, API: apiConfig(cfg), OnError: func(err error) { t.Logf("watcher: %v", err) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +282,7 @@ func TestWatcherWithoutRBAC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := sondekube.New(sondekube.Config{NodeName: thisNode, REST: c.Config(tr.Status.Token), DenialGrace: 2 * time.Second})
+	w, err := sondekube.New(sondekube.Config{NodeName: thisNode, API: apiConfig(c.Config(tr.Status.Token)), DenialGrace: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +308,7 @@ func TestWatcherStartsBesideRestartingAPIServer(t *testing.T) {
 	createPod(t, cs, wl.pod("api-4d3c2b1a0-zzzzz", restartNode), "")
 
 	c.StopAPIServer()
-	w, err := sondekube.New(sondekube.Config{NodeName: restartNode, REST: c.Config(token)})
+	w, err := sondekube.New(sondekube.Config{NodeName: restartNode, API: apiConfig(c.Config(token))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,7 +362,7 @@ func TestWatcherWaitsForRoleBinding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := sondekube.New(sondekube.Config{NodeName: restartNode, REST: c.Config(tr.Status.Token)})
+	w, err := sondekube.New(sondekube.Config{NodeName: restartNode, API: apiConfig(c.Config(tr.Status.Token))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,9 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/klog/v2"
-
 	"github.com/sonde-profiler/sonde/internal/cgroup"
 	"github.com/sonde-profiler/sonde/internal/kube"
 	"github.com/sonde-profiler/sonde/trace"
@@ -25,7 +22,7 @@ type KubeConfig struct {
 	Metadata    bool     // --k8s-metadata
 	Kubeconfig  string   // --k8s-kubeconfig; the in-cluster service account when empty
 	Namespaces  []string // --k8s-namespaces
-	Selector    labels.Selector
+	Selector    *kube.Selector
 	Cgroups     []string // --cgroup
 	CgroupRoot  string   // --cgroup-root; found in the mount table when empty
 	FilterByPod bool     // the namespaces or the selector were given
@@ -36,7 +33,7 @@ func ParseKube(c *KubeConfig, namespaces, selector, cgroups string) error {
 	c.Namespaces = splitList(namespaces)
 	c.Cgroups = splitList(cgroups)
 	if selector != "" {
-		s, err := labels.Parse(selector)
+		s, err := kube.ParseSelector(selector)
 		if err != nil {
 			return fmt.Errorf("--k8s-pod-selector %q: %w", selector, err)
 		}
@@ -109,7 +106,7 @@ func (f *podFilter) chooses(p kube.Pod) bool {
 	if len(f.cfg.Namespaces) > 0 && !slices.Contains(f.cfg.Namespaces, p.Namespace) {
 		return false
 	}
-	return f.cfg.Selector == nil || f.cfg.Selector.Matches(labels.Set(p.Labels))
+	return f.cfg.Selector == nil || f.cfg.Selector.Matches(p.Labels)
 }
 
 // update brings the filter in line with the pods known now.
@@ -209,15 +206,18 @@ func newWatcher(cfg *Config, log *slog.Logger) (*kube.Watcher, error) {
 	if cfg.Kube.NodeName == "" || !cfg.Kube.Metadata {
 		return nil, nil
 	}
-	klog.SetSlogLogger(log.With("component", "client-go"))
-	kc := kube.Config{NodeName: cfg.Kube.NodeName}
+	// The watcher retries what fails; each failure is said, as the API server's own
+	// clients say them, so that an outage or a lost permission shows in the log.
+	kc := kube.Config{NodeName: cfg.Kube.NodeName, OnError: func(err error) {
+		log.Warn("Kubernetes pod watch", "err", err)
+	}}
 	if cfg.Kube.Kubeconfig != "" {
 		// A kubeconfig that cannot be read is a mistake to say, not a cluster to go without.
 		rc, err := kube.LoadKubeconfig(cfg.Kube.Kubeconfig)
 		if err != nil {
 			return nil, fmt.Errorf("--k8s-kubeconfig: %w", err)
 		}
-		kc.REST = rc
+		kc.API = rc
 	}
 	w, err := kube.New(kc)
 	if errors.Is(err, kube.ErrNoAPIAccess) {

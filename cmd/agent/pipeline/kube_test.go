@@ -15,12 +15,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/sonde-profiler/sonde/internal/cgroup"
 	"github.com/sonde-profiler/sonde/internal/kube"
+	"github.com/sonde-profiler/sonde/internal/kube/kubetest"
 	"github.com/sonde-profiler/sonde/internal/testenv"
 	"github.com/sonde-profiler/sonde/trace"
 )
@@ -42,15 +41,11 @@ func testPod(uid, name, ns string, labels map[string]string, cid string) *corev1
 
 func ptr[T any](v T) *T { return &v }
 
-// runWatcher starts a watcher on a fake clientset holding pods, and waits for its list.
-func runWatcher(t *testing.T, pods ...*corev1.Pod) (*kube.Watcher, *fake.Clientset) {
+// runWatcher starts a watcher on a fake API server holding pods, and waits for its list.
+func runWatcher(t *testing.T, pods ...*corev1.Pod) (*kube.Watcher, *kubetest.Server) {
 	t.Helper()
-	var objs []runtime.Object
-	for _, p := range pods {
-		objs = append(objs, p)
-	}
-	cs := fake.NewClientset(objs...)
-	w, err := kube.New(kube.Config{NodeName: testNode, Pods: cs.CoreV1().Pods("")})
+	srv := kubetest.New(t, pods...)
+	w, err := kube.New(kube.Config{NodeName: testNode, API: &kube.APIConfig{Host: srv.URL}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +58,7 @@ func runWatcher(t *testing.T, pods ...*corev1.Pod) (*kube.Watcher, *fake.Clients
 			t.Fatal("the watcher did not sync")
 		}
 	}
-	return w, cs
+	return w, srv
 }
 
 // service.name comes, in order, from the process context the process published, its
@@ -129,7 +124,7 @@ func TestPodFilterFollowsPods(t *testing.T) {
 		os.MkdirAll(dirOf(uid), 0o755)
 		ids[dirOf(uid)] = uint64(100 + i)
 	}
-	w, cs := runWatcher(t,
+	w, srv := runWatcher(t,
 		testPod("a-1", "web-1", "shop", map[string]string{"tier": "web"}, strings.Repeat("a", 64)),
 		testPod("b-2", "db-1", "shop", map[string]string{"tier": "db"}, strings.Repeat("b", 64)),
 		testPod("c-3", "web-2", "other", map[string]string{"tier": "web"}, strings.Repeat("c", 64)))
@@ -153,8 +148,8 @@ func TestPodFilterFollowsPods(t *testing.T) {
 	uid := "d-4"
 	os.MkdirAll(dirOf(uid), 0o755)
 	ids[dirOf(uid)] = 103
-	cs.CoreV1().Pods("shop").Create(context.Background(), testPod(uid, "web-3", "shop", map[string]string{"tier": "web"}, strings.Repeat("d", 64)), metav1.CreateOptions{})
-	cs.CoreV1().Pods("shop").Delete(context.Background(), "web-1", metav1.DeleteOptions{})
+	srv.Create(testPod(uid, "web-3", "shop", map[string]string{"tier": "web"}, strings.Repeat("d", 64)))
+	srv.Delete("shop", "web-1")
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		f.update()
 		if len(kernel) == 1 && kernel[103] {
