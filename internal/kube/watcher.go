@@ -188,10 +188,12 @@ func (w *Watcher) Run(ctx context.Context) error {
 			if err == nil {
 				continue // the server's timeout ended the watch: go on from rv
 			}
-			w.report(fmt.Errorf("watch pods from resource version %s: %w", rv, err))
 			if isGone(err) {
-				break // compacted away: only a new list brings the pods back
+				// Compacted away, as etcd does every few minutes: only a new list
+				// brings the pods back. Expected, so not reported.
+				break
 			}
+			w.report(fmt.Errorf("watch pods from resource version %s: %w", rv, err))
 			if !sleep(ctx, bo.next()) {
 				return nil
 			}
