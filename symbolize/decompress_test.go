@@ -1,11 +1,17 @@
 package symbolize
 
 import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/sonde-profiler/sonde/internal/objfile"
+	"github.com/sonde-profiler/sonde/internal/testenv"
 	"github.com/sonde-profiler/sonde/internal/testprog"
 	"github.com/sonde-profiler/sonde/trace"
 )
@@ -224,5 +230,102 @@ func TestLibcPassesHoldWhatTheyNeed(t *testing.T) {
 	// What stays is the marks into the zlib streams, 32 KB windows.
 	if st := s.Stats(); st.DecompressedBytes == 0 || st.DecompressedBytes > 1<<20 {
 		t.Errorf("%d bytes held after %v idle, want the marks alone, 1 MB at most", st.DecompressedBytes, dwarfIdleMin)
+	}
+}
+
+// A file whose compressed DWARF is small (dwarfHoldMaxBytes at most) and whose passes
+// keep decoding new units holds its decompressed sections from the dwarfHoldPasses-th
+// pass on: later passes' new units cost no decompression. Once the file is idle, the
+// sections go.
+func TestSmallFilePassesHold(t *testing.T) {
+	gcc := testenv.RequireTool(t, "gcc")
+	dir := t.TempDir()
+	const units = 12
+	args := []string{"-O2", "-g", "-gz", "-o", filepath.Join(dir, "prog")}
+	var main strings.Builder
+	for i := range units {
+		// Units of some size each, so that a pass's unit is not in a block decompressed
+		// for the one before.
+		var body strings.Builder
+		for j := range 60 {
+			fmt.Fprintf(&body, "__attribute__((noinline)) int u%d_f%d(int x) { for (int k = 0; k < x; k++) x ^= k * %d; return x + %d; }\n", i, j, j+3, j)
+		}
+		fmt.Fprintf(&body, "int unit%d(int x) { return u%d_f0(x)", i, i)
+		for j := 1; j < 60; j++ {
+			fmt.Fprintf(&body, " + u%d_f%d(x)", i, j)
+		}
+		body.WriteString("; }\n")
+		src := filepath.Join(dir, fmt.Sprintf("u%d.c", i))
+		if err := os.WriteFile(src, []byte(body.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, src)
+		fmt.Fprintf(&main, "int unit%d(int);\n", i)
+	}
+	main.WriteString("int main(int argc, char **argv) { (void)argv; int s = 0;\n")
+	for i := range units {
+		fmt.Fprintf(&main, "s += unit%d(argc);\n", i)
+	}
+	main.WriteString("return s; }\n")
+	mainSrc := filepath.Join(dir, "main.c")
+	if err := os.WriteFile(mainSrc, []byte(main.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args = append(args, mainSrc)
+	if out, err := exec.Command(gcc, args...).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	bin := filepath.Join(dir, "prog")
+	addrs := map[string]uint64{}
+	for _, s := range nmSymbols(t, bin) {
+		addrs[s.name] = s.addr
+	}
+	s := New(Options{})
+	now := time.Unix(1_000_000, 0)
+	s.now = func() time.Time { return now }
+	m := wholeFile(t, bin, objfile.Key{Dev: 1, Inode: 80})
+	pass := func(unit int) (decompressed, held int64) {
+		t.Helper()
+		var vaddrs []uint64
+		for j := 0; j < 60; j += 15 {
+			a, ok := addrs[fmt.Sprintf("u%d_f%d", unit, j)]
+			if !ok {
+				t.Fatalf("no symbol u%d_f%d", unit, j)
+			}
+			vaddrs = append(vaddrs, a+2)
+		}
+		before := s.Stats().DecompressedTotalBytes
+		locs := locationsAt(t, m, vaddrs)
+		s.Symbolize(&trace.Profile{Locations: locs})
+		for _, l := range locs {
+			if l.NameSource != SourceDWARF {
+				t.Fatalf("%#x named from %q, want DWARF", l.Address, l.NameSource)
+			}
+		}
+		st := s.Stats()
+		return st.DecompressedTotalBytes - before, st.DecompressedBytes
+	}
+	// The first pass loads the file; passes after it within the idle time count.
+	unit := 0
+	for ; unit <= dwarfHoldPasses; unit++ {
+		d, held := pass(unit)
+		t.Logf("pass over unit %d: %d bytes decompressed, %d held after it", unit, d, held)
+		if unit == 0 && d == 0 {
+			t.Fatal("nothing decompressed: the -gz build has no compressed section")
+		}
+		now = now.Add(5 * time.Second)
+	}
+	_, heldWhole := pass(unit)
+	for unit++; unit < units; unit++ {
+		now = now.Add(5 * time.Second)
+		d, held := pass(unit)
+		if d != 0 || held < heldWhole {
+			t.Errorf("pass over unit %d, after %d passes of new units: %d bytes decompressed, %d held (%d before); want none decompressed, the sections held", unit, dwarfHoldPasses+1, d, held, heldWhole)
+		}
+	}
+	now = now.Add(dwarfIdleMin)
+	s.Symbolize(&trace.Profile{Locations: []*trace.Location{{Kind: trace.FrameKernel, Address: 0xffffffff81000000}}})
+	if st := s.Stats(); st.DecompressedBytes >= heldWhole {
+		t.Errorf("%d bytes held after %v idle (%d while in use): want the sections let go", st.DecompressedBytes, dwarfIdleMin, heldWhole)
 	}
 }
