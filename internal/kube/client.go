@@ -104,12 +104,11 @@ func isGone(err error) bool { return statusCode(err) == http.StatusGone }
 
 // podClient lists and watches pods over the API server's REST interface, in JSON.
 type podClient struct {
-	base   *url.URL
-	http   *http.Client
-	cfg    APIConfig
-	mu     sync.Mutex
-	token  string // the token file's last good content
-	tokErr error
+	base  *url.URL
+	http  *http.Client
+	cfg   APIConfig
+	mu    sync.Mutex
+	token string // the token file's last good content
 }
 
 // Bounds of one request. A list of one node's pods is small; a watch ends on the
@@ -119,8 +118,8 @@ const (
 	listTimeout  = time.Minute
 	watchSeconds = 5 * 60
 	watchSlack   = time.Minute
-	// maxEventBytes bounds one watch event or list as decoded: a pod is some kilobytes,
-	// a node's list some megabytes.
+	// maxListBytes bounds a list as read: a pod is some kilobytes, a node's list some
+	// megabytes.
 	maxListBytes = 256 << 20
 )
 
