@@ -196,16 +196,7 @@ func TestLibcPassesHoldWhatTheyNeed(t *testing.T) {
 			vaddrs = append(vaddrs, funcs[(i*len(funcs)/10+round*7)%len(funcs)]+4)
 		}
 		round++
-		before := s.Stats().DecompressedTotalBytes
-		locs := locationsAt(t, m, vaddrs)
-		s.Symbolize(&trace.Profile{Locations: locs})
-		for _, l := range locs {
-			if l.NameSource != SourceDWARF {
-				t.Fatalf("%#x named from %q, want DWARF", l.Address, l.NameSource)
-			}
-		}
-		st := s.Stats()
-		return st.DecompressedTotalBytes - before, st.DecompressedBytes
+		return dwarfPass(t, s, m, vaddrs)
 	}
 	const small = 2 << 20 // of the 8.6 MB the sections decompress to
 	d, held := pass()
@@ -294,16 +285,7 @@ func TestSmallFilePassesHold(t *testing.T) {
 			}
 			vaddrs = append(vaddrs, a+2)
 		}
-		before := s.Stats().DecompressedTotalBytes
-		locs := locationsAt(t, m, vaddrs)
-		s.Symbolize(&trace.Profile{Locations: locs})
-		for _, l := range locs {
-			if l.NameSource != SourceDWARF {
-				t.Fatalf("%#x named from %q, want DWARF", l.Address, l.NameSource)
-			}
-		}
-		st := s.Stats()
-		return st.DecompressedTotalBytes - before, st.DecompressedBytes
+		return dwarfPass(t, s, m, vaddrs)
 	}
 	// The first pass loads the file; passes after it within the idle time count.
 	unit := 0
@@ -328,4 +310,20 @@ func TestSmallFilePassesHold(t *testing.T) {
 	if st := s.Stats(); st.DecompressedBytes >= heldWhole {
 		t.Errorf("%d bytes held after %v idle (%d while in use): want the sections let go", st.DecompressedBytes, dwarfIdleMin, heldWhole)
 	}
+}
+
+// dwarfPass names addresses in m, each of which must be named from DWARF, and returns the
+// bytes the pass decompressed and those held after it.
+func dwarfPass(t *testing.T, s *Symbolizer, m *trace.Mapping, vaddrs []uint64) (decompressed, held int64) {
+	t.Helper()
+	before := s.Stats().DecompressedTotalBytes
+	locs := locationsAt(t, m, vaddrs)
+	s.Symbolize(&trace.Profile{Locations: locs})
+	for _, l := range locs {
+		if l.NameSource != SourceDWARF {
+			t.Fatalf("%#x named from %q, want DWARF", l.Address, l.NameSource)
+		}
+	}
+	st := s.Stats()
+	return st.DecompressedTotalBytes - before, st.DecompressedBytes
 }

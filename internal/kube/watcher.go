@@ -6,10 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sonde-profiler/sonde/internal/retry"
 )
 
 // ErrNoAPIAccess says pod metadata cannot be had: sonde does not run in a cluster, or
@@ -122,7 +123,7 @@ func New(cfg Config) (*Watcher, error) {
 }
 
 // Backoff between failed requests, as client-go's reflector spaces them: doubling from
-// initialBackoff to maxBackoff, each wait drawn between half and all of it.
+// initialBackoff to maxBackoff, jittered.
 const (
 	initialBackoff = 800 * time.Millisecond
 	maxBackoff     = 30 * time.Second
@@ -131,25 +132,16 @@ const (
 	minWatch = time.Second
 )
 
-type backoff struct{ d time.Duration }
+// backoff counts the failures since the last success.
+type backoff struct{ attempt int }
 
 func (b *backoff) next() time.Duration {
-	b.d = min(max(b.d*2, initialBackoff), maxBackoff)
-	return b.d/2 + rand.N(b.d/2+1)
+	d := retry.Backoff(initialBackoff, maxBackoff, b.attempt)
+	b.attempt++
+	return d
 }
 
-func (b *backoff) reset() { b.d = 0 }
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
+func (b *backoff) reset() { b.attempt = 0 }
 
 // Run watches until ctx ends and then returns nil. If the API server refuses the first
 // list (no token, or RBAC forbids it) for DenialGrace, Run returns an error wrapping
@@ -174,7 +166,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 				}
 			}
 			w.report(fmt.Errorf("list pods: %w", err))
-			if !sleep(ctx, bo.next()) {
+			if !retry.Sleep(ctx, bo.next()) {
 				return nil
 			}
 			continue
@@ -194,7 +186,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 				break
 			}
 			w.report(fmt.Errorf("watch pods from resource version %s: %w", rv, err))
-			if !sleep(ctx, bo.next()) {
+			if !retry.Sleep(ctx, bo.next()) {
 				return nil
 			}
 			if statusCode(err) != 0 {

@@ -35,11 +35,7 @@ func FreeThreadedPython(t testing.TB) Python {
 // BuildFreeThreadedPython builds the interpreter FreeThreadedPython runs, if no complete
 // one is cached, and returns its path. logf hears what it does.
 func BuildFreeThreadedPython(logf func(format string, args ...any)) (string, error) {
-	cache := os.Getenv("SONDE_FTPYTHON_CACHE")
-	if cache == "" {
-		cache = "/var/tmp/sonde-ftpython"
-	}
-	dir := filepath.Join(cache, strings.TrimSuffix(ftPythonTarball, ".orig.tar.xz"))
+	dir := filepath.Join(cacheDir("SONDE_FTPYTHON_CACHE", "/var/tmp/sonde-ftpython"), strings.TrimSuffix(ftPythonTarball, ".orig.tar.xz"))
 	return filepath.Join(dir, "python"), buildCached(dir, logf, func(tmp string) error {
 		tarball, err := httpGet(ftPythonPool + ftPythonTarball)
 		if err != nil {

@@ -42,11 +42,7 @@ func YJITRuby(t testing.TB) Ruby {
 // BuildYJITRuby builds the Ruby YJITRuby runs, if no complete one is cached, and returns
 // its path. logf hears what it does.
 func BuildYJITRuby(logf func(format string, args ...any)) (string, error) {
-	cache := os.Getenv("SONDE_YJIT_CACHE")
-	if cache == "" {
-		cache = "/var/tmp/sonde-yjit"
-	}
-	dir := filepath.Join(cache, strings.TrimSuffix(yjitPinned, ".orig.tar.xz"))
+	dir := filepath.Join(cacheDir("SONDE_YJIT_CACHE", "/var/tmp/sonde-yjit"), strings.TrimSuffix(yjitPinned, ".orig.tar.xz"))
 	return filepath.Join(dir, "miniruby"), buildCached(dir, logf, func(tmp string) error {
 		rustc, err := findRustc()
 		if err != nil {
@@ -170,4 +166,13 @@ func httpGet(url string) ([]byte, error) {
 		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
 	return io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+}
+
+// cacheDir is where a build from source is cached: the directory the environment variable
+// env names, or fallback.
+func cacheDir(env, fallback string) string {
+	if d := os.Getenv(env); d != "" {
+		return d
+	}
+	return fallback
 }

@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"time"
 
@@ -197,18 +196,4 @@ func hasRetryInfo(st *status.Status) bool {
 		}
 	}
 	return false
-}
-
-// backoff is the wait before retry number attempt (from 0): exponential from initial
-// up to limit, jittered down by up to half so that agents cut off by the same outage
-// do not all retry in lockstep when it ends.
-func backoff(initial, limit time.Duration, attempt int) time.Duration {
-	d := limit
-	if attempt < 32 {
-		if e := initial << attempt; e > 0 && e < limit {
-			d = e
-		}
-	}
-	half := d / 2
-	return half + rand.N(half+1)
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sonde-profiler/sonde/internal/retry"
 	"github.com/sonde-profiler/sonde/trace"
 )
 
@@ -286,8 +287,8 @@ func (e *Exporter) Run(ctx context.Context) error {
 			trouble = e.recover(trouble)
 			continue
 		}
-		retry, wait := classify(err)
-		if !retry {
+		retriable, wait := classify(err)
+		if !retriable {
 			e.release(b, true)
 			attempt = 0
 			if trouble != nil && !trouble.permanentFailure {
@@ -304,10 +305,10 @@ func (e *Exporter) Run(ctx context.Context) error {
 			trouble = e.startOutage(err, false)
 		}
 		if wait == 0 {
-			wait = backoff(e.cfg.RetryInitial, e.cfg.RetryMax, attempt)
+			wait = retry.Backoff(e.cfg.RetryInitial, e.cfg.RetryMax, attempt)
 		}
 		attempt++
-		sleep(ctx, wait)
+		retry.Sleep(ctx, wait)
 	}
 }
 
@@ -432,7 +433,7 @@ func (e *Exporter) drain(trouble *outage) error {
 			e.delivered(b, resp)
 			continue
 		}
-		if retry, _ := classify(err); !retry && ctx.Err() == nil {
+		if retriable, _ := classify(err); !retriable && ctx.Err() == nil {
 			e.release(b, true)
 			continue
 		}
@@ -455,15 +456,6 @@ func (e *Exporter) Close() error {
 		}
 	})
 	return e.closeErr
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }
 
 func (s Stats) LogValue() slog.Value {

@@ -63,19 +63,6 @@ func TestClassify(t *testing.T) {
 	}
 }
 
-func TestBackoff(t *testing.T) {
-	for attempt := range 40 {
-		d := backoff(time.Second, 30*time.Second, attempt)
-		full := min(time.Second<<min(attempt, 31), 30*time.Second)
-		if attempt >= 31 {
-			full = 30 * time.Second
-		}
-		if d < full/2 || d > full {
-			t.Errorf("attempt %d: %v outside [%v, %v]", attempt, d, full/2, full)
-		}
-	}
-}
-
 // request makes a distinct small request for interval i.
 func request(i int) *collectorpb.ExportProfilesServiceRequest {
 	f := newFixture()

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sonde-profiler/sonde/internal/objfile"
+	"github.com/sonde-profiler/sonde/internal/retry"
 )
 
 // Kinds of failure, as Stats.Errors counts them.
@@ -421,14 +422,8 @@ func (c *Client) wait(ctx context.Context, host string) error {
 		}
 	}
 	c.mu.Unlock()
-	if d := at.Sub(now); d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
+	if d := at.Sub(now); d > 0 && !retry.Sleep(ctx, d) {
+		return ctx.Err()
 	}
 	return nil
 }
