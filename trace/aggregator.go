@@ -151,7 +151,7 @@ func NewAggregator(cfg Config, procs *Processes, start time.Time) (*Aggregator, 
 
 		locations: map[locationKey]*Location{},
 	}
-	chunks.onEvict = a.release
+	chunks.lru.onEvict = a.release
 	return a, nil
 }
 
@@ -399,8 +399,8 @@ func (a *Aggregator) Flush(end time.Time) *Profile {
 			seen[sl.e.img] = true
 		}
 	}
-	for a.cfg.MaxLocations > 0 && a.held > a.cfg.MaxLocations && a.chunks.lru.Len() > 0 {
-		a.chunks.lru.RemoveOldest()
+	for a.cfg.MaxLocations > 0 && a.held > a.cfg.MaxLocations && a.chunks.lru.len() > 0 {
+		a.chunks.lru.remove(a.chunks.lru.oldest())
 		a.chunks.evictions++
 	}
 	a.forgetIdle(end)
@@ -537,17 +537,11 @@ func (a *Aggregator) forgetIdle(end time.Time) {
 	}
 	a.flushEnds = slices.Delete(a.flushEnds, 0, old)
 	a.flushBase += uint64(old)
-	for _, h := range a.chunks.lru.Keys() { // oldest first
-		ch, ok := a.chunks.lru.Peek(h)
-		if !ok {
-			continue
-		}
-		if ch.listed >= a.flushBase {
-			return
-		}
-		a.chunks.lru.Remove(h)
+	for ch := a.chunks.lru.oldest(); ch != nil && ch.listed < a.flushBase; ch = a.chunks.lru.oldest() {
+		a.chunks.lru.remove(ch)
 		a.chunks.evictions++
 	}
+	a.chunks.lru.shrink()
 }
 
 // forgetUnheld drops the locations no cached chunk took up again since they were let go.
@@ -653,7 +647,7 @@ func (a *Aggregator) Stats() Stats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	st := a.stats
-	st.Traces, st.Chunks, st.Locations = a.agg.n, a.chunks.lru.Len(), len(a.locations)
+	st.Traces, st.Chunks, st.Locations = a.agg.n, a.chunks.lru.len(), len(a.locations)
 	c := a.chunks
 	st.ChunkHits, st.ChunkMisses, st.ChunkEvictions, st.ChunkCollisions = c.hits, c.misses, c.evictions, c.collisions
 	return st

@@ -5,8 +5,6 @@ import (
 	"hash/maphash"
 	"slices"
 	"unsafe"
-
-	"github.com/elastic/go-freelru"
 )
 
 // Defaults for chunk interning. Eight frames per chunk keep a stack of typical depth (15-30)
@@ -40,43 +38,127 @@ type chunk struct {
 	// cached is true while the chunk cache holds the chunk, and with it a reference to
 	// each of its locations.
 	cached bool
+	// older and newer are the chunk's neighbours in the cache's recency list.
+	older, newer *chunk
 }
 
 // chunker cuts stacks into chunks and interns them in a hash-LRU. It is not safe for
 // concurrent use; the Collector's lock guards it.
 type chunker struct {
 	size int
-	lru  *freelru.LRU[uint64, *chunk]
+	lru  chunkLRU
 	seed maphash.Seed
 	// collisions counts distinct chunks that hashed alike: the later one stays out of the
 	// cache, correct but unshared.
 	collisions uint64
 	// hits, misses and evictions count the cache's lookups and what it pushed out.
 	hits, misses, evictions uint64
-	// onEvict hears of each chunk the cache lets go of.
-	onEvict func(*chunk)
 }
 
 func newChunker(size, capacity int) (*chunker, error) {
 	if size < 1 || capacity < 1 || capacity > 1<<30 {
 		return nil, fmt.Errorf("chunk size %d and cache capacity %d must be positive", size, capacity)
 	}
-	seed := maphash.MakeSeed()
-	// The key is the chunk's 64-bit hash already: its two halves folded are the table's.
-	// A table a quarter larger than the capacity keeps the buckets short.
-	cache, err := freelru.NewWithSize[uint64, *chunk](uint32(capacity), uint32(capacity+capacity/4),
-		func(h uint64) uint32 { return uint32(h ^ h>>32) })
-	if err != nil {
-		return nil, fmt.Errorf("chunk cache: %w", err)
-	}
-	c := &chunker{size: size, lru: cache, seed: seed}
-	cache.SetOnEvict(func(_ uint64, ch *chunk) {
-		ch.cached = false
-		if c.onEvict != nil {
-			c.onEvict(ch)
-		}
-	})
+	c := &chunker{size: size, seed: maphash.MakeSeed()}
+	c.lru.init(capacity)
 	return c, nil
+}
+
+// chunkLRU is the chunk cache: chunks by hash, and a list through the chunks from the
+// least recently used to the most. Its table grows with what it holds, up to the
+// capacity, and shrinks when most of it went: a table made for the capacity up front
+// (the 33 000 chunks of the default budget took 2.1 MB) cost a host with a few thousand
+// distinct stacks a fifth of sonde's heap for nothing.
+type chunkLRU struct {
+	byHash   map[uint64]*chunk
+	capacity int
+	// list is the sentinel of the recency list: list.newer is the oldest chunk,
+	// list.older the newest.
+	list chunk
+	// peak is the most chunks the table held since it was made.
+	peak int
+	// onEvict hears of each chunk the cache lets go of, whatever the reason.
+	onEvict func(*chunk)
+}
+
+func (l *chunkLRU) init(capacity int) {
+	l.capacity = capacity
+	l.byHash = map[uint64]*chunk{}
+	l.list.older, l.list.newer = &l.list, &l.list
+}
+
+func (l *chunkLRU) len() int { return len(l.byHash) }
+
+// get returns the chunk cached under hash and makes it the newest.
+func (l *chunkLRU) get(hash uint64) (*chunk, bool) {
+	ch, ok := l.byHash[hash]
+	if !ok {
+		return nil, false
+	}
+	l.unlink(ch)
+	l.pushNewest(ch)
+	return ch, true
+}
+
+// add caches ch, which no cached chunk shares a hash with, as the newest, and reports
+// whether the oldest went to make room.
+func (l *chunkLRU) add(ch *chunk) (evicted bool) {
+	if len(l.byHash) >= l.capacity {
+		l.remove(l.list.newer)
+		evicted = true
+	}
+	ch.cached = true
+	l.byHash[ch.hash] = ch
+	l.pushNewest(ch)
+	l.peak = max(l.peak, len(l.byHash))
+	return evicted
+}
+
+// oldest returns the least recently used chunk, nil when the cache is empty.
+func (l *chunkLRU) oldest() *chunk { return l.next(&l.list) }
+
+// next returns the chunk used next after ch, nil after the newest.
+func (l *chunkLRU) next(ch *chunk) *chunk {
+	if ch.newer == &l.list {
+		return nil
+	}
+	return ch.newer
+}
+
+// remove takes a cached chunk out and tells onEvict.
+func (l *chunkLRU) remove(ch *chunk) {
+	delete(l.byHash, ch.hash)
+	l.unlink(ch)
+	ch.cached = false
+	if l.onEvict != nil {
+		l.onEvict(ch)
+	}
+}
+
+// shrink makes the table again when it holds less than a quarter of what it held at
+// its largest: a map keeps the room it grew to, and a burst of distinct stacks (a build,
+// a deploy) would otherwise keep its table for the agent's life.
+func (l *chunkLRU) shrink() {
+	const least = 1024 // below this a table costs too little to make again
+	if l.peak < least || len(l.byHash)*4 > l.peak {
+		return
+	}
+	m := make(map[uint64]*chunk, len(l.byHash))
+	for h, ch := range l.byHash {
+		m[h] = ch
+	}
+	l.byHash, l.peak = m, len(m)
+}
+
+func (l *chunkLRU) unlink(ch *chunk) {
+	ch.older.newer, ch.newer.older = ch.newer, ch.older
+	ch.older, ch.newer = nil, nil
+}
+
+func (l *chunkLRU) pushNewest(ch *chunk) {
+	ch.older, ch.newer = l.list.older, &l.list
+	l.list.older.newer = ch
+	l.list.older = ch
 }
 
 // bounds returns the [lo, hi) index ranges of a leaf-first stack of n frames cut into
@@ -112,7 +194,7 @@ func mix(h uint64) uint64 {
 
 // intern returns the shared chunk for frames, creating it on a miss.
 func (c *chunker) intern(space, hash uint64, frames []uint64) *chunk {
-	if ch, ok := c.lru.Get(hash); ok {
+	if ch, ok := c.lru.get(hash); ok {
 		c.hits++
 		if ch.space == space && slices.Equal(ch.frames, frames) {
 			return ch
@@ -121,8 +203,8 @@ func (c *chunker) intern(space, hash uint64, frames []uint64) *chunk {
 		return &chunk{hash: hash, space: space, frames: slices.Clone(frames)}
 	}
 	c.misses++
-	ch := &chunk{hash: hash, space: space, frames: slices.Clone(frames), cached: true}
-	if c.lru.Add(hash, ch) {
+	ch := &chunk{hash: hash, space: space, frames: slices.Clone(frames)}
+	if c.lru.add(ch) {
 		c.evictions++
 	}
 	return ch
@@ -134,11 +216,14 @@ func (c *chunker) intern(space, hash uint64, frames []uint64) *chunk {
 // the cache full of the frames and locations of programs long gone.
 func (c *chunker) forgetSpaces(dead map[uint64]bool) int {
 	n := 0
-	for _, h := range c.lru.Keys() {
-		if ch, ok := c.lru.Peek(h); ok && dead[ch.space] {
-			c.lru.Remove(h)
+	for ch := c.lru.oldest(); ch != nil; {
+		next := c.lru.next(ch)
+		if dead[ch.space] {
+			c.lru.remove(ch)
 			n++
 		}
+		ch = next
 	}
+	c.lru.shrink()
 	return n
 }

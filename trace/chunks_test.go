@@ -388,3 +388,123 @@ func TestChunksIdle(t *testing.T) {
 		t.Fatalf("the stack back: counted %d, %d locations listed; want 1, 4", got, len(p.Locations))
 	}
 }
+
+// The chunk cache against a list kept the obvious way: the same chunks held, in the same
+// order of use, and every chunk that leaves, by eviction or removal, told exactly once.
+func TestChunkLRUMatchesModel(t *testing.T) {
+	for _, capacity := range []int{1, 2, 7, 100} {
+		r := rand.New(rand.NewPCG(uint64(capacity), 9))
+		var l chunkLRU
+		l.init(capacity)
+		told := map[*chunk]int{}
+		l.onEvict = func(ch *chunk) { told[ch]++ }
+		var model []*chunk // oldest first
+		find := func(h uint64) int {
+			return slices.IndexFunc(model, func(ch *chunk) bool { return ch.hash == h })
+		}
+		var gone []*chunk
+		for step := range 20000 {
+			h := uint64(r.IntN(3 * capacity))
+			switch op := r.IntN(10); {
+			case op < 5: // get, or add on a miss as intern does
+				ch, ok := l.get(h)
+				if i := find(h); i >= 0 {
+					if !ok || ch != model[i] {
+						t.Fatalf("capacity %d step %d: get %d = %p %v, want %p", capacity, step, h, ch, ok, model[i])
+					}
+					model = append(slices.Delete(model, i, i+1), ch)
+					continue
+				}
+				if ok {
+					t.Fatalf("capacity %d step %d: get %d found a chunk the model lacks", capacity, step, h)
+				}
+				ch = &chunk{hash: h}
+				evicted := l.add(ch)
+				if want := len(model) == capacity; evicted != want {
+					t.Fatalf("capacity %d step %d: add evicted %v, want %v", capacity, step, evicted, want)
+				}
+				if evicted {
+					gone = append(gone, model[0])
+					model = model[1:]
+				}
+				model = append(model, ch)
+			case op < 7: // remove a cached chunk
+				if i := find(h); i >= 0 {
+					l.remove(model[i])
+					gone = append(gone, model[i])
+					model = slices.Delete(model, i, i+1)
+				}
+			case op < 8: // drop the oldest, as the location bound does
+				if len(model) > 0 {
+					l.remove(l.oldest())
+					gone = append(gone, model[0])
+					model = model[1:]
+				}
+			default:
+				l.shrink()
+			}
+			var order []*chunk
+			for ch := l.oldest(); ch != nil; ch = l.next(ch) {
+				order = append(order, ch)
+			}
+			if !slices.Equal(order, model) || l.len() != len(model) {
+				t.Fatalf("capacity %d step %d: cache holds %d chunks in another order than the model's %d", capacity, step, l.len(), len(model))
+			}
+		}
+		for _, ch := range gone {
+			if told[ch] != 1 || ch.cached {
+				t.Fatalf("capacity %d: a chunk that left was told %d times, cached %v", capacity, told[ch], ch.cached)
+			}
+		}
+		for _, ch := range model {
+			if told[ch] != 0 || !ch.cached {
+				t.Fatalf("capacity %d: a cached chunk was told %d times, cached %v", capacity, told[ch], ch.cached)
+			}
+		}
+	}
+}
+
+// The cache costs what it holds, not its capacity: a few thousand distinct stacks under the
+// largest capacity take about what they take under a capacity that fits them, and a table
+// whose chunks went is made small again.
+func TestChunkCacheCostsWhatItHolds(t *testing.T) {
+	const distinct = 2000
+	stacks := benchStacks(distinct, 15)
+	cost := func(capacity int) (float64, *Aggregator) {
+		before := heapInUse()
+		c := newTestAggregator(t, DefaultChunkSize, capacity)
+		for _, s := range stacks {
+			c.Add(RawSample{PID: 1, TID: 1, User: s})
+		}
+		return float64(heapInUse()-before) / distinct, c
+	}
+	fits, c1 := cost(8192)
+	largest, c2 := cost(1 << 20)
+	runtime.KeepAlive(c1)
+	if largest > fits*1.25 {
+		t.Errorf("a distinct stack costs %.0f B under a capacity of 2^20 chunks, %.0f B under 8192", largest, fits)
+	}
+
+	base := heapInUse()
+	var l chunkLRU
+	l.init(1 << 20)
+	kept := make([]*chunk, 100000) // the chunks stay: the table alone is measured
+	for h := range kept {
+		kept[h] = &chunk{hash: uint64(h)}
+		l.add(kept[h])
+	}
+	grown := heapInUse() - base
+	for l.len() > 100 {
+		l.remove(l.oldest())
+	}
+	l.shrink()
+	// The chunks and kept are not the table.
+	table := func(b uint64) float64 { return float64(b) - float64(len(kept))*float64(unsafe.Sizeof(chunk{})+8) }
+	shrunk := heapInUse() - base
+	t.Logf("table %.0f B at 100 000 chunks, %.0f B at 100", table(grown), table(shrunk))
+	if table(shrunk) > table(grown)/20 {
+		t.Errorf("the table of 100 chunks left of 100 000 holds %.0f B; at 100 000 it held %.0f B", table(shrunk), table(grown))
+	}
+	runtime.KeepAlive(kept)
+	runtime.KeepAlive(c2)
+}

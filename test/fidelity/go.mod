@@ -10,7 +10,6 @@ require (
 )
 
 require (
-	github.com/elastic/go-freelru v0.16.0 // indirect
 	github.com/klauspost/cpuid/v2 v2.0.9 // indirect
 	github.com/zeebo/xxh3 v1.0.2 // indirect
 	go.opentelemetry.io/proto/otlp v1.11.0 // indirect
