@@ -3,12 +3,16 @@ package symbolize
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+	"unsafe"
 
 	"github.com/sonde-profiler/sonde/trace"
 )
@@ -230,5 +234,61 @@ func TestPrepareKernel(t *testing.T) {
 	}
 	if New(Options{Mode: ModeNone, KallsymsPath: path}).PrepareKernel() != nil {
 		t.Error("a symbolizer that names nothing read kallsyms")
+	}
+}
+
+// The table lies outside the Go heap, where it costs no collector headroom, and its
+// memory goes when the table does.
+func TestKallsymsOffHeap(t *testing.T) {
+	var b strings.Builder
+	for i := range 60000 {
+		fmt.Fprintf(&b, "%016x T kernel_function_%d_%s\n", 0xffffffff81000000+uint64(i)*64, i, strings.Repeat("x", i%23))
+	}
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	input := b.String()
+	before := heap()
+	ks, err := ParseKallsyms(strings.NewReader(input))
+	if err != nil {
+		t.Fatal(err)
+	}
+	grew := int64(heap()) - int64(before)
+	runtime.KeepAlive(input)
+	t.Logf("table %d bytes, heap grew %d", ks.SizeBytes(), grew)
+	if grew > ks.SizeBytes()/10 {
+		t.Errorf("the heap grew %d bytes for a table of %d", grew, ks.SizeBytes())
+	}
+	if got, ok := ks.Lookup(0xffffffff81000000 + 777*64 + 5); !ok || got.Name != "kernel_function_777_"+strings.Repeat("x", 777%23) {
+		t.Errorf("Lookup = %+v, %v", got, ok)
+	}
+	at := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(ks.names))))
+	mapped := func() bool {
+		maps, err := os.ReadFile("/proc/self/maps")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.Lines(string(maps)) {
+			var lo, hi uint64
+			if _, err := fmt.Sscanf(line, "%x-%x", &lo, &hi); err == nil && lo <= at && at < hi {
+				return true
+			}
+		}
+		return false
+	}
+	if !mapped() {
+		t.Fatal("the table's names are not in a mapping of their own")
+	}
+	ks = nil
+	deadline := time.Now().Add(10 * time.Second)
+	for mapped() {
+		if time.Now().After(deadline) {
+			t.Fatal("the table's memory stayed mapped after the table went")
+		}
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
 	}
 }
