@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/internal/testprog"
+	"github.com/sonde-profiler/sonde/tracectx"
 )
 
 // fakeProc lays out the /proc files the collector reads for one process.
@@ -345,5 +348,50 @@ func TestIdleProcessesKeptForIdleFor(t *testing.T) {
 				t.Errorf("IdleFor %v: forgotten %v after the start, %d reads of its mappings; want at 90 s, 1 read", idleFor, forgottenAt, reads)
 			}
 		}
+	}
+}
+
+// contextsSeen records what a ContextObserver hears.
+type contextsSeen struct {
+	mu   sync.Mutex
+	gone []uint32
+}
+
+func (c *contextsSeen) TraceContext(uint32, uint64, tracectx.Kernel) {}
+func (c *contextsSeen) TraceContextGone(pid uint32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gone = append(c.gone, pid)
+}
+
+// Only a process whose trace context the kernel was told of is told gone: under an exec
+// storm most processes never publish one, and each delete of nothing is a system call.
+func TestContextGoneOnlyWherePublished(t *testing.T) {
+	dir := t.TempDir()
+	bin := testprog.BuildC(t, helloC, "-O1")
+	var st syscall.Stat_t
+	syscall.Stat(bin, &st)
+	procfs := filepath.Join(dir, "proc")
+	maps := fmt.Sprintf("1000-2000 r-xp 00000000 %02x:%02x %d %s\n", unixMajor(st.Dev), unixMinor(st.Dev), st.Ino, bin)
+	fakeProc(t, procfs, 7, "plain", bin, maps)
+	fakeProc(t, procfs, 8, "traced", bin, maps)
+	seen := &contextsSeen{}
+	now := time.Now()
+	c, procs := newAggregator(t, ProcessConfig{ProcFS: procfs, Contexts: seen}, Config{}, now)
+	c.Add(RawSample{PID: 7, TID: 7, ExecID: 1, Time: now, User: []uint64{0x1010}})
+	c.Add(RawSample{PID: 8, TID: 8, ExecID: 1, Time: now, User: []uint64{0x1010}})
+	procs.Settle(context.Background())
+	procs.mu.Lock()
+	procs.images[8].ctx.Store(&tracectx.State{Kernel: tracectx.Kernel{HasTLS: true}})
+	procs.mu.Unlock()
+	for _, pid := range []uint32{7, 8} {
+		procs.Exit(pid)
+		os.RemoveAll(filepath.Join(procfs, fmt.Sprint(pid)))
+	}
+	c.Flush(now.Add(time.Second))
+	seen.mu.Lock()
+	defer seen.mu.Unlock()
+	if !slices.Equal(seen.gone, []uint32{8}) {
+		t.Errorf("told gone: %v, want only the process that published a context", seen.gone)
 	}
 }

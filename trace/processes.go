@@ -825,7 +825,7 @@ func (p *Processes) file(dir string, l mapsLine, hostRoot bool) *objfile.File {
 // It returns the interning spaces of the images it forgot, and of those execs replaced
 // since the last sweep: no sample can name them again.
 func (p *Processes) sweep(seen map[*image]bool, intervalStart time.Time) (spaces map[uint64]bool) {
-	var gone []uint32
+	var gone, published []uint32
 	p.mu.Lock()
 	horizon := intervalStart.Add(-p.cfg.IdleFor)
 	if len(p.images) >= p.cfg.MaxProcesses*3/4 {
@@ -845,6 +845,12 @@ func (p *Processes) sweep(seen map[*image]bool, intervalStart time.Time) (spaces
 			img.forgotten.Store(true)
 			delete(p.images, pid)
 			gone = append(gone, pid)
+			// Only a process whose trace context the kernel was told of has an entry to
+			// take back: under an exec storm, most that go never had one, and a delete
+			// of nothing is still a system call.
+			if st := img.ctx.Load(); st != nil && (st.Kernel.HasTLS || st.Kernel.Go != nil) {
+				published = append(published, pid)
+			}
 			if spaces == nil {
 				spaces = map[uint64]bool{}
 			}
@@ -889,7 +895,7 @@ func (p *Processes) sweep(seen map[*image]bool, intervalStart time.Time) (spaces
 		}
 	}
 	if p.cfg.Contexts != nil {
-		for _, pid := range gone {
+		for _, pid := range published {
 			p.cfg.Contexts.TraceContextGone(pid)
 		}
 		p.scheduleContextChecks()

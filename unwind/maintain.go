@@ -111,12 +111,14 @@ type Maintainer struct {
 	mu      sync.Mutex
 	queue   []uint32 // pids with pending updates, oldest first
 	updates map[uint32]*update
-	stats   MaintainerStats
-	wake    chan struct{}
-	stopped bool   // Run returned
-	queued  uint64 // updates queued so far
-	written uint64 // updates written so far
-	settled *sync.Cond
+	// inKernel holds the pids whose mappings Run took up to write, until it forgets them.
+	inKernel map[uint32]bool
+	stats    MaintainerStats
+	wake     chan struct{}
+	stopped  bool   // Run returned
+	queued   uint64 // updates queued so far
+	written  uint64 // updates written so far
+	settled  *sync.Cond
 
 	// Owned by Run.
 	tables  map[objfile.ID]*fileTable
@@ -170,13 +172,14 @@ func NewMaintainer(cfg MaintainerConfig) *Maintainer {
 		cfg.MaxPending = 4096
 	}
 	m := &Maintainer{
-		cfg:     cfg,
-		updates: map[uint32]*update{},
-		wake:    make(chan struct{}, 1),
-		tables:  map[objfile.ID]*fileTable{},
-		procs:   map[uint32][]*fileTable{},
-		idle:    list.New(),
-		stats:   MaintainerStats{RowsBudget: cfg.MaxRows},
+		cfg:      cfg,
+		updates:  map[uint32]*update{},
+		inKernel: map[uint32]bool{},
+		wake:     make(chan struct{}, 1),
+		tables:   map[objfile.ID]*fileTable{},
+		procs:    map[uint32][]*fileTable{},
+		idle:     list.New(),
+		stats:    MaintainerStats{RowsBudget: cfg.MaxRows},
 	}
 	m.settled = sync.NewCond(&m.mu)
 	return m
@@ -190,7 +193,16 @@ func (m *Maintainer) ProcessMappings(pid uint32, execID uint64, mappings []*trac
 
 // ProcessGone queues forgetting a process; it implements trace.MappingObserver.
 func (m *Maintainer) ProcessGone(pid uint32) {
-	m.enqueue(pid, &update{gone: true})
+	// A process the maintainer never wrote, nor has an update queued for, left nothing
+	// in the kernel to take back (the kernel drops its own entry at exit): most of an
+	// exec storm's processes, each of which cost a wake-up and a failing delete.
+	m.mu.Lock()
+	_, queued := m.updates[pid]
+	known := queued || m.inKernel[pid]
+	m.mu.Unlock()
+	if known {
+		m.enqueue(pid, &update{gone: true})
+	}
 }
 
 func (m *Maintainer) enqueue(pid uint32, u *update) {
@@ -236,6 +248,11 @@ func (m *Maintainer) Run(ctx context.Context) error {
 		m.queue = m.queue[1:]
 		u := m.updates[pid]
 		delete(m.updates, pid)
+		if !u.gone {
+			// Marked before the write: a process that goes while it is written is
+			// known to ProcessGone, which queues its removal.
+			m.inKernel[pid] = true
+		}
 		m.mu.Unlock()
 		if u.gone {
 			m.forget(pid)
@@ -306,6 +323,9 @@ func (m *Maintainer) apply(pid uint32, u *update) {
 
 // forget drops a process and its hold on its tables.
 func (m *Maintainer) forget(pid uint32) {
+	m.mu.Lock()
+	delete(m.inKernel, pid)
+	m.mu.Unlock()
 	m.release(m.procs[pid])
 	delete(m.procs, pid)
 	_ = m.cfg.Kernel.DeleteProcess(pid)

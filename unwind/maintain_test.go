@@ -22,6 +22,7 @@ type fakeKernel struct {
 	maxTables int
 	processes map[uint32][]KernelMapping
 	execIDs   map[uint32]uint64
+	deletes   int // DeleteProcess calls
 }
 
 func newFakeKernel(maxTables int) *fakeKernel {
@@ -67,6 +68,7 @@ func (k *fakeKernel) DeleteProcess(pid uint32) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	delete(k.processes, pid)
+	k.deletes++
 	return nil
 }
 
@@ -155,6 +157,39 @@ func TestMaintainerSharesTablesAndComputesBias(t *testing.T) {
 	settle()
 	if _, ok := k.process(10); ok {
 		t.Error("pid 10 still in the kernel after ProcessGone")
+	}
+}
+
+// A process the maintainer never wrote costs nothing when it goes: no delete reaches the
+// kernel (the kernel drops its own entry at exit). One written, or queued to be, is
+// deleted, however close its going follows its mappings.
+func TestMaintainerGoneUnwritten(t *testing.T) {
+	bin := buildPIE(t)
+	k := newFakeKernel(100)
+	m, settle := runMaintainer(t, MaintainerConfig{Kernel: k, MaxMappings: 4})
+	for pid := range uint32(100) {
+		m.ProcessGone(1000 + pid)
+	}
+	settle()
+	if k.deletes != 0 {
+		t.Errorf("%d deletes for processes never written", k.deletes)
+	}
+	file := objfile.HostFile(objfile.Key{Dev: 1, Inode: 2}, bin)
+	m.ProcessMappings(10, 1, []*trace.Mapping{textMapping(file, 0x555555555000)})
+	settle()
+	m.ProcessMappings(11, 1, []*trace.Mapping{textMapping(file, 0x566666666000)})
+	m.ProcessGone(11) // queued, not yet written
+	m.ProcessGone(10)
+	settle()
+	for _, pid := range []uint32{10, 11} {
+		if _, ok := k.process(pid); ok {
+			t.Errorf("pid %d still in the kernel after it went", pid)
+		}
+	}
+	m.ProcessGone(10) // forgotten already
+	settle()
+	if k.deletes != 2 {
+		t.Errorf("%d deletes, want one for each of the two processes written or queued", k.deletes)
 	}
 }
 
