@@ -79,9 +79,13 @@ func TestInflateMatchesZlib(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var marks []blockMark
+			type block struct {
+				bit, out uint64
+				hist     []byte
+			}
+			var marks []block
 			f.onBlock = func(bit, out uint64, hist []byte) {
-				marks = append(marks, blockMark{bit: bit, out: out, hist: bytes.Clone(hist)})
+				marks = append(marks, block{bit: bit, out: out, hist: bytes.Clone(hist)})
 			}
 			got, err := io.ReadAll(f)
 			if err != nil {

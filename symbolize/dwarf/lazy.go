@@ -7,7 +7,9 @@ import (
 	"io"
 	"math"
 	"slices"
+	"sync"
 
+	"github.com/klauspost/compress/s2"
 	"github.com/sonde-profiler/sonde/internal/mmapfile"
 )
 
@@ -42,11 +44,14 @@ const lazyBlock = 4 << 10
 const maxWalks = 3
 
 // markEvery is the output between two marks of a zlib stream: at most what a walk
-// decompresses to reach a block, for the 32 KB each mark holds (libc's .debug_info,
-// 5.6 MB: 22 marks). Where processes come and go, their new C library units come a few
-// each interval: a megabyte between marks was 30–40 MB decompressed a minute, a quarter
-// of that with a quarter.
-const markEvery = 256 << 10
+// decompresses to reach a block. Where processes come and go, their new C library
+// units come a few each interval, and each walks three sections from the mark before
+// it: a megabyte between marks was 30–40 MB decompressed a minute, and at 256 KB the
+// walks were still a third of sonde's CPU beside 120 execs a second. A mark holds its
+// 32 KB of history compressed (S2: 55–60 % of DWARF's bytes, decoded in tens of
+// microseconds), so that twice the marks hold about what they held uncompressed
+// (libc's debug file: 62 marks, 1.1 MB).
+const markEvery = 128 << 10
 
 // lazySection is a compressed section decompressed where decoding needs it.
 type lazySection struct {
@@ -73,13 +78,27 @@ type lazySection struct {
 }
 
 // blockMark is where a zlib stream can be entered again: the bit its block begins at,
-// the output before it, and the last window bytes of that output, kept in anonymous
-// memory as the decompressed copies are, outside the Go heap.
+// the output before it, and the last window bytes of that output, compressed with S2
+// and kept in anonymous memory as the decompressed copies are, outside the Go heap.
 type blockMark struct {
 	bit, out uint64
-	hist     []byte
+	packed   []byte // the history, S2
+	histLen  int
 	region   *mmapfile.Region
 }
+
+// history decompresses the mark's history.
+func (m *blockMark) history() ([]byte, error) {
+	h, err := s2.Decode(make([]byte, m.histLen), m.packed)
+	if err != nil || len(h) != m.histLen {
+		return nil, fmt.Errorf("mark at %d: history does not decode", m.out)
+	}
+	return h, nil
+}
+
+// markScratch holds the room a mark's history is compressed in before it is copied to
+// memory of its own size.
+var markScratch = sync.Pool{New: func() any { b := make([]byte, s2.MaxEncodedLen(window)); return &b }}
 
 type bitset []uint64
 
@@ -210,7 +229,11 @@ func (l *lazySection) restart(off uint64) error {
 		// The stream goes on from the start of the block the mark lies in, replaying
 		// the end of the mark's history.
 		at := m.out &^ (lazyBlock - 1)
-		f, err = resumeInflater(l.packed, m.bit, m.out, m.hist, int(m.out-at), l.release)
+		var hist []byte
+		if hist, err = m.history(); err != nil {
+			return err
+		}
+		f, err = resumeInflater(l.packed, m.bit, m.out, hist, int(m.out-at), l.release)
 		l.pos = at
 	} else {
 		f, err = newInflater(l.packed, l.release)
@@ -250,13 +273,16 @@ func (l *lazySection) mark(bit, out uint64, hist []byte) {
 	if out < next || len(hist) < window || out > l.size {
 		return
 	}
-	r, err := mmapfile.Anon(len(hist))
+	scratch := markScratch.Get().(*[]byte)
+	defer markScratch.Put(scratch)
+	enc := s2.EncodeBetter(*scratch, hist)
+	r, err := mmapfile.Anon(len(enc))
 	if err != nil {
 		return // no mark: a later walk starts from an earlier one
 	}
-	copy(r.Bytes(), hist)
-	l.marks = append(l.marks, blockMark{bit: bit, out: out, hist: r.Bytes(), region: r})
-	l.held += int64(len(hist))
+	copy(r.Bytes(), enc)
+	l.marks = append(l.marks, blockMark{bit: bit, out: out, packed: r.Bytes(), histLen: len(hist), region: r})
+	l.held += int64(len(enc))
 }
 
 func (l *lazySection) closeStream() {
@@ -330,7 +356,7 @@ func (l *lazySection) thin(unpin bool) int64 {
 func (l *lazySection) markBytes() int64 {
 	var n int64
 	for _, m := range l.marks {
-		n += int64(len(m.hist))
+		n += int64(len(m.packed))
 	}
 	return n
 }

@@ -133,11 +133,11 @@ func (c *Cache) touchLocked(t *Table) {
 func (t *Table) dropScratch() { t.dropScratchKeeping(false) }
 
 // maxKeptMarks bounds the marks a table keeps when its copies go for being idle: the C
-// library's debug file has about thirty (a megabyte at most), and without them the
+// library's debug file has about sixty (1.1 MB compressed), and without them the
 // first new unit after each idle time walked its .debug_info from the start, 5.6 MB and
 // 38 ms of CPU. A file with more (a browser's tens of megabytes) walks from the start
 // again rather than hold megabytes for it.
-const maxKeptMarks = 1 << 20
+const maxKeptMarks = 3 << 19
 
 // dropScratchKeeping is dropScratch, keeping the lazy sections' marks when keepMarks
 // and they are few (maxKeptMarks). The marks stay accounted, and go when the bound
