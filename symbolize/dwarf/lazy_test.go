@@ -3,6 +3,7 @@ package dwarf
 import (
 	"bytes"
 	"debug/elf"
+	"io"
 	"reflect"
 	"testing"
 
@@ -235,18 +236,9 @@ func TestLazySectionMarks(t *testing.T) {
 		rng = rng*1664525 + 1013904223
 		plain[i] = byte(rng>>28) + byte(i/lazyBlock) // compresses, in many blocks
 	}
-	// The standard library's deflate ends a block every 16 Ki tokens, mostly literals
-	// here: a mark lies within 16 KB past each multiple of markEvery.
-	var zb bytes.Buffer
-	zw := stdzlib.NewWriter(&zb)
-	zw.Write(plain)
-	zw.Close()
-	l := newLazy(zb.Bytes(), compZlib, uint64(len(plain)), nil)
-	t.Cleanup(func() { l.drop() })
-	b, err := l.bytes()
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The standard library's deflate ends a block every 16 Ki tokens: a mark lies
+	// shortly past each multiple of markEvery.
+	l, b := zlibLazyWith(t, plain, func(w io.Writer) io.WriteCloser { return stdzlib.NewWriter(w) })
 	need := func(off uint64) uint64 {
 		t.Helper()
 		before := l.inflated
@@ -288,8 +280,14 @@ func TestLazySectionMarks(t *testing.T) {
 // the region its blocks are filled into.
 func zlibLazy(t *testing.T, plain []byte) (*lazySection, []byte) {
 	t.Helper()
+	return zlibLazyWith(t, plain, func(w io.Writer) io.WriteCloser { return zlib.NewWriter(w) })
+}
+
+// zlibLazyWith is zlibLazy with another zlib writer.
+func zlibLazyWith(t *testing.T, plain []byte, writer func(io.Writer) io.WriteCloser) (*lazySection, []byte) {
+	t.Helper()
 	var zb bytes.Buffer
-	zw := zlib.NewWriter(&zb)
+	zw := writer(&zb)
 	zw.Write(plain)
 	zw.Close()
 	l := newLazy(zb.Bytes(), compZlib, uint64(len(plain)), nil)
