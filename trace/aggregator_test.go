@@ -164,15 +164,21 @@ func TestAggregatorResolves(t *testing.T) {
 	}
 }
 
-func TestAggregatorExecAndExit(t *testing.T) {
-	dir := t.TempDir()
-	bin := testprog.BuildC(t, helloC, "-O1")
+// helloMaps builds helloC and returns it with a maps line that maps a page of it at start.
+func helloMaps(t *testing.T) (bin string, line func(start uint64) string) {
+	t.Helper()
+	bin = testprog.BuildC(t, helloC, "-O1")
 	var st syscall.Stat_t
 	syscall.Stat(bin, &st)
-	procfs := filepath.Join(dir, "proc")
-	line := func(start uint64) string {
+	return bin, func(start uint64) string {
 		return fmt.Sprintf("%x-%x r-xp 00000000 %02x:%02x %d %s\n", start, start+0x1000, unixMajor(st.Dev), unixMinor(st.Dev), st.Ino, bin)
 	}
+}
+
+func TestAggregatorExecAndExit(t *testing.T) {
+	dir := t.TempDir()
+	bin, line := helloMaps(t)
+	procfs := filepath.Join(dir, "proc")
 	fakeProc(t, procfs, 7, "before", bin, line(0x1000))
 	now := time.Now()
 	c, procs := newAggregator(t, ProcessConfig{ProcFS: procfs}, Config{}, now)
@@ -367,12 +373,9 @@ func (c *contextsSeen) TraceContextGone(pid uint32) {
 // Only a process whose trace context the kernel was told of is told gone: under an exec
 // storm most processes never publish one, and each delete of nothing is a system call.
 func TestContextGoneOnlyWherePublished(t *testing.T) {
-	dir := t.TempDir()
-	bin := testprog.BuildC(t, helloC, "-O1")
-	var st syscall.Stat_t
-	syscall.Stat(bin, &st)
-	procfs := filepath.Join(dir, "proc")
-	maps := fmt.Sprintf("1000-2000 r-xp 00000000 %02x:%02x %d %s\n", unixMajor(st.Dev), unixMinor(st.Dev), st.Ino, bin)
+	bin, line := helloMaps(t)
+	procfs := filepath.Join(t.TempDir(), "proc")
+	maps := line(0x1000)
 	fakeProc(t, procfs, 7, "plain", bin, maps)
 	fakeProc(t, procfs, 8, "traced", bin, maps)
 	seen := &contextsSeen{}
