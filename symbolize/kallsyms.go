@@ -377,8 +377,11 @@ func (p *kallsymsParse) build(modules []string) *KernelSymbols {
 // anonymous memory cannot be had, the heap keeps them.
 func (k *KernelSymbols) offHeap() {
 	n := 4*len(k.addr32) + 8*len(k.addr64) + 4*len(k.blocks) + len(k.names)
+	if n == 0 {
+		return
+	}
 	r, err := mmapfile.Anon(n)
-	if err != nil || n == 0 {
+	if err != nil {
 		return
 	}
 	b := r.Bytes()

@@ -405,6 +405,9 @@ func (a *Aggregator) Flush(end time.Time) *Profile {
 	}
 	a.forgetIdle(end)
 	a.forgetUnheld()
+	// What the forgetting let go of, this flush's or the last one's exited spaces, leaves
+	// the table's room too.
+	a.chunks.lru.shrink()
 	// Images the processes forget must not be handed to later samples.
 	clear(a.images)
 	a.mu.Unlock()
@@ -541,7 +544,6 @@ func (a *Aggregator) forgetIdle(end time.Time) {
 		a.chunks.lru.remove(ch)
 		a.chunks.evictions++
 	}
-	a.chunks.lru.shrink()
 }
 
 // forgetUnheld drops the locations no cached chunk took up again since they were let go.

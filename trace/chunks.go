@@ -224,6 +224,5 @@ func (c *chunker) forgetSpaces(dead map[uint64]bool) int {
 		}
 		ch = next
 	}
-	c.lru.shrink()
 	return n
 }

@@ -848,7 +848,7 @@ func (p *Processes) sweep(seen map[*image]bool, intervalStart time.Time) (spaces
 			// Only a process whose trace context the kernel was told of has an entry to
 			// take back: under an exec storm, most that go never had one, and a delete
 			// of nothing is still a system call.
-			if st := img.ctx.Load(); st != nil && (st.Kernel.HasTLS || st.Kernel.Go != nil) {
+			if st := img.ctx.Load(); st != nil && st.Kernel.Published() {
 				published = append(published, pid)
 			}
 			if spaces == nil {

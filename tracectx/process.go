@@ -42,6 +42,10 @@ type Kernel struct {
 	Go *GoRuntime
 }
 
+// Published says whether the kernel has somewhere to read a thread's context: the zero
+// Kernel says nowhere.
+func (k Kernel) Published() bool { return k.HasTLS || k.Go != nil }
+
 // Mapping is an executable mapping of a process, as the caller read /proc/PID/maps.
 type Mapping struct {
 	File          *objfile.File // nil for anonymous mappings

@@ -326,7 +326,11 @@ func (m *Maintainer) forget(pid uint32) {
 	m.mu.Lock()
 	delete(m.inKernel, pid)
 	m.mu.Unlock()
-	m.release(m.procs[pid])
+	held, written := m.procs[pid]
+	if !written {
+		return // its update was queued, and replaced before it was written
+	}
+	m.release(held)
 	delete(m.procs, pid)
 	_ = m.cfg.Kernel.DeleteProcess(pid)
 	m.publish()

@@ -88,7 +88,7 @@ func (k kernelGoroutines) attach(f *objfile.File, at unwind.GoProbes) (io.Closer
 type kernelContexts struct{ s *bpf.Sampler }
 
 func (k kernelContexts) TraceContext(pid uint32, execID uint64, c tracectx.Kernel) {
-	if !c.HasTLS && c.Go == nil {
+	if !c.Published() {
 		k.s.DeleteTraceContext(pid)
 		return
 	}
