@@ -6,17 +6,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/klauspost/compress/zlib"
 	"github.com/klauspost/compress/zstd"
 )
-
-func zlibReader(packed io.Reader) (io.Reader, error) {
-	r, err := zlib.NewReader(packed)
-	if err != nil {
-		return nil, fmt.Errorf("zlib: %w", err)
-	}
-	return r, nil
-}
 
 type zstdStream struct{ *zstd.Decoder }
 
@@ -38,6 +29,13 @@ func zstdReader(packed io.Reader, size uint64) (zstdStream, error) {
 // compressed pages back as it reads them when release is set. Closing it ends the
 // decoder and gives back the rest of what was read.
 func openStream(packed []byte, comp compression, size uint64, release func([]byte)) (io.Reader, func(), error) {
+	if comp == compZlib {
+		f, err := newInflater(packed, release)
+		if err != nil {
+			return nil, nil, fmt.Errorf("zlib: %w", err)
+		}
+		return f, f.close, nil
+	}
 	in := io.Reader(bytes.NewReader(packed))
 	done := func() {}
 	if release != nil {
@@ -45,12 +43,6 @@ func openStream(packed []byte, comp compression, size uint64, release func([]byt
 		in, done = rr, rr.giveBack // a decoder that knows where its stream ends stops short of EOF
 	}
 	switch comp {
-	case compZlib:
-		zr, err := zlibReader(in)
-		if err != nil {
-			return nil, nil, err
-		}
-		return zr, done, nil
 	case compZstd:
 		zr, err := zstdReader(in, size)
 		if err != nil {

@@ -29,12 +29,14 @@
 // the addresses announced in Options.Want need; Prepare fetches what a pass's new units
 // need in one more walk; Thin lets it go at the pass's end; Hold keeps every page once
 // decompressed, for a file whose passes keep decoding new units. A zlib stream is
-// decoded by the package's own inflater (inflate.go), which leaves a mark every 128 KB
-// of output where a block begins (its 32 KB window compressed, in anonymous memory
-// too), so that a later walk starts near what it needs rather than at the section's
-// start. The other compressed sections, small, are decompressed whole when needed. All
-// of it stays until Trim, and the compressed pages read are given back as the stream
-// passes them (Options.Release).
+// decoded by the package's own inflater (inflate.go: whole-symbol code tables, a bit
+// buffer filled a word at a time), which leaves a mark every 128 KB of output where a
+// block begins (its 32 KB window compressed, in anonymous memory too), so that a later
+// walk starts near what it needs rather than at the section's start. A .debug_abbrev
+// that passes keep walking from its marks is packed instead: its output kept in S2
+// chunks, decoded where a need reaches. The other compressed sections, small, are
+// decompressed whole when needed. All of it stays until Trim, and the compressed pages
+// read are given back as the stream passes them (Options.Release).
 // The copies lie in anonymous memory outside the Go heap.
 //
 // Hostile or broken input costs an error, never a panic: unit headers, unit DIEs

@@ -32,6 +32,7 @@ type inflater struct {
 	state  inflateState
 	final  bool // the block being decoded is the last
 	stored int  // bytes left of a stored block
+	target int  // len(out) the current fill decodes up to
 	lit    *huffman
 	dist   *huffman
 	dyn    *[2]huffman // a dynamic block's codes, kept from block to block
@@ -42,6 +43,25 @@ type inflater struct {
 
 	release  func([]byte) // gives back the compressed pages read; may be nil
 	released int
+
+	buf *inflateBuf // out's and dyn's memory, back to inflateBufs at close
+}
+
+// inflateBuf is an inflater's memory, reused: a pass starts a walk, each with its
+// inflater, in each section it needs.
+type inflateBuf struct {
+	out [outCap]byte
+	dyn [2]huffman
+}
+
+var inflateBufs = sync.Pool{New: func() any { return new(inflateBuf) }}
+
+// errInflaterClosed is what an inflater gives once closed: its memory is another's.
+var errInflaterClosed = errors.New("inflater closed")
+
+func newBuffered(in []byte, pos int, release func([]byte)) *inflater {
+	b := inflateBufs.Get().(*inflateBuf)
+	return &inflater{in: in, pos: pos, out: b.out[:0], dyn: &b.dyn, release: release, buf: b}
 }
 
 type inflateState uint8
@@ -55,13 +75,13 @@ const (
 )
 
 const (
-	window  = 32 << 10 // the farthest a DEFLATE match reaches back
-	outCap  = window + 64<<10
-	maxCode = 15 // bits of the longest Huffman code
-	// fastBits is the width of a code table's direct lookup: the rarer, longer codes
-	// are decoded a bit at a time.
-	fastBits = 10
+	window   = 32 << 10 // the farthest a DEFLATE match reaches back
+	outCap   = window + 128<<10
+	maxCode  = 15 // bits of the longest Huffman code
 	maxMatch = 258
+	// outLimit is where decoding stops in out: a match begun below it ends, with the
+	// word copies' overrun, inside.
+	outLimit = outCap - maxMatch - 8
 )
 
 var (
@@ -79,7 +99,8 @@ func newInflater(in []byte, release func([]byte)) (*inflater, error) {
 	if cmf&0x0f != 8 || cmf>>4 > 7 || (uint16(cmf)<<8|uint16(flg))%31 != 0 || flg&0x20 != 0 {
 		return nil, errZlibHeader
 	}
-	f := &inflater{in: in, pos: 2, out: make([]byte, 0, outCap), sum: adler32.New(), release: release}
+	f := newBuffered(in, 2, release)
+	f.sum = adler32.New()
 	return f, nil
 }
 
@@ -90,8 +111,9 @@ func resumeInflater(in []byte, bit, out uint64, hist []byte, replay int, release
 	if bit/8 > uint64(len(in)) || replay > len(hist) || uint64(len(hist)) > out || len(hist) > outCap {
 		return nil, errInflateCorrupt
 	}
-	f := &inflater{in: in, pos: int(bit / 8), out: make([]byte, len(hist), outCap),
-		release: release, released: int(bit/8) &^ (4<<10 - 1)}
+	f := newBuffered(in, int(bit/8), release)
+	f.released = f.pos &^ (4<<10 - 1)
+	f.out = f.out[:len(hist)]
 	copy(f.out, hist)
 	f.rd = len(hist) - replay
 	f.base = out - uint64(len(hist))
@@ -147,97 +169,157 @@ func (f *inflater) take(n uint) (uint32, bool) {
 	return v, true
 }
 
-// huffman is a canonical Huffman code: a direct table for the codes of up to fastBits
-// bits, and the counts and symbols of every length for the rest.
+// huffman is a canonical Huffman code as tables of entries: a root table indexed by the
+// next rootBits bits, and for the longer codes, subtables indexed by the bits after
+// those. An entry says what the code decodes to, whole: a literal, a length or distance
+// base with the extra bits after it, the end of the block, or where the subtable is, so
+// that decoding a symbol is one or two loads, not a search.
 type huffman struct {
-	fast  [1 << fastBits]uint16 // symbol<<4 | length; 0 where no short code begins
-	count [maxCode + 1]uint16
-	syms  [288]uint16 // symbols in the order of their codes
-	max   uint        // longest length
+	root [1 << rootBits]uint32
+	sub  []uint32
+}
+
+// An entry: bits 0-3 the bits the code takes (in a subtable: past the root), bits 4-7
+// the extra bits after it (a subtable's: its index bits), bits 8-10 the kind, bits
+// 16-31 the value. An entry of 0 is no code.
+const (
+	rootBits = 10
+	rootMask = 1<<rootBits - 1
+
+	kindLiteral = 0 // value: the byte, or a code length code's symbol
+	kindMatch   = 1 // value: a length's or a distance's base
+	kindEnd     = 2
+	kindSub     = 3 // value: the subtable's offset in sub
+	kindInvalid = 4 // a symbol the format does not use (286, 287; distances 30, 31)
+)
+
+func codeEntry(kind, value, extra, bits uint32) uint32 {
+	return value<<16 | kind<<8 | extra<<4 | bits
+}
+
+func entryKind(e uint32) uint32 { return e >> 8 & 7 }
+
+// What a code's symbols mean: build makes each one's entry.
+type alphabet uint8
+
+const (
+	codeLengths alphabet = iota
+	litLen
+	distances
+)
+
+func (a alphabet) entry(sym int) uint32 {
+	switch {
+	case a == codeLengths || a == litLen && sym < 256:
+		return codeEntry(kindLiteral, uint32(sym), 0, 0)
+	case a == litLen && sym == 256:
+		return codeEntry(kindEnd, 0, 0, 0)
+	case a == litLen && sym-257 < len(lengthBase):
+		return codeEntry(kindMatch, uint32(lengthBase[sym-257]), uint32(lengthExtra[sym-257]), 0)
+	case a == distances && sym < len(distBase):
+		return codeEntry(kindMatch, distBase[sym], uint32(distExtra[sym]), 0)
+	}
+	return codeEntry(kindInvalid, 0, 0, 0)
 }
 
 // build makes the code whose symbol i has lengths[i] bits (0: not used). An
 // over-subscribed set of lengths is corrupt; an incomplete one is allowed only as one
 // code of one bit, as zlib allows.
-func (h *huffman) build(lengths []uint8) error {
-	clear(h.fast[:])
-	clear(h.count[:])
-	h.max = 0
+func (h *huffman) build(lengths []uint8, a alphabet) error {
+	var count [maxCode + 1]uint16
+	longest := 0
 	for _, l := range lengths {
-		h.count[l]++
-		h.max = max(h.max, uint(l))
+		count[l]++
+		longest = max(longest, int(l))
 	}
-	h.count[0] = 0
+	count[0] = 0
 	left := 1
 	for l := 1; l <= maxCode; l++ {
-		left = left<<1 - int(h.count[l])
+		left = left<<1 - int(count[l])
 		if left < 0 {
 			return errInflateCorrupt
 		}
 	}
-	if left > 0 && h.max > 1 {
+	if left > 0 && longest > 1 {
 		return errInflateCorrupt
 	}
 	var offs [maxCode + 2]uint16
 	for l := 1; l <= maxCode; l++ {
-		offs[l+1] = offs[l] + h.count[l]
+		offs[l+1] = offs[l] + count[l]
 	}
+	var syms [288]uint16 // symbols in the order of their codes
 	for s, l := range lengths {
 		if l != 0 {
-			h.syms[offs[l]] = uint16(s)
+			syms[offs[l]] = uint16(s)
 			offs[l]++
 		}
 	}
-	// The direct table: codes in order of length then symbol, bit-reversed, since the
-	// stream holds a code's first bit lowest.
-	code, i := 0, 0
-	for l := uint(1); l <= min(h.max, fastBits); l++ {
-		for range h.count[l] {
-			rev := reverse(uint16(code), l)
-			for j := int(rev); j < 1<<fastBits; j += 1 << l {
-				h.fast[j] = h.syms[i]<<4 | uint16(l)
+	clear(h.root[:])
+	h.sub = h.sub[:0]
+	// Codes in order of length then symbol. The stream holds a code's first bit
+	// lowest, so tables are indexed by the codes' bits reversed. The codes sharing a
+	// root prefix follow each other in this order, so a prefix's subtable is made when
+	// its first code comes, as wide as its longest code needs.
+	var subLongest [1 << rootBits]uint8
+	for pass := range 2 {
+		code, i := 0, 0
+		for l := 1; l <= longest; l++ {
+			for range count[l] {
+				sym := int(syms[i])
+				code, i = code+1, i+1
+				c := code - 1
+				if l <= rootBits {
+					if pass == 1 {
+						e := a.entry(sym) | uint32(l)
+						for j := reverse(c, l); j < 1<<rootBits; j += 1 << l {
+							h.root[j] = e
+						}
+					}
+					continue
+				}
+				prefix := c >> (l - rootBits)
+				if pass == 0 {
+					subLongest[prefix] = uint8(l)
+					continue
+				}
+				r := reverse(prefix, rootBits)
+				if h.root[r] == 0 {
+					sb := int(subLongest[prefix]) - rootBits
+					h.root[r] = codeEntry(kindSub, uint32(len(h.sub)), uint32(sb), rootBits)
+					h.sub = append(h.sub, make([]uint32, 1<<sb)...)
+				}
+				off, sb, rest := int(h.root[r]>>16), int(h.root[r]>>4&15), l-rootBits
+				e := a.entry(sym) | uint32(rest)
+				for j := reverse(c&(1<<rest-1), rest); j < 1<<sb; j += 1 << rest {
+					h.sub[off+j] = e
+				}
 			}
-			code++
-			i++
+			code <<= 1
 		}
-		code <<= 1
 	}
 	return nil
 }
 
-func reverse(code uint16, n uint) uint16 {
-	var r uint16
-	for range n {
-		r = r<<1 | code&1
-		code >>= 1
-	}
-	return r
-}
+// reverse is the n low bits of code in the opposite order.
+func reverse(code, n int) int { return int(bits.Reverse16(uint16(code)) >> (16 - n)) }
 
-// decode reads one symbol of h.
-func (f *inflater) decode(h *huffman) (int, bool) {
+// decode reads one code of h and returns its entry.
+func (f *inflater) decode(h *huffman) (uint32, bool) {
 	f.need(maxCode) // near the end there may be fewer: the checks below say
-	if e := h.fast[f.bits&(1<<fastBits-1)]; e != 0 && uint(e&15) <= f.nbits {
-		f.drop(uint(e & 15))
-		return int(e >> 4), true
-	}
-	// A bit at a time, comparing the code read so far with the first code of each length.
-	code, first, index := 0, 0, 0
-	for l := uint(1); l <= h.max; l++ {
-		if f.nbits < l {
+	e := h.root[f.bits&rootMask]
+	if entryKind(e) == kindSub {
+		if f.nbits < rootBits {
 			return 0, false
 		}
-		code |= int(f.bits>>(l-1)) & 1
-		count := int(h.count[l])
-		if code-first < count {
-			f.drop(l)
-			return int(h.syms[index+code-first]), true
-		}
-		index += count
-		first = (first + count) << 1
-		code <<= 1
+		f.drop(rootBits)
+		e = h.sub[int(e>>16)+int(f.bits&(1<<(e>>4&15)-1))]
 	}
-	return 0, false
+	l := uint(e & 15)
+	if l == 0 || l > f.nbits {
+		return 0, false
+	}
+	f.drop(l)
+	return e, true
 }
 
 var lengthBase = [29]uint16{3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 23, 27, 31, 35, 43, 51, 59, 67, 83, 99, 115, 131, 163, 195, 227, 258}
@@ -261,14 +343,14 @@ var fixedCodes = sync.OnceValue(func() *[2]huffman {
 			lengths[i] = 8
 		}
 	}
-	if err := c[0].build(lengths[:]); err != nil {
+	if err := c[0].build(lengths[:], litLen); err != nil {
 		panic(err)
 	}
 	var d [32]uint8 // 30 and 31 complete the code and are no distance
 	for i := range d {
 		d[i] = 5
 	}
-	if err := c[1].build(d[:]); err != nil {
+	if err := c[1].build(d[:], distances); err != nil {
 		panic(err)
 	}
 	return &c
@@ -295,19 +377,17 @@ func (f *inflater) readDynamic() error {
 		}
 		clen[codeOrder[i]] = uint8(l)
 	}
-	if f.dyn == nil {
-		f.dyn = new([2]huffman)
-	}
 	h := &f.dyn[0] // the code length code first, the literal code after it
-	if err := h.build(clen[:]); err != nil {
+	if err := h.build(clen[:], codeLengths); err != nil {
 		return err
 	}
 	var lengths [286 + 30]uint8
 	for i := 0; i < nlit+ndist; {
-		sym, ok := f.decode(h)
+		e, ok := f.decode(h)
 		if !ok {
 			return f.shortOrCorrupt()
 		}
+		sym := e >> 16
 		if sym < 16 {
 			lengths[i] = uint8(sym)
 			i++
@@ -344,10 +424,10 @@ func (f *inflater) readDynamic() error {
 	if lengths[256] == 0 {
 		return errInflateCorrupt // no end of block
 	}
-	if err := f.dyn[0].build(lengths[:nlit]); err != nil {
+	if err := f.dyn[0].build(lengths[:nlit], litLen); err != nil {
 		return err
 	}
-	if err := f.dyn[1].build(lengths[nlit : nlit+ndist]); err != nil {
+	if err := f.dyn[1].build(lengths[nlit:nlit+ndist], distances); err != nil {
 		return err
 	}
 	f.lit, f.dist = &f.dyn[0], &f.dyn[1]
@@ -363,37 +443,59 @@ func (f *inflater) shortOrCorrupt() error {
 	return errInflateCorrupt
 }
 
-// Read gives the next decompressed bytes.
+// Read gives the next decompressed bytes, decoding about as many as p asks for.
 func (f *inflater) Read(p []byte) (int, error) {
 	for f.rd == len(f.out) {
 		if f.err != nil {
 			return 0, f.err
 		}
-		f.fill()
+		f.fill(len(p))
 	}
 	n := copy(p, f.out[f.rd:])
 	f.rd += n
 	return n, nil
 }
 
-// fill decodes until out is full or the stream ends or fails, sliding what was read
-// and is older than the window out first.
-func (f *inflater) fill() {
-	if d := min(f.rd, len(f.out)-window); d > 0 {
-		if f.sum != nil {
-			f.sum.Write(f.out[:d])
+// skip passes over the next n bytes of output without copying them anywhere.
+func (f *inflater) skip(n int) (int, error) {
+	done := 0
+	for done < n {
+		if f.rd == len(f.out) {
+			if f.err != nil {
+				return done, f.err
+			}
+			f.fill(n - done)
+			continue
 		}
-		n := copy(f.out, f.out[d:])
-		f.out = f.out[:n]
-		f.rd -= d
-		f.base += uint64(d)
+		k := min(n-done, len(f.out)-f.rd)
+		f.rd += k
+		done += k
+	}
+	return done, nil
+}
+
+// fill decodes want more bytes, or as many as fit, or until the stream ends or fails.
+// Where they would not fit, what was read and is older than the window slides out
+// first. The caller has read everything decoded.
+func (f *inflater) fill(want int) {
+	if len(f.out)+want > outLimit {
+		if d := min(f.rd, len(f.out)-window); d > 0 {
+			if f.sum != nil {
+				f.sum.Write(f.out[:d])
+			}
+			n := copy(f.out, f.out[d:])
+			f.out = f.out[:n]
+			f.rd -= d
+			f.base += uint64(d)
+		}
 	}
 	if f.release != nil && f.pos-f.released >= releaseStride {
 		at := f.pos &^ (4<<10 - 1)
 		f.release(f.in[f.released:at])
 		f.released = at
 	}
-	for len(f.out) < outCap-maxMatch && f.err == nil {
+	f.target = min(len(f.out)+max(want, 1), outLimit)
+	for len(f.out) < f.target && f.err == nil {
 		switch f.state {
 		case stateHeader:
 			f.err = f.header()
@@ -448,7 +550,7 @@ func (f *inflater) header() error {
 }
 
 func (f *inflater) copyStored() error {
-	for f.stored > 0 && len(f.out) < outCap-maxMatch {
+	for f.stored > 0 && len(f.out) < f.target {
 		if f.nbits >= 8 {
 			f.out = append(f.out, byte(f.bits))
 			f.drop(8)
@@ -458,7 +560,7 @@ func (f *inflater) copyStored() error {
 		if f.pos >= len(f.in) {
 			return io.ErrUnexpectedEOF
 		}
-		n := min(f.stored, outCap-maxMatch-len(f.out), len(f.in)-f.pos)
+		n := min(f.stored, f.target-len(f.out), len(f.in)-f.pos)
 		f.out = append(f.out, f.in[f.pos:f.pos+n]...)
 		f.pos += n
 		f.stored -= n
@@ -469,61 +571,155 @@ func (f *inflater) copyStored() error {
 	return nil
 }
 
-// inflate decodes a Huffman block's symbols until out is full or the block ends.
+// inflate decodes a Huffman block's symbols until out reaches the target or the block
+// ends. While eight bytes of input are left, one load fills the bit buffer to at least
+// 56 bits, which hold a whole match (a length code and its extra bits, a distance code
+// and its extra bits: 48 at most) or two literals, with no check of what is at hand.
 func (f *inflater) inflate() error {
 	out := f.out[:cap(f.out)]
 	n := len(f.out)
-	defer func() { f.out = out[:n] }()
-	for n < outCap-maxMatch {
-		sym, ok := f.decode(f.lit)
+	limit := f.target
+	lit, dist := f.lit, f.dist
+	in := f.in
+	bits, nbits, pos := f.bits, f.nbits, f.pos
+	save := func() {
+		// Past nbits, bits may hold stream bits loaded ahead: need loads them again.
+		f.bits, f.nbits, f.pos = bits&(1<<nbits-1), nbits, pos
+		f.out = out[:n]
+	}
+	for n < limit && pos+8 <= len(in) {
+		bits |= binary.LittleEndian.Uint64(in[pos:]) << nbits
+		pos += int(63-nbits) >> 3
+		nbits |= 56
+		e := lit.root[bits&rootMask]
+		if entryKind(e) == kindSub {
+			bits >>= rootBits
+			nbits -= rootBits
+			e = lit.sub[int(e>>16)+int(bits&(1<<(e>>4&15)-1))]
+		}
+		l := uint(e & 15)
+		bits >>= l
+		nbits -= l
+		switch {
+		case l == 0:
+			save()
+			return errInflateCorrupt
+		case entryKind(e) == kindLiteral:
+			out[n] = byte(e >> 16)
+			n++
+			if e = lit.root[bits&rootMask]; entryKind(e) == kindLiteral && e&15 != 0 {
+				bits >>= e & 15
+				nbits -= uint(e & 15)
+				out[n] = byte(e >> 16)
+				n++
+			}
+			continue
+		case entryKind(e) == kindEnd:
+			f.state = stateHeader
+			save()
+			return nil
+		case entryKind(e) != kindMatch:
+			save()
+			return errInflateCorrupt
+		}
+		x := uint(e >> 4 & 15)
+		length := int(e>>16) + int(bits&(1<<x-1))
+		bits >>= x
+		nbits -= x
+		e = dist.root[bits&rootMask]
+		if entryKind(e) == kindSub {
+			bits >>= rootBits
+			nbits -= rootBits
+			e = dist.sub[int(e>>16)+int(bits&(1<<(e>>4&15)-1))]
+		}
+		l = uint(e & 15)
+		bits >>= l
+		nbits -= l
+		x = uint(e >> 4 & 15)
+		d := int(e>>16) + int(bits&(1<<x-1))
+		bits >>= x
+		nbits -= x
+		if l == 0 || entryKind(e) != kindMatch || d > n {
+			save()
+			return errInflateCorrupt // no code, or before the start of the stream
+		}
+		copyMatch(out, n, d, length)
+		n += length
+	}
+	save()
+	// The input's last bytes, a code at a time.
+	for n < limit {
+		e, ok := f.decode(lit)
 		if !ok {
+			f.out = out[:n]
 			return f.shortOrCorrupt()
 		}
-		if sym < 256 {
-			out[n] = byte(sym)
+		switch entryKind(e) {
+		case kindLiteral:
+			out[n] = byte(e >> 16)
 			n++
 			continue
-		}
-		if sym == 256 {
+		case kindEnd:
 			f.state = stateHeader
+			f.out = out[:n]
 			return nil
-		}
-		sym -= 257
-		if sym >= len(lengthBase) {
+		case kindMatch:
+		default:
+			f.out = out[:n]
 			return errInflateCorrupt
 		}
-		extra, ok := f.take(uint(lengthExtra[sym]))
+		extra, ok := f.take(uint(e >> 4 & 15))
 		if !ok {
+			f.out = out[:n]
 			return io.ErrUnexpectedEOF
 		}
-		length := int(lengthBase[sym]) + int(extra)
-		ds, ok := f.decode(f.dist)
-		if !ok {
+		length := int(e>>16) + int(extra)
+		if e, ok = f.decode(dist); !ok {
+			f.out = out[:n]
 			return f.shortOrCorrupt()
 		}
-		if ds >= len(distBase) {
+		if entryKind(e) != kindMatch {
+			f.out = out[:n]
 			return errInflateCorrupt
 		}
-		extra, ok = f.take(uint(distExtra[ds]))
-		if !ok {
+		if extra, ok = f.take(uint(e >> 4 & 15)); !ok {
+			f.out = out[:n]
 			return io.ErrUnexpectedEOF
 		}
-		d := int(distBase[ds]) + int(extra)
+		d := int(e>>16) + int(extra)
 		if d > n {
+			f.out = out[:n]
 			return errInflateCorrupt // before the start of the stream
 		}
-		from := n - d
-		if d >= length {
-			copy(out[n:n+length], out[from:from+length])
-			n += length
-			continue
+		copyMatch(out, n, d, length)
+		n += length
+	}
+	f.out = out[:n]
+	return nil
+}
+
+// copyMatch copies length bytes from d back to out[n:], a word at a time where the
+// match does not overlap within a word: up to 7 bytes past the match are written, which
+// outLimit leaves room for.
+func copyMatch(out []byte, n, d, length int) {
+	from := n - d
+	switch {
+	case d >= length && length > 32:
+		copy(out[n:n+length], out[from:from+length])
+	case d >= 8:
+		for i := 0; i < length; i += 8 {
+			binary.LittleEndian.PutUint64(out[n+i:], binary.LittleEndian.Uint64(out[from+i:]))
 		}
-		for end := n + length; n < end; n++ {
-			out[n] = out[from]
-			from++
+	case d == 1:
+		b := out[from]
+		for i := n; i < n+length; i++ {
+			out[i] = b
+		}
+	default:
+		for i := range length {
+			out[n+i] = out[from+i]
 		}
 	}
-	return nil
 }
 
 // trailer checks the zlib checksum, big-endian after the last block's byte.
@@ -544,10 +740,16 @@ func (f *inflater) trailer() error {
 	return nil
 }
 
-// close gives back the compressed pages read that are not yet given back.
+// close gives back the compressed pages read that are not yet given back, and the
+// inflater's memory; it reads nothing after.
 func (f *inflater) close() {
 	if f.release != nil && f.pos > f.released {
 		f.release(f.in[f.released:min(f.pos, len(f.in))])
 		f.released = f.pos
+	}
+	if f.buf != nil {
+		inflateBufs.Put(f.buf)
+		f.buf, f.out, f.rd, f.dyn, f.lit, f.dist = nil, nil, 0, nil, nil, nil
+		f.state, f.err = stateDone, errInflaterClosed
 	}
 }

@@ -205,3 +205,35 @@ func BenchmarkInflate(b *testing.B) {
 		}
 	})
 }
+
+// Codes longer than the root table's bits decode through subtables: bytes of a
+// geometric spread, coded by Huffman alone, take codes of up to 15 bits.
+func TestInflateLongCodes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	plain := make([]byte, 1<<20)
+	for i := range plain {
+		b := 0
+		for b < 40 && rng.IntN(3) != 0 {
+			b++
+		}
+		plain[i] = byte(b)
+	}
+	var zb bytes.Buffer
+	zw, _ := stdzlib.NewWriterLevel(&zb, stdzlib.HuffmanOnly)
+	zw.Write(plain)
+	zw.Close()
+	f, err := newInflater(zb.Bytes(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.close()
+	long := 0
+	f.onBlock = func(uint64, uint64, []byte) { long += len(f.dyn[0].sub) }
+	got, err := io.ReadAll(f)
+	if err != nil || !bytes.Equal(got, plain) {
+		t.Fatalf("decoded %d bytes (%v), not the %d encoded", len(got), err, len(plain))
+	}
+	if long == 0 {
+		t.Error("no block had codes longer than the root table's")
+	}
+}

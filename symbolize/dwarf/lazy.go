@@ -53,6 +53,28 @@ const maxWalks = 3
 // (libc's debug file: 62 marks, 1.1 MB).
 const markEvery = 128 << 10
 
+// packChunk is the output a packed section keeps as one S2 block: decoding one costs
+// tens of microseconds, against a walk of about markEvery/2 from a mark.
+const packChunk = 32 << 10
+
+// maxPackBytes bounds a section's packed copy; past it, the section goes on from its
+// marks.
+const maxPackBytes = 1 << 20
+
+// packAfter is the walks begun at a mark after which a section that packs is packed.
+const packAfter = 3
+
+// .debug_abbrev is packed once passes keep walking it from its marks (packAfter walks:
+// a file whose passes keep meeting new units): one walk from the start keeps each chunk
+// of its output compressed with S2, and later needs decode the chunks they reach from
+// there instead of walking the stream from a mark; its marks go. A unit needs a few
+// hundred bytes of it, scattered, and its abbreviations repeat from unit to unit: the
+// C library's 960 KB pack into 255 KB, where its seven marks held 70 KB. Where
+// processes come and go, each new C library unit walked it from a mark as far as
+// .debug_info and .debug_line; packed, one of the three walks goes. .debug_line packs
+// into half its size (the C library's 1.3 MB into 720 KB, for its ten marks' 190 KB):
+// not worth its memory beside the CPU its walks cost.
+
 // lazySection is a compressed section decompressed where decoding needs it.
 type lazySection struct {
 	packed  []byte
@@ -75,7 +97,20 @@ type lazySection struct {
 	held     int64  // their bytes and the marks'
 	low      uint64 // no block below it is filled but pinned ones
 	marks    []blockMark
+
+	pack      bool             // packed once walked from marks packAfter times
+	marked    int              // walks begun at a mark
+	packWhole bool             // the walk under way reads to the end, packing each chunk
+	packMem   *mmapfile.Region // the copies, one after another, reserved up to maxPackBytes
+	packUsed  int
+	chunks    []packedChunk // by chunk; n 0: not packed
+	nPacked   int
+	asm       []byte  // the chunk the stream is passing, as far as it got
+	asmBuf    *[]byte // asm's memory, from chunkScratch
+	asmAt     uint64  // where asm begins in the output; asm is nil when none is under way
 }
+
+type packedChunk struct{ off, n uint32 }
 
 // blockMark is where a zlib stream can be entered again: the bit its block begins at,
 // the output before it, and the last window bytes of that output, compressed with S2
@@ -87,9 +122,12 @@ type blockMark struct {
 	region   *mmapfile.Region
 }
 
-// history decompresses the mark's history.
-func (m *blockMark) history() ([]byte, error) {
-	h, err := s2.Decode(make([]byte, m.histLen), m.packed)
+// history decompresses the mark's history into dst, which has room for a window.
+func (m *blockMark) history(dst []byte) ([]byte, error) {
+	if m.histLen > len(dst) {
+		return nil, fmt.Errorf("mark at %d: history of %d bytes", m.out, m.histLen)
+	}
+	h, err := s2.Decode(dst[:m.histLen], m.packed)
 	if err != nil || len(h) != m.histLen {
 		return nil, fmt.Errorf("mark at %d: history does not decode", m.out)
 	}
@@ -97,7 +135,7 @@ func (m *blockMark) history() ([]byte, error) {
 }
 
 // markScratch holds the room a mark's history is compressed in before it is copied to
-// memory of its own size.
+// memory of its own size, and decompressed in before an inflater takes it.
 var markScratch = sync.Pool{New: func() any { b := make([]byte, s2.MaxEncodedLen(window)); return &b }}
 
 type bitset []uint64
@@ -106,10 +144,15 @@ func (b bitset) has(i uint64) bool { return i/64 < uint64(len(b)) && b[i/64]&(1<
 func (b bitset) set(i uint64)      { b[i/64] |= 1 << (i % 64) }
 func (b bitset) clear(i uint64)    { b[i/64] &^= 1 << (i % 64) }
 
-func newLazy(packed []byte, comp compression, size uint64, release func([]byte)) *lazySection {
+func newLazy(packed []byte, comp compression, size uint64, release func([]byte), pack bool) *lazySection {
 	n := (size + lazyBlock - 1) / lazyBlock
-	return &lazySection{packed: packed, comp: comp, size: size, release: release,
+	l := &lazySection{packed: packed, comp: comp, size: size, release: release,
 		filled: make(bitset, (n+63)/64), pinned: make(bitset, (n+63)/64)}
+	if pack && size > 0 {
+		l.pack = true
+		l.chunks = make([]packedChunk, (size+packChunk-1)/packChunk)
+	}
+	return l
 }
 
 // bytes returns the section's region, reserving it on first use: blocks not filled
@@ -145,6 +188,12 @@ func (l *lazySection) need(off, end uint64) (int64, error) {
 	if l.all {
 		last = (l.size - 1) / lazyBlock // one walk fills the section
 	}
+	before := l.held
+	if l.nPacked > 0 {
+		if err := l.unpack(first, last); err != nil {
+			return 0, err
+		}
+	}
 	for first <= last && l.filled.has(first) {
 		first++
 	}
@@ -152,9 +201,8 @@ func (l *lazySection) need(off, end uint64) (int64, error) {
 		last--
 	}
 	if first > last {
-		return 0, nil
+		return l.held - before, nil
 	}
-	before := l.held
 	if first*lazyBlock < l.pos || l.stream == nil || !l.all && l.jump(first*lazyBlock) {
 		// A hostile file's references back and forth cost a few decompressions of the
 		// section, not one walk each.
@@ -165,9 +213,14 @@ func (l *lazySection) need(off, end uint64) (int64, error) {
 		if l.all {
 			last, from = (l.size-1)/lazyBlock, 0
 		}
+		packWhole := l.pack && l.packUsed == 0 && l.marked >= packAfter
+		if packWhole {
+			from = 0
+		}
 		if err := l.restart(from); err != nil {
 			return 0, err
 		}
+		l.packWhole = packWhole
 		if l.pos == 0 {
 			if l.walks++; l.walks > maxWalks && !l.all {
 				l.all = true
@@ -175,20 +228,30 @@ func (l *lazySection) need(off, end uint64) (int64, error) {
 			}
 		}
 	}
-	for l.pos <= last*lazyBlock && l.pos < l.size {
+	for (l.pos <= last*lazyBlock || l.packWhole) && l.pos < l.size {
 		blk := l.pos / lazyBlock
 		n := min(lazyBlock, l.size-l.pos)
-		var dst []byte
 		keep := !l.filled.has(blk) && (l.all || blk >= first && blk <= last)
-		if keep {
-			dst = l.region.Bytes()[l.pos : l.pos+n]
-		} else {
+		packing := l.packing()
+		var got int
+		var err error
+		switch sk, ok := l.stream.(*inflater); {
+		case keep:
+			got, err = io.ReadFull(l.stream, l.region.Bytes()[l.pos:l.pos+n])
+			if packing {
+				l.asm = append(l.asm, l.region.Bytes()[l.pos:l.pos+uint64(got)]...)
+			}
+		case packing:
+			got, err = io.ReadFull(l.stream, l.asm[len(l.asm):len(l.asm)+int(n)])
+			l.asm = l.asm[:len(l.asm)+got]
+		case ok:
+			got, err = sk.skip(int(n))
+		default:
 			if l.discard == nil {
 				l.discard = make([]byte, lazyBlock)
 			}
-			dst = l.discard[:n]
+			got, err = io.ReadFull(l.stream, l.discard[:n])
 		}
-		got, err := io.ReadFull(l.stream, dst)
 		l.inflated += uint64(got)
 		if err != nil {
 			l.closeStream()
@@ -204,12 +267,124 @@ func (l *lazySection) need(off, end uint64) (int64, error) {
 			l.low = min(l.low, blk)
 		}
 		l.pos += n
+		if packing {
+			l.packed1()
+		}
 	}
-	if l.pos >= l.size {
-		l.closeStream() // nothing more to read: what stays is in the region
+	if l.pos >= l.size || l.nPacked == len(l.chunks) && l.pack {
+		l.closeStream() // nothing more to read: what stays is in the region, or packed
 	}
 	return l.held - before, nil
 }
+
+// packing says whether the block at pos goes into a chunk being packed, starting one
+// where a chunk begins that is not packed and the bound leaves room for.
+func (l *lazySection) packing() bool {
+	if !l.packWhole {
+		return false
+	}
+	if l.asm != nil {
+		return l.asmAt+uint64(len(l.asm)) == l.pos
+	}
+	c := l.pos / packChunk
+	if l.packUsed+s2.MaxEncodedLen(packChunk) > maxPackBytes {
+		l.packWhole = false // the rest goes on from the marks
+		return false
+	}
+	if l.pos%packChunk != 0 || l.chunks[c].n != 0 {
+		return false
+	}
+	l.asmBuf = chunkScratch.Get().(*[]byte)
+	l.asm, l.asmAt = (*l.asmBuf)[:0], l.pos
+	return true
+}
+
+// packed1 packs the chunk under way once the stream has passed it whole.
+func (l *lazySection) packed1() {
+	c := l.asmAt / packChunk
+	if uint64(len(l.asm)) < min(packChunk, l.size-l.asmAt) {
+		return
+	}
+	defer l.endChunk()
+	if l.packMem == nil {
+		r, err := mmapfile.Anon(maxPackBytes)
+		if err != nil {
+			return // not packed: walks go on from the marks
+		}
+		l.packMem = r
+	}
+	enc := s2.EncodeBetter(l.packMem.Bytes()[l.packUsed:], l.asm)
+	if len(enc) > maxPackBytes-l.packUsed || &enc[0] != &l.packMem.Bytes()[l.packUsed] {
+		return // it did not fit where it was put
+	}
+	l.chunks[c] = packedChunk{off: uint32(l.packUsed), n: uint32(len(enc))}
+	l.packUsed += len(enc)
+	l.held += int64(len(enc))
+	if l.nPacked++; l.nPacked == len(l.chunks) {
+		// Every need is met from the copies: the marks serve nothing.
+		l.dropMarks()
+	}
+}
+
+// endChunk gives up the chunk under way, packed or not.
+func (l *lazySection) endChunk() {
+	if l.asmBuf != nil {
+		chunkScratch.Put(l.asmBuf)
+		l.asm, l.asmBuf = nil, nil
+	}
+}
+
+// unpack fills the blocks from first to last that are not filled and lie in packed
+// chunks, decoding each chunk once.
+func (l *lazySection) unpack(first, last uint64) error {
+	var buf *[]byte
+	defer func() {
+		if buf != nil {
+			chunkScratch.Put(buf)
+		}
+	}()
+	for c := first * lazyBlock / packChunk; c <= last*lazyBlock/packChunk && c < uint64(len(l.chunks)); c++ {
+		pc := l.chunks[c]
+		lo, hi := max(first, c*packChunk/lazyBlock), min(last, ((c+1)*packChunk-1)/lazyBlock)
+		if pc.n == 0 || l.allFilled(lo, hi) {
+			continue
+		}
+		if buf == nil {
+			buf = chunkScratch.Get().(*[]byte)
+		}
+		want := int(min(packChunk, l.size-c*packChunk))
+		out, err := s2.Decode((*buf)[:packChunk], l.packMem.Bytes()[pc.off:pc.off+pc.n])
+		if err != nil || len(out) != want {
+			return fmt.Errorf("packed chunk at %d does not decode", c*packChunk)
+		}
+		for b := lo; b <= hi; b++ {
+			if l.filled.has(b) {
+				continue
+			}
+			at := b*lazyBlock - c*packChunk
+			n := min(lazyBlock, l.size-b*lazyBlock)
+			copy(l.region.Bytes()[b*lazyBlock:b*lazyBlock+n], out[at:at+n])
+			l.filled.set(b)
+			l.nFilled++
+			l.held += int64(n)
+			l.low = min(l.low, b)
+		}
+	}
+	return nil
+}
+
+func (l *lazySection) allFilled(first, last uint64) bool {
+	for b := first; b <= last; b++ {
+		if !l.filled.has(b) {
+			return false
+		}
+	}
+	return true
+}
+
+// chunkScratch holds the room a chunk is gathered in before it is packed, and
+// unpacked in.
+var chunkScratch = sync.Pool{New: func() any { b := make([]byte, packChunk); return &b }}
 
 // restart opens the stream at the last mark at or before off, else at the section's
 // start; pos says where.
@@ -229,11 +404,16 @@ func (l *lazySection) restart(off uint64) error {
 		// The stream goes on from the start of the block the mark lies in, replaying
 		// the end of the mark's history.
 		at := m.out &^ (lazyBlock - 1)
+		l.marked++
+		scratch := markScratch.Get().(*[]byte)
 		var hist []byte
-		if hist, err = m.history(); err != nil {
+		if hist, err = m.history(*scratch); err == nil {
+			f, err = resumeInflater(l.packed, m.bit, m.out, hist, int(m.out-at), l.release)
+		}
+		markScratch.Put(scratch) // resumeInflater copied the history
+		if err != nil {
 			return err
 		}
-		f, err = resumeInflater(l.packed, m.bit, m.out, hist, int(m.out-at), l.release)
 		l.pos = at
 	} else {
 		f, err = newInflater(l.packed, l.release)
@@ -290,6 +470,8 @@ func (l *lazySection) closeStream() {
 		l.closer()
 	}
 	l.stream, l.closer, l.discard = nil, nil, nil
+	l.endChunk()
+	l.packWhole = false
 	// A later need starts from the start again; pos says how far this one got.
 	l.pos = 0
 }
@@ -352,31 +534,30 @@ func (l *lazySection) thin(unpin bool) int64 {
 	return l.dropRange(0, (l.size+lazyBlock-1)/lazyBlock)
 }
 
-// markBytes is what the marks hold.
+// markBytes is what the marks and the packed chunks hold: what stays to serve a later
+// need without a walk from the start.
 func (l *lazySection) markBytes() int64 {
-	var n int64
+	n := int64(l.packUsed)
 	for _, m := range l.marks {
 		n += int64(len(m.packed))
 	}
 	return n
 }
 
-// dropKeepingMarks is drop but for the marks, which stay to enter the stream near
-// what a later need wants. It returns the bytes freed.
-func (l *lazySection) dropKeepingMarks() int64 {
-	marks, kept := l.marks, l.markBytes()
-	l.marks = nil
-	freed := l.drop()
-	l.marks, l.held = marks, kept
-	return freed - kept
-}
-
-// drop lets go of the region, the stream and the marks.
-func (l *lazySection) drop() int64 {
+// dropMarks lets go of the marks.
+func (l *lazySection) dropMarks() {
 	for _, m := range l.marks {
 		m.region.Close()
+		l.held -= int64(len(m.packed))
 	}
-	freed := l.held
+	l.marks = nil
+}
+
+// dropKeepingMarks is drop but for the marks and the packed chunks, which stay to serve
+// a later need. It returns the bytes freed.
+func (l *lazySection) dropKeepingMarks() int64 {
+	kept := l.markBytes()
+	freed := l.held - kept
 	l.closeStream()
 	if l.region != nil {
 		l.region.Close()
@@ -384,7 +565,19 @@ func (l *lazySection) drop() int64 {
 	}
 	clear(l.filled)
 	clear(l.pinned)
-	l.nFilled, l.held, l.walks, l.all, l.low, l.thinned = 0, 0, 0, false, 0, l.inflated
-	l.marks = nil
+	l.nFilled, l.held, l.walks, l.all, l.low, l.thinned = 0, kept, 0, false, 0, l.inflated
+	return freed
+}
+
+// drop lets go of the region, the stream, the marks and the packed chunks.
+func (l *lazySection) drop() int64 {
+	freed := l.dropKeepingMarks() + l.markBytes()
+	l.dropMarks()
+	if l.packMem != nil {
+		l.packMem.Close()
+		l.packMem = nil
+	}
+	clear(l.chunks)
+	l.held, l.packUsed, l.nPacked = 0, 0, 0
 	return freed
 }

@@ -3,7 +3,9 @@ package dwarf
 import (
 	"bytes"
 	"debug/elf"
+	"fmt"
 	"io"
+	"math/rand/v2"
 	"reflect"
 	"testing"
 
@@ -276,6 +278,111 @@ func TestLazySectionMarks(t *testing.T) {
 	}
 }
 
+// A section that packs, walked from its marks packAfter times, is packed by the next
+// walk: from then on its needs are met from the packed chunks, with the section's own
+// bytes, and no more decompression; its marks go, and the chunks stay as the marks did
+// when the blocks go.
+func TestLazySectionPacks(t *testing.T) {
+	plain := dwarfLikeText(6*markEvery + 1000)
+	l, b := zlibLazyPacking(t, plain)
+	rng := rand.New(rand.NewPCG(7, 8))
+	need := func(off, end uint64) {
+		t.Helper()
+		end = min(end, uint64(len(plain)))
+		if _, err := l.need(off, end); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(b[off:end], plain[off:end]) {
+			t.Fatalf("[%d, %d) differs from the section decompressed whole", off, end)
+		}
+	}
+	need(uint64(len(plain))-10, uint64(len(plain))) // the first walk leaves the marks
+	l.thin(true)
+	for l.marked < packAfter {
+		off := markEvery + rng.Uint64N(uint64(len(plain))-markEvery)
+		need(off, off+300)
+		l.thin(true)
+		if l.nPacked != 0 {
+			t.Fatalf("packed after %d walks from marks", l.marked)
+		}
+	}
+	need(markEvery+5, markEvery+20)
+	if l.nPacked != len(l.chunks) || len(l.marks) != 0 || l.held != l.markBytes()+lazyBlock {
+		t.Fatalf("after %d walks from marks: %d of %d chunks packed, %d marks, %d bytes held", l.marked, l.nPacked, len(l.chunks), len(l.marks), l.held)
+	}
+	if l.packUsed == 0 || l.packUsed > len(plain)/2 {
+		t.Fatalf("%d bytes packed for %d of text", l.packUsed, len(plain))
+	}
+	inflated := l.inflated
+	for range 200 {
+		l.thin(true)
+		off := rng.Uint64N(uint64(len(plain)))
+		need(off, off+1+rng.Uint64N(3*lazyBlock))
+	}
+	if l.inflated != inflated || l.stream != nil {
+		t.Errorf("needs after packing decompressed %d bytes", l.inflated-inflated)
+	}
+	packed := int64(l.packUsed)
+	if freed := l.dropKeepingMarks(); freed <= 0 || l.held != packed || l.markBytes() != packed {
+		t.Errorf("the blocks dropped (%d bytes): %d held, want the %d packed", freed, l.held, packed)
+	}
+	need(0, uint64(len(plain)))
+	if l.inflated != inflated {
+		t.Errorf("the whole section after the blocks went decompressed %d bytes", l.inflated-inflated)
+	}
+	if freed := l.drop(); freed != packed+int64(len(plain)) || l.held != 0 || l.packMem != nil || l.nPacked != 0 {
+		t.Errorf("drop freed %d bytes of %d, %d held", freed, packed+int64(len(plain)), l.held)
+	}
+}
+
+// A section whose packed copy would pass maxPackBytes packs up to it and goes on from
+// its marks past it, reading its own bytes either way.
+func TestLazySectionPackBound(t *testing.T) {
+	plain := make([]byte, maxPackBytes+maxPackBytes/2) // noise: S2 keeps it as is
+	rng := rand.New(rand.NewPCG(9, 10))
+	for i := range plain {
+		plain[i] = byte(rng.Uint32())
+	}
+	l, b := zlibLazyPacking(t, plain)
+	l.marked = packAfter
+	if _, err := l.need(10, 20); err != nil {
+		t.Fatal(err)
+	}
+	if l.nPacked == 0 || l.nPacked == len(l.chunks) || l.packUsed > maxPackBytes || len(l.marks) == 0 {
+		t.Fatalf("%d of %d chunks packed in %d bytes, %d marks", l.nPacked, len(l.chunks), l.packUsed, len(l.marks))
+	}
+	l.thin(true)
+	for _, off := range []uint64{0, maxPackBytes / 2, maxPackBytes - 100, maxPackBytes + 5000, uint64(len(plain)) - 50} {
+		end := min(off+2*lazyBlock, uint64(len(plain)))
+		if _, err := l.need(off, end); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(b[off:end], plain[off:end]) {
+			t.Fatalf("[%d, %d) differs from the section decompressed whole", off, end)
+		}
+	}
+}
+
+// dwarfLikeText is n bytes that compress as DWARF does, in many deflate blocks.
+func dwarfLikeText(n int) []byte {
+	rng := rand.New(rand.NewPCG(11, 12))
+	text := make([]byte, 0, n+64)
+	for len(text) < n {
+		text = fmt.Appendf(text, "DW_TAG_subprogram %d name_%x %d ", rng.IntN(50), rng.IntN(4096), len(text)/lazyBlock)
+	}
+	return text[:n]
+}
+
+// zlibLazyPacking is zlibLazy for a section that packs.
+func zlibLazyPacking(t *testing.T, plain []byte) (*lazySection, []byte) {
+	t.Helper()
+	var zb bytes.Buffer
+	zw := stdzlib.NewWriter(&zb)
+	zw.Write(plain)
+	zw.Close()
+	return lazyOf(t, newLazy(zb.Bytes(), compZlib, uint64(len(plain)), nil, true))
+}
+
 // zlibLazy is plain compressed with zlib as a section decompressed a block at a time, and
 // the region its blocks are filled into.
 func zlibLazy(t *testing.T, plain []byte) (*lazySection, []byte) {
@@ -290,7 +397,12 @@ func zlibLazyWith(t *testing.T, plain []byte, writer func(io.Writer) io.WriteClo
 	zw := writer(&zb)
 	zw.Write(plain)
 	zw.Close()
-	l := newLazy(zb.Bytes(), compZlib, uint64(len(plain)), nil)
+	return lazyOf(t, newLazy(zb.Bytes(), compZlib, uint64(len(plain)), nil, false))
+}
+
+// lazyOf is l and its region, dropped when the test ends.
+func lazyOf(t *testing.T, l *lazySection) (*lazySection, []byte) {
+	t.Helper()
 	t.Cleanup(func() { l.drop() })
 	b, err := l.bytes()
 	if err != nil {

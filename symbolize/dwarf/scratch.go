@@ -132,12 +132,14 @@ func (c *Cache) touchLocked(t *Table) {
 // dropScratch lets go of t's decompressed copies. The caller holds t.mu or owns t.
 func (t *Table) dropScratch() { t.dropScratchKeeping(false) }
 
-// maxKeptMarks bounds the marks a table keeps when its copies go for being idle: the C
-// library's debug file has about sixty (1.1 MB compressed), and without them the
-// first new unit after each idle time walked its .debug_info from the start, 5.6 MB and
-// 38 ms of CPU. A file with more (a browser's tens of megabytes) walks from the start
-// again rather than hold megabytes for it.
-const maxKeptMarks = 3 << 19
+// maxKeptMarks bounds the marks and packed chunks a table keeps when its copies go for
+// being idle: the C library's debug file has about sixty marks (1.1 MB compressed),
+// and once its passes have kept meeting new units, .debug_abbrev and .debug_line
+// packed (about 1 MB) in place of theirs. Without them the first new unit after each
+// idle time walked its .debug_info from the start, 5.6 MB and 38 ms of CPU. A file with
+// more (a browser's tens of megabytes) walks from the start again rather than hold
+// megabytes for it.
+const maxKeptMarks = 2 << 20
 
 // dropScratchKeeping is dropScratch, keeping the lazy sections' marks when keepMarks
 // and they are few (maxKeptMarks). The marks stay accounted, and go when the bound

@@ -213,7 +213,7 @@ func Load(f *elf.File, o Options) (t *Table, err error) {
 		if sec.packed != nil {
 			packed += int64(sec.size)
 			if i == int(secInfo) || i == int(secAbbrev) || i == int(secLine) {
-				sec.lazy = newLazy(sec.packed, sec.comp, sec.size, o.Release)
+				sec.lazy = newLazy(sec.packed, sec.comp, sec.size, o.Release, i == int(secAbbrev) && sec.size > markEvery)
 			}
 		}
 		t.secs[i] = sec
