@@ -33,12 +33,7 @@ func markSize(t *Table) int64 {
 // the index keeps the units of the addresses announced, Prepare fetches a pass's new
 // units in one walk through each section, and Thin lets them go once decoded.
 func TestLazySectionsMatchWhole(t *testing.T) {
-	path := buildIDDebugFile(t, libcPath(t))
-	ef, err := elf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ef.Close()
+	path, ef := openLibcDebug(t)
 	whole, err := Load(ef, Options{}) // read by debug/elf, decompressed whole
 	if err != nil {
 		t.Fatal(err)
@@ -381,6 +376,18 @@ func zlibLazyPacking(t *testing.T, plain []byte) (*lazySection, []byte) {
 	zw.Write(plain)
 	zw.Close()
 	return lazyOf(t, newLazy(zb.Bytes(), compZlib, uint64(len(plain)), nil, true))
+}
+
+// openLibcDebug opens the C library's debug file, closed when the test ends.
+func openLibcDebug(t testing.TB) (string, *elf.File) {
+	t.Helper()
+	path := buildIDDebugFile(t, libcPath(t))
+	ef, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ef.Close() })
+	return path, ef
 }
 
 // zlibLazy is plain compressed with zlib as a section decompressed a block at a time, and

@@ -1,7 +1,6 @@
 package dwarf
 
 import (
-	"debug/elf"
 	"math/rand/v2"
 	"testing"
 )
@@ -10,12 +9,7 @@ import (
 // brings a few units not seen before, scattered through the file, whose sections are
 // decompressed from the marks before them, decoded, and let go at the pass's end.
 func BenchmarkNewUnits(b *testing.B) {
-	path := buildIDDebugFile(b, libcPath(b))
-	ef, err := elf.Open(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ef.Close()
+	path, ef := openLibcDebug(b)
 	m := mapFile(b, path)
 	c := NewCache(64 << 20)
 	t, err := Load(ef, Options{File: m.Bytes(), Release: m.Release, Cache: c})
