@@ -265,9 +265,8 @@ func (h *huffman) build(lengths []uint8, a alphabet) error {
 		code, i := 0, 0
 		for l := 1; l <= longest; l++ {
 			for range count[l] {
-				sym := int(syms[i])
+				sym, c := int(syms[i]), code
 				code, i = code+1, i+1
-				c := code - 1
 				if l <= rootBits {
 					if pass == 1 {
 						e := a.entry(sym) | uint32(l)

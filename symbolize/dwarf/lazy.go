@@ -69,11 +69,12 @@ const packAfter = 3
 // of its output compressed with S2, and later needs decode the chunks they reach from
 // there instead of walking the stream from a mark; its marks go. A unit needs a few
 // hundred bytes of it, scattered, and its abbreviations repeat from unit to unit: the
-// C library's 960 KB pack into 255 KB, where its seven marks held 70 KB. Where
-// processes come and go, each new C library unit walked it from a mark as far as
-// .debug_info and .debug_line; packed, one of the three walks goes. .debug_line packs
-// into half its size (the C library's 1.3 MB into 720 KB, for its ten marks' 190 KB):
-// not worth its memory beside the CPU its walks cost.
+// C library's 960 KB pack into 255 KB, where its four marks held 31 KB (its deflate
+// blocks are long, so a walk from a mark averaged over 100 KB). Where processes come
+// and go, each new C library unit walked it from a mark as well as .debug_info and
+// .debug_line; packed, one of the three walks goes. .debug_line packs into half its
+// size (the C library's 1.3 MB into 720 KB, for its nine marks' 160 KB): not worth its
+// memory beside the CPU its walks cost.
 
 // lazySection is a compressed section decompressed where decoding needs it.
 type lazySection struct {
@@ -268,7 +269,7 @@ func (l *lazySection) need(off, end uint64) (int64, error) {
 		}
 		l.pos += n
 		if packing {
-			l.packed1()
+			l.finishChunk()
 		}
 	}
 	if l.pos >= l.size || l.nPacked == len(l.chunks) && l.pack {
@@ -299,8 +300,8 @@ func (l *lazySection) packing() bool {
 	return true
 }
 
-// packed1 packs the chunk under way once the stream has passed it whole.
-func (l *lazySection) packed1() {
+// finishChunk packs the chunk under way once the stream has passed it whole.
+func (l *lazySection) finishChunk() {
 	c := l.asmAt / packChunk
 	if uint64(len(l.asm)) < min(packChunk, l.size-l.asmAt) {
 		return
@@ -313,10 +314,8 @@ func (l *lazySection) packed1() {
 		}
 		l.packMem = r
 	}
+	// packing left room for the chunk's largest encoding: it lands where it is put.
 	enc := s2.EncodeBetter(l.packMem.Bytes()[l.packUsed:], l.asm)
-	if len(enc) > maxPackBytes-l.packUsed || &enc[0] != &l.packMem.Bytes()[l.packUsed] {
-		return // it did not fit where it was put
-	}
 	l.chunks[c] = packedChunk{off: uint32(l.packUsed), n: uint32(len(enc))}
 	l.packUsed += len(enc)
 	l.held += int64(len(enc))
