@@ -31,8 +31,9 @@
 // decompressed, for a file whose passes keep decoding new units. A zlib stream is
 // decoded by the package's own inflater (inflate.go: whole-symbol code tables, a bit
 // buffer filled a word at a time), which leaves a mark every 128 KB of output where a
-// block begins (its 32 KB window compressed, in anonymous memory too), so that a later
-// walk starts near what it needs rather than at the section's start. A .debug_abbrev
+// block begins (of its 32 KB window, the bytes the next window's copies reach back to,
+// compressed, in anonymous memory too), so that a later walk starts near what it needs
+// rather than at the section's start. A .debug_abbrev
 // that passes keep walking from its marks is packed instead: its output kept in S2
 // chunks, decoded where a need reaches. The other compressed sections, small, are
 // decompressed whole when needed. All of it stays until Trim, and the compressed pages

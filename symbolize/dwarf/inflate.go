@@ -37,9 +37,12 @@ type inflater struct {
 	dist   *huffman
 	dyn    *[2]huffman // a dynamic block's codes, kept from block to block
 
-	sum     hash.Hash32 // adler32 of the output, checked at the end of a stream read from its start
-	err     error
-	onBlock func(bit, out uint64, hist []byte) // called where each block begins
+	sum hash.Hash32 // adler32 of the output, checked at the end of a stream read from its start
+	err error
+	// onBlock is called where each block begins, but within a window after a block
+	// whose call returned a watch: the watch follows the copies from the history.
+	onBlock func(bit, out uint64, hist []byte) *refWatch
+	watch   *refWatch
 
 	release  func([]byte) // gives back the compressed pages read; may be nil
 	released int
@@ -508,6 +511,11 @@ func (f *inflater) fill(want int) {
 			f.err = io.EOF
 		}
 	}
+	if w := f.watch; w != nil && f.base+uint64(len(f.out)) >= w.from+window {
+		// Past a window after it, no copy reaches back before it.
+		f.watch = nil
+		w.done(&w.used)
+	}
 }
 
 func (f *inflater) header() error {
@@ -515,8 +523,8 @@ func (f *inflater) header() error {
 		f.state = stateTrailer
 		return nil
 	}
-	if f.onBlock != nil {
-		f.onBlock(f.bitPos(), f.base+uint64(len(f.out)), f.out[max(0, len(f.out)-window):])
+	if f.onBlock != nil && f.watch == nil {
+		f.watch = f.onBlock(f.bitPos(), f.base+uint64(len(f.out)), f.out[max(0, len(f.out)-window):])
 	}
 	v, ok := f.take(3)
 	if !ok {
@@ -642,6 +650,9 @@ func (f *inflater) inflate() error {
 			save()
 			return errInflateCorrupt // no code, or before the start of the stream
 		}
+		if f.watch != nil {
+			f.watch.note(f.base+uint64(n), d, length)
+		}
 		copyMatch(out, n, d, length)
 		n += length
 	}
@@ -690,6 +701,9 @@ func (f *inflater) inflate() error {
 			f.out = out[:n]
 			return errInflateCorrupt // before the start of the stream
 		}
+		if f.watch != nil {
+			f.watch.note(f.base+uint64(n), d, length)
+		}
 		copyMatch(out, n, d, length)
 		n += length
 	}
@@ -721,6 +735,29 @@ func copyMatch(out []byte, n, d, length int) {
 	}
 }
 
+// refWatch follows which bytes of the window before an output offset the output after
+// it copies: a walk resumed there needs no others (see lazySection.mark). Only the
+// first window of output after it can reach back so far.
+type refWatch struct {
+	from uint64              // the offset the window ends at
+	used [window / 64]uint64 // bit i: byte from-window+i is copied from
+	// done is called once the output is a window past from, with used, or with nil
+	// when the inflater closed before: every byte may be copied then.
+	done func(used *[window / 64]uint64)
+}
+
+// note records the copy of length bytes from d back to at.
+func (w *refWatch) note(at uint64, d, length int) {
+	src := at - uint64(d)
+	if at < w.from || src >= w.from || at >= w.from+window {
+		return
+	}
+	end := min(src+uint64(length), w.from)
+	for i := src + window - w.from; i < end+window-w.from; i++ {
+		w.used[i/64] |= 1 << (i % 64)
+	}
+}
+
 // trailer checks the zlib checksum, big-endian after the last block's byte.
 func (f *inflater) trailer() error {
 	f.drop(f.nbits % 8)
@@ -742,6 +779,16 @@ func (f *inflater) trailer() error {
 // close gives back the compressed pages read that are not yet given back, and the
 // inflater's memory; it reads nothing after.
 func (f *inflater) close() {
+	if w := f.watch; w != nil {
+		// Stopped within a window of it, before the stream's end: a later walk may go
+		// on to copy any of it.
+		f.watch = nil
+		if f.state == stateDone {
+			w.done(&w.used)
+		} else {
+			w.done(nil)
+		}
+	}
 	if f.release != nil && f.pos > f.released {
 		f.release(f.in[f.released:min(f.pos, len(f.in))])
 		f.released = f.pos

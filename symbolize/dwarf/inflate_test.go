@@ -84,8 +84,9 @@ func TestInflateMatchesZlib(t *testing.T) {
 				hist     []byte
 			}
 			var marks []block
-			f.onBlock = func(bit, out uint64, hist []byte) {
+			f.onBlock = func(bit, out uint64, hist []byte) *refWatch {
 				marks = append(marks, block{bit: bit, out: out, hist: bytes.Clone(hist)})
+				return nil
 			}
 			got, err := io.ReadAll(f)
 			if err != nil {
@@ -228,7 +229,7 @@ func TestInflateLongCodes(t *testing.T) {
 	}
 	defer f.close()
 	long := 0
-	f.onBlock = func(uint64, uint64, []byte) { long += len(f.dyn[0].sub) }
+	f.onBlock = func(uint64, uint64, []byte) *refWatch { long += len(f.dyn[0].sub); return nil }
 	got, err := io.ReadAll(f)
 	if err != nil || !bytes.Equal(got, plain) {
 		t.Fatalf("decoded %d bytes (%v), not the %d encoded", len(got), err, len(plain))

@@ -47,10 +47,11 @@ const maxWalks = 3
 // decompresses to reach a block. Where processes come and go, their new C library
 // units come a few each interval, and each walks three sections from the mark before
 // it: a megabyte between marks was 30–40 MB decompressed a minute, and at 256 KB the
-// walks were still a third of sonde's CPU beside 120 execs a second. A mark holds its
-// 32 KB of history compressed (S2: 55–60 % of DWARF's bytes, decoded in tens of
-// microseconds), so that twice the marks hold about what they held uncompressed
-// (libc's debug file: 62 marks, 1.1 MB).
+// walks were still a third of sonde's CPU beside 120 execs a second. A mark keeps of
+// its 32 KB of history only what a walk from it reads (see mark), compressed with S2:
+// libc's debug file has 56 marks, 324 KB in all, where they held 1.07 MB with their
+// whole windows. Marks every 64 KB would hold 581 KB and make a pass meeting three new
+// units of libc cost 2.3–2.9 ms instead of 4.2–4.6 (BenchmarkNewUnits).
 const markEvery = 128 << 10
 
 // packChunk is the output a packed section keeps as one S2 block: decoding one costs
@@ -69,11 +70,11 @@ const packAfter = 3
 // of its output compressed with S2, and later needs decode the chunks they reach from
 // there instead of walking the stream from a mark; its marks go. A unit needs a few
 // hundred bytes of it, scattered, and its abbreviations repeat from unit to unit: the
-// C library's 960 KB pack into 255 KB, where its four marks held 31 KB (its deflate
+// C library's 960 KB pack into 255 KB, where its four marks hold 13 KB (its deflate
 // blocks are long, so a walk from a mark averaged over 100 KB). Where processes come
 // and go, each new C library unit walked it from a mark as well as .debug_info and
 // .debug_line; packed, one of the three walks goes. .debug_line packs into half its
-// size (the C library's 1.3 MB into 720 KB, for its nine marks' 160 KB): not worth its
+// size (the C library's 1.3 MB into 720 KB, for its nine marks' 47 KB): not worth its
 // memory beside the CPU its walks cost.
 
 // lazySection is a compressed section decompressed where decoding needs it.
@@ -443,14 +444,40 @@ func (l *lazySection) jump(off uint64) bool {
 }
 
 // mark keeps where a block begins, the first past each multiple of markEvery: the
-// marks do not drift by a block's length each.
-func (l *lazySection) mark(bit, out uint64, hist []byte) {
+// marks do not drift by a block's length each. The history is kept once the stream is
+// a window past the mark: a walk resumed there reads only the bytes the copies of that
+// window reach back to (about a seventh of them in libc's debug sections) and the ones
+// it replays up to the mark, so the others are kept as zeros, which S2 stores as
+// nearly nothing: libc's 43 .debug_info marks at 128 KB held 263 KB instead of 857.
+func (l *lazySection) mark(bit, out uint64, hist []byte) *refWatch {
 	next := uint64(markEvery)
 	if n := len(l.marks); n > 0 {
 		next = (l.marks[n-1].out/markEvery + 1) * markEvery
 	}
 	if out < next || len(hist) < window || out > l.size {
-		return
+		return nil
+	}
+	copied := markScratch.Get().(*[]byte)
+	h := append((*copied)[:0], hist...)
+	return &refWatch{from: out, done: func(used *[window / 64]uint64) {
+		defer markScratch.Put(copied)
+		if used != nil {
+			// restart replays the history from the start of the mark's block.
+			replayed := int(out % lazyBlock)
+			for i := range window - replayed {
+				if used[i/64]&(1<<(i%64)) == 0 {
+					h[i] = 0
+				}
+			}
+		}
+		l.keepMark(bit, out, h)
+	}}
+}
+
+// keepMark keeps a mark's history compressed, in memory of its own size.
+func (l *lazySection) keepMark(bit, out uint64, hist []byte) {
+	if l.pack && l.nPacked == len(l.chunks) {
+		return // the section is read from its packed copy, without marks
 	}
 	scratch := markScratch.Get().(*[]byte)
 	defer markScratch.Put(scratch)
@@ -555,9 +582,9 @@ func (l *lazySection) dropMarks() {
 // dropKeepingMarks is drop but for the marks and the packed chunks, which stay to serve
 // a later need. It returns the bytes freed.
 func (l *lazySection) dropKeepingMarks() int64 {
+	l.closeStream() // first: a mark the stream was making is kept
 	kept := l.markBytes()
 	freed := l.held - kept
-	l.closeStream()
 	if l.region != nil {
 		l.region.Close()
 		l.region = nil

@@ -11,6 +11,7 @@ import (
 
 	stdzlib "compress/zlib"
 
+	"github.com/klauspost/compress/s2"
 	"github.com/klauspost/compress/zlib"
 )
 
@@ -416,4 +417,59 @@ func lazyOf(t *testing.T, l *lazySection) (*lazySection, []byte) {
 		t.Fatal(err)
 	}
 	return l, b
+}
+
+// A mark keeps of its history only what a walk resumed there reads: the bytes the next
+// window's copies reach back to, and the end of its block that the walk replays. With
+// the whole history kept (the mark's watch ignored), the marks hold more than half
+// what S2 makes of their windows.
+func TestLazySectionMarksKeepWhatIsCopied(t *testing.T) {
+	plain := dwarfLikeText(1<<20 + 1000)
+	l, _ := zlibLazy(t, plain)
+	if _, err := l.need(0, uint64(len(plain))); err != nil {
+		t.Fatal(err)
+	}
+	if len(l.marks) < 4 {
+		t.Fatalf("%d marks in %d bytes", len(l.marks), len(plain))
+	}
+	whole := 0
+	for _, m := range l.marks {
+		whole += len(s2.EncodeBetter(nil, plain[m.out-window:m.out]))
+	}
+	if kept := l.markBytes(); kept*2 > int64(whole) {
+		t.Errorf("the marks hold %d bytes, their whole windows %d", kept, whole)
+	}
+	t.Logf("%d marks hold %d bytes, their whole windows %d", len(l.marks), l.markBytes(), whole)
+	for i := range l.marks {
+		m := l.marks[i]
+		// Straight from the mark: the end of its block replayed, then what follows.
+		if err := l.restart(m.out); err != nil {
+			t.Fatal(err)
+		}
+		at := m.out &^ (lazyBlock - 1)
+		got := make([]byte, min(m.out-at+2*window, uint64(len(plain))-at))
+		if _, err := io.ReadFull(l.stream, got); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, plain[at:at+uint64(len(got))]) {
+			i := 0
+			for got[i] == plain[at+uint64(i)] {
+				i++
+			}
+			t.Fatalf("the walk resumed at the mark at %d reads other bytes from %d (%q, not %q)", m.out, at+uint64(i), got[i:i+8], plain[at+uint64(i):at+uint64(i)+8])
+		}
+		// Through need, after the section's blocks went.
+		l.dropKeepingMarks()
+		off := m.out + lazyBlock
+		end := min(off+3*lazyBlock, uint64(len(plain)))
+		if off >= end {
+			continue
+		}
+		if _, err := l.need(off, end); err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := l.bytes(); !bytes.Equal(b[off:end], plain[off:end]) {
+			t.Fatalf("[%d, %d) differs from the section decompressed whole", off, end)
+		}
+	}
 }

@@ -133,9 +133,9 @@ func (c *Cache) touchLocked(t *Table) {
 func (t *Table) dropScratch() { t.dropScratchKeeping(false) }
 
 // maxKeptMarks bounds the marks and packed chunks a table keeps when its copies go for
-// being idle: the C library's debug file has 56 marks (1.07 MB compressed), and once
-// its passes have kept meeting new units, .debug_abbrev packed (255 KB) in place of its
-// four (31 KB). Without them the first new unit after each idle time walked its
+// being idle: the C library's debug file has 56 marks (324 KB), and once its passes
+// have kept meeting new units, .debug_abbrev packed (255 KB) in place of its four
+// (13 KB). Without them the first new unit after each idle time walked its
 // .debug_info from the start, 5.6 MB and 38 ms of CPU. A file with more (a browser's
 // tens of megabytes) walks from the start again rather than hold megabytes for it.
 const maxKeptMarks = 3 << 19
