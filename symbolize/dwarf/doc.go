@@ -30,7 +30,7 @@
 // need in one more walk; Thin lets it go at the pass's end; Hold keeps every page once
 // decompressed, for a file whose passes keep decoding new units. A zlib stream is
 // decoded by the package's own inflater (inflate.go: whole-symbol code tables, a bit
-// buffer filled a word at a time), which leaves a mark every 128 KB of output where a
+// buffer filled a word at a time), which leaves a mark every 64 KB of output where a
 // block begins (of its 32 KB window, the bytes the next window's copies reach back to,
 // compressed, in anonymous memory too), so that a later walk starts near what it needs
 // rather than at the section's start. A .debug_abbrev

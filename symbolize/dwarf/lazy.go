@@ -48,11 +48,11 @@ const maxWalks = 3
 // units come a few each interval, and each walks three sections from the mark before
 // it: a megabyte between marks was 30–40 MB decompressed a minute, and at 256 KB the
 // walks were still a third of sonde's CPU beside 120 execs a second. A mark keeps of
-// its 32 KB of history only what a walk from it reads (see mark), compressed with S2:
-// libc's debug file has 56 marks, 324 KB in all, where they held 1.07 MB with their
-// whole windows. Marks every 64 KB would hold 581 KB and make a pass meeting three new
-// units of libc cost 2.3–2.9 ms instead of 4.2–4.6 (BenchmarkNewUnits).
-const markEvery = 128 << 10
+// its 32 KB of history only what a walk from it reads (see mark), compressed with S2,
+// about 6 KB: libc's debug file has 101 marks every 64 KB, 581 KB in all, where its 56
+// every 128 KB held 1.07 MB with their whole windows, and a pass meeting three new
+// units of libc costs 2.3–2.9 ms instead of 4.2–4.6 (BenchmarkNewUnits).
+const markEvery = 64 << 10
 
 // packChunk is the output a packed section keeps as one S2 block: decoding one costs
 // tens of microseconds, against a walk of about markEvery/2 from a mark.
@@ -74,7 +74,7 @@ const packAfter = 3
 // blocks are long, so a walk from a mark averaged over 100 KB). Where processes come
 // and go, each new C library unit walked it from a mark as well as .debug_info and
 // .debug_line; packed, one of the three walks goes. .debug_line packs into half its
-// size (the C library's 1.3 MB into 720 KB, for its nine marks' 47 KB): not worth its
+// size (the C library's 1.3 MB into 720 KB, for its 17 marks' 106 KB): not worth its
 // memory beside the CPU its walks cost.
 
 // lazySection is a compressed section decompressed where decoding needs it.

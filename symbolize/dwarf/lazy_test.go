@@ -18,17 +18,6 @@ import (
 // lazySize is what t's sections decompressed a block at a time inflate to.
 func lazySize(t *Table) int64 { return packedSize(t) - wholeSize(t) }
 
-// markSize is what the marks of t's sections decompressed a block at a time hold.
-func markSize(t *Table) int64 {
-	var n int64
-	for i := range t.secs {
-		if l := t.secs[i].lazy; l != nil {
-			n += l.markBytes()
-		}
-	}
-	return n
-}
-
 // Decompressing .debug_info, .debug_abbrev and .debug_line only where decoding reaches
 // names every address as decompressing them whole does, and holds a small part of them:
 // the index keeps the units of the addresses announced, Prepare fetches a pass's new
@@ -92,13 +81,13 @@ func TestLazySectionsMatchWhole(t *testing.T) {
 		t.Errorf("lookups of the addresses announced at load decompressed %d bytes more", d)
 	}
 	lazy.Thin()
-	if got := c.Decompressed().Bytes; got != wholeSize(lazy)+markSize(lazy) {
+	if got := c.Decompressed().Bytes; got != wholeSize(lazy)+lazy.MarkBytes() {
 		t.Errorf("%d bytes held after Thin, want the %d of the sections decompressed whole and the %d of the marks",
-			got, wholeSize(lazy), markSize(lazy))
+			got, wholeSize(lazy), lazy.MarkBytes())
 	}
 	// A window of 32 KB every markEvery, and one more a section at most.
-	if markSize(lazy) > big*window/markEvery+3*window {
-		t.Errorf("marks of %d bytes for %d decompressed a block at a time", markSize(lazy), big)
+	if lazy.MarkBytes() > big*window/markEvery+3*window {
+		t.Errorf("marks of %d bytes for %d decompressed a block at a time", lazy.MarkBytes(), big)
 	}
 
 	// A pass's new units: one walk through each section, at most.
@@ -144,7 +133,7 @@ func TestLazySectionsMatchWhole(t *testing.T) {
 	if d := total() - before; d > int64(maxWalks+1)*big {
 		t.Errorf("lookups decompressed %d bytes: more than %d walks of %d", d, maxWalks+1, big)
 	}
-	marks := markSize(lazy)
+	marks := lazy.MarkBytes()
 	t.Logf("marks: %d bytes", marks)
 	if marks == 0 || marks > maxKeptMarks {
 		t.Fatalf("marks of %d bytes: not the file this test needs", marks)
@@ -173,8 +162,8 @@ func TestLazySectionsMatchWhole(t *testing.T) {
 	lazy.mu.Lock()
 	lazy.dropScratch()
 	lazy.mu.Unlock()
-	if got := c.Decompressed().Bytes; got != 0 || markSize(lazy) != 0 {
-		t.Errorf("%d bytes held and %d of marks after the copies were dropped", got, markSize(lazy))
+	if got := c.Decompressed().Bytes; got != 0 || lazy.MarkBytes() != 0 {
+		t.Errorf("%d bytes held and %d of marks after the copies were dropped", got, lazy.MarkBytes())
 	}
 }
 

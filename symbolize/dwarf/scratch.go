@@ -133,7 +133,7 @@ func (c *Cache) touchLocked(t *Table) {
 func (t *Table) dropScratch() { t.dropScratchKeeping(false) }
 
 // maxKeptMarks bounds the marks and packed chunks a table keeps when its copies go for
-// being idle: the C library's debug file has 56 marks (324 KB), and once its passes
+// being idle: the C library's debug file has 101 marks (581 KB), and once its passes
 // have kept meeting new units, .debug_abbrev packed (255 KB) in place of its four
 // (13 KB). Without them the first new unit after each idle time walked its
 // .debug_info from the start, 5.6 MB and 38 ms of CPU. A file with more (a browser's

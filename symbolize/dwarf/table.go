@@ -460,6 +460,21 @@ func (t *Table) Thin() {
 	}
 }
 
+// MarkBytes is what the table keeps to enter its compressed sections' streams again,
+// however long it is idle while maxKeptMarks allows: their marks and packed chunks.
+// The cache's Decompressed counts them.
+func (t *Table) MarkBytes() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var n int64
+	for i := range t.secs {
+		if l := t.secs[i].lazy; l != nil {
+			n += l.markBytes()
+		}
+	}
+	return n
+}
+
 // LazyBytes is what the compressed sections decompressed a block at a time come to,
 // whole: what Hold would keep at most.
 func (t *Table) LazyBytes() uint64 {
