@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -180,6 +181,10 @@ func TestMetricsEndpoint(t *testing.T) {
 		if _, ok := second[name]; !ok {
 			t.Errorf("no %s in /metrics", name)
 		}
+	}
+	// 99 Hz on up to 40 CPUs is one thread's load: Go's scheduler runs on one.
+	if got := second["go_sched_gomaxprocs_threads"]; runtime.NumCPU() <= 40 && os.Getenv("GOMAXPROCS") == "" && got != 1 {
+		t.Errorf("GOMAXPROCS %v at 99 Hz on %d CPUs, want 1", got, runtime.NumCPU())
 	}
 	if code, body := a.get(t, "/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz while sampling: %d %s", code, body)

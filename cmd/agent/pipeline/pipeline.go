@@ -189,6 +189,7 @@ func Build(cfg *Config, log *slog.Logger) (_ *Pipeline, err error) {
 		// for GC work that stays a small part of a core.
 		debug.SetGCPercent(50)
 	}
+	setProcs(cfg, len(cpus))
 	p.resource, err = otlp.ResourceFromEnv(os.Getenv)
 	if err != nil {
 		log.Warn("resource attributes from the environment ignored", "err", err)
