@@ -462,7 +462,7 @@ func (l *lazySection) mark(bit, out uint64, hist []byte) *refWatch {
 	return &refWatch{from: out, done: func(used *[window / 64]uint64) {
 		defer markScratch.Put(copied)
 		if used != nil {
-			// restart replays the history from the start of the mark's block.
+			// restart replays the history from the start of the page the mark lies in.
 			replayed := int(out % lazyBlock)
 			for i := range window - replayed {
 				if used[i/64]&(1<<(i%64)) == 0 {
