@@ -409,7 +409,7 @@ func lazyOf(t *testing.T, l *lazySection) (*lazySection, []byte) {
 }
 
 // A mark keeps of its history only what a walk resumed there reads: the bytes the next
-// window's copies reach back to, and the end of its block that the walk replays. With
+// window's copies reach back to, and the end of its page that the walk replays. With
 // the whole history kept (the mark's watch ignored), the marks hold more than half
 // what S2 makes of their windows.
 func TestLazySectionMarksKeepWhatIsCopied(t *testing.T) {
@@ -431,7 +431,7 @@ func TestLazySectionMarksKeepWhatIsCopied(t *testing.T) {
 	t.Logf("%d marks hold %d bytes, their whole windows %d", len(l.marks), l.markBytes(), whole)
 	for i := range l.marks {
 		m := l.marks[i]
-		// Straight from the mark: the end of its block replayed, then what follows.
+		// Straight from the mark: the end of its page replayed, then what follows.
 		if err := l.restart(m.out); err != nil {
 			t.Fatal(err)
 		}

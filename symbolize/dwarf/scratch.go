@@ -144,15 +144,7 @@ const maxKeptMarks = 3 << 19
 // and they are few (maxKeptMarks). The marks stay accounted, and go when the bound
 // needs their room.
 func (t *Table) dropScratchKeeping(keepMarks bool) {
-	if keepMarks {
-		var marks int64
-		for i := range t.secs {
-			if l := t.secs[i].lazy; l != nil {
-				marks += l.markBytes()
-			}
-		}
-		keepMarks = marks <= maxKeptMarks
-	}
+	keepMarks = keepMarks && t.markBytes() <= maxKeptMarks
 	var freed, kept int64
 	for i := range t.secs {
 		sec := &t.secs[i]

@@ -466,6 +466,11 @@ func (t *Table) Thin() {
 func (t *Table) MarkBytes() int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.markBytes()
+}
+
+// markBytes is MarkBytes for a caller that holds t.mu or owns t.
+func (t *Table) markBytes() int64 {
 	var n int64
 	for i := range t.secs {
 		if l := t.secs[i].lazy; l != nil {
