@@ -1,11 +1,15 @@
 package bpf
 
 import (
+	"errors"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf/btf"
+
+	"github.com/sonde-profiler/sonde/internal/testenv"
 )
 
 // TestCheckLayout: a Go struct laid out as the kernel's passes; one with two fields of the
@@ -63,5 +67,31 @@ func TestEndNames(t *testing.T) {
 	got := endNames(e)
 	if len(got) != 2 || got[0] != "complete" || got[1] != "bad_read" {
 		t.Errorf("endNames = %v", got)
+	}
+}
+
+// After SealRuntimes the program's BTF is gone: a runtime registered later is refused
+// with a clear error rather than checked against nothing.
+func TestSealRuntimes(t *testing.T) {
+	testenv.RequireRoot(t)
+	s, err := Load(Config{PIDs: []uint32{uint32(os.Getpid())}, Frequency: 19})
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	defer s.Close()
+	py := RuntimeMaps{Number: 1, Procs: "py_procs", Counters: "py_counters", Ends: "py_end"}
+	k, err := s.Runtime(py, samplerPyProc{})
+	if err != nil {
+		t.Fatalf("before the seal: %v", err)
+	}
+	if len(k.ends) == 0 {
+		t.Error("no names for py_end's values")
+	}
+	s.SealRuntimes()
+	if s.spec != nil {
+		t.Error("the spec is still held")
+	}
+	if _, err := s.Runtime(py, samplerPyProc{}); !errors.Is(err, errRuntimesSealed) {
+		t.Errorf("after the seal: %v, want %v", err, errRuntimesSealed)
 	}
 }

@@ -172,7 +172,7 @@ type ProgramStats struct {
 // Sampler owns the loaded programs, their perf events and the ring buffer reader.
 type Sampler struct {
 	objs      samplerObjects
-	spec      *ebpf.CollectionSpec // as loaded, its maps and types only: for RuntimeKernel's checks
+	spec      *ebpf.CollectionSpec // as loaded, its maps and types only: for RuntimeKernel's checks, until SealRuntimes
 	maps      map[string]*ebpf.Map // objs' maps by name, for the runtimes' writers
 	perfFDs   []int
 	links     []link.Link
