@@ -182,6 +182,10 @@ func TestMetricsEndpoint(t *testing.T) {
 			t.Errorf("no %s in /metrics", name)
 		}
 	}
+	// An interval's end gives the heap back (heapTrimmer).
+	a.waitMetrics(t, "the heap given back at an interval's end", func(m map[string]float64) bool {
+		return m["sonde_memory_heap_trims_total"] >= 1
+	})
 	// 99 Hz on up to 40 CPUs is one thread's load: Go's scheduler runs on one.
 	if got := second["go_sched_gomaxprocs_threads"]; runtime.NumCPU() <= 40 && os.Getenv("GOMAXPROCS") == "" && got != 1 {
 		t.Errorf("GOMAXPROCS %v at 99 Hz on %d CPUs, want 1", got, runtime.NumCPU())
@@ -282,11 +286,13 @@ func TestChurn(t *testing.T) {
 	}
 	// A short churn first, then two intervals, so that the baseline holds what sonde loads
 	// once (kallsyms, its own tables) and its bounded caches as churn fills them (stack
-	// chunks of processes at new addresses, names): what grows past that is a leak.
-	if err := inCgroup(exec.Command(churn, "1000", "10", short)).Run(); err != nil {
+	// chunks of processes at new addresses, names): what grows past that is a leak. Five
+	// seconds of churn fill them as ten did (the same program at new addresses); the
+	// intervals are the agent's 2 s.
+	if err := inCgroup(exec.Command(churn, "1000", "5", short)).Run(); err != nil {
 		t.Fatalf("churn: %v", err)
 	}
-	time.Sleep(6 * time.Second)
+	time.Sleep(4 * time.Second)
 	heap0, fds0, gor0, kern0, tracked0 := a.stats(t)
 	heap0 = a.floorHeap(t, heap0)
 	cmd := inCgroup(exec.Command(churn, "1000", strconv.Itoa(secs), short))

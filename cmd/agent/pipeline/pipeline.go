@@ -70,6 +70,7 @@ type Pipeline struct {
 	exporter   *otlp.Exporter
 	sinks      []Sink
 	pressure   *pressure
+	trim       *heapTrimmer // gives the heap back at intervals' ends
 	period     time.Duration
 	runStart   time.Time
 	resource   otlp.Resource
@@ -336,6 +337,7 @@ func Build(cfg *Config, log *slog.Logger) (_ *Pipeline, err error) {
 		p.sinks = append(p.sinks, p.tally)
 	}
 	p.pressure = &pressure{limit: p.budget.rss, log: log, sheds: p.shedders()}
+	p.trim = newHeapTrimmer()
 	p.ringWatch = ringWatch{sampler: p.sampler, log: log}
 	p.targets = newTargets(cfg.PIDs)
 	p.health = &health{sampler: p.sampler}
@@ -549,6 +551,7 @@ func (p *Pipeline) loop(sampled <-chan error) error {
 				dropped = now
 			}
 			p.send(prof)
+			p.trim.intervalDone(now)
 			timer.Reset(jittered(p.cfg.Interval))
 		case err := <-sampled:
 			return err
@@ -707,7 +710,7 @@ func (p *Pipeline) logSummary(level slog.Level) {
 	// The checks see the resident set once a second, from the first poll on; the kernel's
 	// high-water mark has the start-up and every moment between.
 	peak := max(p.pressure.peakRSS.Load(), highWaterBytes())
-	attrs = append(attrs, "memory", slog.GroupValue(slog.Int64("peak_rss_bytes", peak), slog.Uint64("sheds", p.pressure.shed.Load())))
+	attrs = append(attrs, "memory", slog.GroupValue(slog.Int64("peak_rss_bytes", peak), slog.Uint64("sheds", p.pressure.shed.Load()), slog.Uint64("heap_trims", p.trim.trims.Load())))
 	p.log.Log(context.Background(), level, "summary", attrs...)
 }
 

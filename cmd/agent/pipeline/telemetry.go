@@ -64,9 +64,11 @@ type telemetry struct {
 func newTelemetry(p *Pipeline, h *health) (*telemetry, error) {
 	reg := prometheus.NewRegistry()
 	// The live heap as of the last collection (go_gc_heap_live_bytes) beside the usual
-	// memstats: what sonde holds, without the garbage the next collection takes.
+	// memstats: what sonde holds, without the garbage the next collection takes. Forced
+	// collections (go_gc_cycles_forced_gc_cycles_total) are sonde's own: the heap given
+	// back at intervals' ends, after large unwind tables, and under memory pressure.
 	reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
-		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)})),
+		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$|^/gc/cycles/forced:gc-cycles$`)})),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	exp, err := promexporter.New(promexporter.WithRegisterer(reg), promexporter.WithoutScopeInfo())
 	if err != nil {
@@ -175,6 +177,7 @@ func registerInstruments(m metric.Meter, p *Pipeline) error {
 		rss           = gauge("sonde.memory.rss", "sonde's resident memory.", "By")
 		symCache      = gauge("sonde.symbolize.cache.size", "Estimated memory the symbolizer's caches hold, by cache.", "By")
 		sheds         = counter("sonde.memory.sheds", "Times caches or queued intervals were dropped to stay within --memory-limit.", "{shed}")
+		heapTrims     = counter("sonde.memory.heap_trims", "Times an interval's end collected and gave the Go heap's free pages back to the system.", "{trim}")
 		dbgFetches    = counter("sonde.debuginfod.fetches", "Requests sent to debuginfod servers.", "{request}")
 		dbgNotFound   = counter("sonde.debuginfod.not_found", "Requests a debuginfod server answered 404: it has no such file.", "{request}")
 		dbgFiles      = counter("sonde.debuginfod.lookups", "Build IDs looked up: hit (in the disk cache), downloaded, miss (no server had it).", "{file}")
@@ -185,7 +188,7 @@ func registerInstruments(m metric.Meter, p *Pipeline) error {
 		offGoParks    = counter("sonde.offcpu.goroutine_parks", "Goroutines parking in Go's scheduler (--off-cpu-goroutines), by outcome: walked (stack sent) or skipped (sampled out when they come too fast).", "{park}")
 		offSwitches   = counter("sonde.offcpu.switches", "Threads going off the CPU to wait (--off-cpu), by outcome: walked (stacks sent) or skipped (sampled out when they come too fast).", "{switch}")
 		offThreads    = gauge("sonde.offcpu.threads", "Waiting threads whose stacks sonde holds until they run again, where: kernel or user.", "{thread}")
-		observables   = []metric.Observable{offSamples, offGoParks, offSwitches, offThreads, samples, lost, walks, stale, unresolved, symFailed, locations, fileRefused, procReads, exports, sentBytes, dropped, queue, queueBytes, mapEntries, mapCapacity, rows, rowsBudget, processes, files, rss, symCache, sheds, dbgFetches, dbgNotFound, dbgFiles, dbgBytes, dbgErrors, dbgCache}
+		observables   = []metric.Observable{offSamples, offGoParks, offSwitches, offThreads, samples, lost, walks, stale, unresolved, symFailed, locations, fileRefused, procReads, exports, sentBytes, dropped, queue, queueBytes, mapEntries, mapCapacity, rows, rowsBudget, processes, files, rss, symCache, sheds, heapTrims, dbgFetches, dbgNotFound, dbgFiles, dbgBytes, dbgErrors, dbgCache}
 		outcome       = func(v string) metric.ObserveOption { return metric.WithAttributes(attribute.String("outcome", v)) }
 		reason        = func(v string) metric.ObserveOption { return metric.WithAttributes(attribute.String("reason", v)) }
 		mapName       = func(v string) metric.ObserveOption { return metric.WithAttributes(attribute.String("map", v)) }
@@ -272,6 +275,7 @@ func registerInstruments(m metric.Meter, p *Pipeline) error {
 			}
 			o.ObserveInt64(rss, residentBytes())
 			o.ObserveInt64(sheds, nonNegative(p.pressure.shed.Load()))
+			o.ObserveInt64(heapTrims, nonNegative(p.trim.trims.Load()))
 			return nil
 		}
 	)
