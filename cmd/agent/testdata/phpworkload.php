@@ -48,7 +48,7 @@ function harbor(float $until): int
 }
 
 // The callbacks' loops are long enough that the internal function's own work between
-// calls (zend_sort, array_map, range, shuffle: 3-5 % of samples under opcache's tracing
+// calls (zend_sort, array_map, range, shuffle: 1-5 % of samples under opcache's tracing
 // JIT with 2000 and 600 turns) stays well under a twentieth of the time.
 function compare_crates(int $a, int $b): int
 {
