@@ -70,7 +70,7 @@ func (s *Sampler) Runtime(rt RuntimeMaps, state any) (*RuntimeKernel, error) {
 		k.state = k.state.Elem()
 	}
 	if s.spec == nil {
-		return nil, fmt.Errorf("runtime %d: %w", rt.Number, errRuntimesSealed)
+		return nil, fmt.Errorf("runtime %d: %w", rt.Number, ErrRuntimesSealed)
 	}
 	ms := s.spec.Maps[rt.Procs]
 	if err := CheckLayout(ms.Value, k.state); err != nil {
@@ -86,7 +86,8 @@ func (s *Sampler) Runtime(rt RuntimeMaps, state any) (*RuntimeKernel, error) {
 	return k, nil
 }
 
-var errRuntimesSealed = errors.New("runtimes are registered before SealRuntimes")
+// ErrRuntimesSealed is Runtime's error after SealRuntimes.
+var ErrRuntimesSealed = errors.New("runtimes are registered before SealRuntimes")
 
 // SealRuntimes lets go of the kernel program's maps' and types' BTF, which only Runtime
 // reads: about 0.4 MB of heap that would otherwise stay, and with GOGC=50 another

@@ -91,7 +91,7 @@ func TestSealRuntimes(t *testing.T) {
 	if s.spec != nil {
 		t.Error("the spec is still held")
 	}
-	if _, err := s.Runtime(py, samplerPyProc{}); !errors.Is(err, errRuntimesSealed) {
-		t.Errorf("after the seal: %v, want %v", err, errRuntimesSealed)
+	if _, err := s.Runtime(py, samplerPyProc{}); !errors.Is(err, ErrRuntimesSealed) {
+		t.Errorf("after the seal: %v, want %v", err, ErrRuntimesSealed)
 	}
 }

@@ -277,6 +277,9 @@ func Build(cfg *Config, log *slog.Logger) (_ *Pipeline, err error) {
 		}
 		observer = observers
 	}
+	// Every runtime is registered: the program's BTF, which only their layout checks
+	// read, can go.
+	p.sampler.SealRuntimes()
 	if p.watcher, err = newWatcher(cfg, log); err != nil {
 		return nil, err
 	}
