@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"unsafe"
 
+	"github.com/sonde-profiler/sonde/internal/mmapfile"
 	"github.com/sonde-profiler/sonde/internal/objfile"
 )
 
@@ -43,7 +45,11 @@ func usable(s *elf.Section) bool {
 // FromELF builds the unwind table of f from .eh_frame, falling back to .debug_frame when
 // the file has no .eh_frame. A file without section headers has .eh_frame found through
 // its PT_GNU_EH_FRAME segment instead.
-func FromELF(f *elf.File) (*Table, error) {
+func FromELF(f *elf.File) (*Table, error) { return fromELF(f, false) }
+
+// fromELF is FromELF, with the rows built in scratch memory off the Go heap when scratch
+// is set: the table must then be released once its rows are used (Table.release).
+func fromELF(f *elf.File, scratch bool) (*Table, error) {
 	if f.Class != elf.ELFCLASS64 || f.Machine != machine || !tableArch {
 		return nil, fmt.Errorf("unwind: unsupported %s %s file", f.Class, f.Machine)
 	}
@@ -70,7 +76,7 @@ func FromELF(f *elf.File) (*Table, error) {
 				}
 			}
 		}
-		return build(sec, hdr, ".eh_frame"), nil
+		return build(sec, hdr, ".eh_frame", scratch), nil
 	}
 
 	if len(f.Sections) <= 1 {
@@ -82,7 +88,7 @@ func FromELF(f *elf.File) (*Table, error) {
 			return nil, err
 		}
 		if sec != nil {
-			return build(sec, hdr, ".eh_frame"), nil
+			return build(sec, hdr, ".eh_frame", scratch), nil
 		}
 	}
 
@@ -92,7 +98,7 @@ func FromELF(f *elf.File) (*Table, error) {
 			return nil, err
 		}
 		sec := &frameSection{data: data, addr: s.Addr, bases: b, debug: true}
-		return build(sec, nil, ".debug_frame"), nil
+		return build(sec, nil, ".debug_frame", scratch), nil
 	}
 	return nil, errors.New("unwind: no .eh_frame or .debug_frame")
 }
@@ -153,13 +159,13 @@ func progData(p *elf.Prog, off, n uint64) ([]byte, error) {
 }
 
 // build turns a call frame section into a table.
-func build(sec *frameSection, hdr *ehHdr, source string) *Table {
-	return buildWithGap(sec, hdr, source, Row{})
+func build(sec *frameSection, hdr *ehHdr, source string, scratch bool) *Table {
+	return buildWithGap(sec, hdr, source, Row{}, scratch)
 }
 
 // buildWithGap turns a call frame section into a table whose addresses outside every FDE
-// have the rule gap, from address 0 on.
-func buildWithGap(sec *frameSection, hdr *ehHdr, source string, gap Row) *Table {
+// have the rule gap, from address 0 on; with scratch, its rows off the Go heap.
+func buildWithGap(sec *frameSection, hdr *ehHdr, source string, gap Row, scratch bool) *Table {
 	cies := make(map[int]*cie)
 	var fdes []fde
 	ok := false
@@ -177,14 +183,51 @@ func buildWithGap(sec *frameSection, hdr *ehHdr, source string, gap Row) *Table 
 		slices.SortStableFunc(fdes, byStart)
 	}
 
-	b := builder{sec: sec, rows: make([]Row, 0, rowEstimate(len(sec.data), len(fdes))), gap: gap}
+	t := &Table{Source: source}
+	var rows []Row
+	if scratch {
+		rows, t.scratch = scratchRows(rowBound(len(sec.data), len(fdes)))
+	}
+	if rows == nil {
+		rows = make([]Row, 0, rowEstimate(len(sec.data), len(fdes)))
+	}
+	b := builder{sec: sec, rows: rows, gap: gap}
 	if gap.CFA != CFAInvalid {
 		b.emit(0, gap)
 	}
 	b.build(fdes)
 	// The estimate's slack is not trimmed by a copy: a table lives only until its rows
 	// go to the kernel, and the copy would hold the rows twice at the agent's peak.
-	return &Table{Rows: b.rows, Source: source}
+	t.Rows = b.rows
+	return t
+}
+
+// rowBound is room for more rows than a section yields: a row needs an advance and a
+// rule, two bytes of instructions at least, and each FDE may add a row where it ends and
+// a gap row before it. A hostile section that yields more spills to the Go heap, as
+// append grows a slice past its capacity.
+func rowBound(sectionSize, fdes int) int {
+	return sectionSize/2 + 2*fdes + 16
+}
+
+// maxScratchRows bounds the address space reserved for one table's rows (1.5 GiB): only
+// the pages written are resident, but an address space limit (ulimit -v) may be set.
+const maxScratchRows = 64 << 20
+
+// scratchRows reserves room for n rows in private anonymous memory, resident only where
+// written and returned to the system when the region closes, not at a collection after
+// it: the rows of a large library (libpython has 64 000, 1.5 MB; Node's executable
+// 550 000, 13 MB) go to the kernel and are dropped at once. On the heap, the estimate
+// that sizes them erred low for libpython by 5 %, and the regrowth held them twice and a
+// quarter: 3.6 MB allocated for 1.5 MB of rows. It returns nil where the memory cannot
+// be had; the rows are then built on the heap.
+func scratchRows(n int) ([]Row, *mmapfile.Region) {
+	n = min(n, maxScratchRows)
+	r, err := mmapfile.Anon(n * int(unsafe.Sizeof(Row{})))
+	if err != nil || len(r.Bytes()) == 0 {
+		return nil, nil
+	}
+	return unsafe.Slice((*Row)(unsafe.Pointer(unsafe.SliceData(r.Bytes()))), n)[:0], r
 }
 
 // rowEstimate guesses the final row count to allocate once. gcc's output for libc and

@@ -372,7 +372,8 @@ func (m *Maintainer) table(f *objfile.File) *fileTable {
 			return t
 		}
 	}
-	rows, loads, goRT, probes, err := readTable(f, m.cfg.FramePointerCode)
+	rows, loads, goRT, probes, release, err := readTable(f, m.cfg.FramePointerCode)
+	defer release() // after AddTable has copied the rows
 	m.rowsRead += len(rows)
 	t.loads = loads
 	switch {
@@ -497,11 +498,14 @@ func (m *Maintainer) publish() {
 }
 
 // readTable reads a file's unwind rows, as the kernel stores them, its load segments,
-// and for a Go binary its runtime's layout and where its goroutines park and run.
-func readTable(f *objfile.File, fpCode []FramePointerCodeFunc) (rows []KernelRow, loads []elf.ProgHeader, layout *KernelGoRuntime, probes GoProbes, err error) {
+// and for a Go binary its runtime's layout and where its goroutines park and run. The
+// rows may lie in scratch memory that release gives back: they must not be used after
+// it, and release is called whatever the error.
+func readTable(f *objfile.File, fpCode []FramePointerCodeFunc) (rows []KernelRow, loads []elf.ProgHeader, layout *KernelGoRuntime, probes GoProbes, release func(), err error) {
+	release = func() {}
 	h, err := f.Open()
 	if err != nil {
-		return nil, nil, nil, probes, err
+		return nil, nil, nil, probes, release, err
 	}
 	defer h.Close()
 	// The sections are read in place: a big binary's pclntab or .eh_frame would
@@ -509,17 +513,25 @@ func readTable(f *objfile.File, fpCode []FramePointerCodeFunc) (rows []KernelRow
 	// is what a node must provision for.
 	ef, region, err := h.MapELF()
 	if err != nil {
-		return nil, nil, nil, probes, fmt.Errorf("read unwind table: %w", err)
+		return nil, nil, nil, probes, release, fmt.Errorf("read unwind table: %w", err)
 	}
 	defer region.Close()
-	if fault := mmapfile.Guard(func() { rows, loads, layout, probes, err = tableOf(f, ef, h, fpCode) }); fault != nil {
-		return nil, nil, nil, GoProbes{}, fmt.Errorf("read unwind table of %s: %w", f.Path, fault)
+	var t *Table
+	if fault := mmapfile.Guard(func() { t, rows, loads, layout, probes, err = tableOf(f, ef, h, fpCode) }); fault != nil {
+		if t != nil {
+			t.release()
+		}
+		return nil, nil, nil, GoProbes{}, release, fmt.Errorf("read unwind table of %s: %w", f.Path, fault)
 	}
-	return rows, loads, layout, probes, err
+	if t != nil {
+		release = t.release
+	}
+	return rows, loads, layout, probes, release, err
 }
 
-// tableOf reads what readTable returns from the mapped file ef.
-func tableOf(f *objfile.File, ef *elf.File, h *objfile.Handle, fpCode []FramePointerCodeFunc) ([]KernelRow, []elf.ProgHeader, *KernelGoRuntime, GoProbes, error) {
+// tableOf reads what readTable returns from the mapped file ef, and the table the rows
+// were made in, whose scratch memory holds them until it is released.
+func tableOf(f *objfile.File, ef *elf.File, h *objfile.Handle, fpCode []FramePointerCodeFunc) (*Table, []KernelRow, []elf.ProgHeader, *KernelGoRuntime, GoProbes, error) {
 	var loads []elf.ProgHeader
 	for _, p := range ef.Progs {
 		if p.Type == elf.PT_LOAD {
@@ -537,29 +549,31 @@ func tableOf(f *objfile.File, ef *elf.File, h *objfile.Handle, fpCode []FramePoi
 		// miss: the runtime's switches between stacks, and cgo's C code.
 		g, err := ReadGoRuntime(ef, h)
 		if errors.Is(err, errNoPclntab) {
-			return nil, loads, nil, GoProbes{}, nil // a Go release before 1.18: frame pointers
+			return nil, nil, loads, nil, GoProbes{}, nil // a Go release before 1.18: frame pointers
 		}
 		if err != nil {
-			return nil, loads, nil, GoProbes{}, fmt.Errorf("read go runtime of %s: %w", f.Path, err)
+			return t, nil, loads, nil, GoProbes{}, fmt.Errorf("read go runtime of %s: %w", f.Path, err)
 		}
 		if t, err = goTable(ef, g); err != nil {
-			return nil, loads, nil, GoProbes{}, fmt.Errorf("read unwind table of %s: %w", f.Path, err)
+			return t, nil, loads, nil, GoProbes{}, fmt.Errorf("read unwind table of %s: %w", f.Path, err)
 		}
 		layout, probes = g.Layout, g.Probes
 	case len(ef.Sections) > 0 && ef.Section(".eh_frame") == nil && ef.Section(".debug_frame") == nil:
 		// A file without section headers may still have PT_GNU_EH_FRAME, which FromELF reads.
-		return nil, loads, nil, GoProbes{}, nil // nothing to unwind by: frame pointers
+		return nil, nil, loads, nil, GoProbes{}, nil // nothing to unwind by: frame pointers
 	default:
-		if t, err = FromELF(ef); err != nil {
-			return nil, loads, nil, GoProbes{}, fmt.Errorf("read unwind table of %s: %w", f.Path, err)
+		// Built off the heap: the rows go to the kernel and their memory back to the
+		// system at once, without a collection.
+		if t, err = fromELF(ef, true); err != nil {
+			return t, nil, loads, nil, GoProbes{}, fmt.Errorf("read unwind table of %s: %w", f.Path, err)
 		}
 		withFramePointerCode(t, ef, fpCode)
 	}
 	rows, err := t.KernelRows()
 	if err != nil {
-		return nil, loads, nil, GoProbes{}, fmt.Errorf("read unwind table of %s: %w", f.Path, err)
+		return t, nil, loads, nil, GoProbes{}, fmt.Errorf("read unwind table of %s: %w", f.Path, err)
 	}
-	return rows, loads, layout, probes, nil
+	return t, rows, loads, layout, probes, nil
 }
 
 // offsetToVaddr maps a file offset to the virtual address the loader puts it at.

@@ -131,6 +131,9 @@ type section struct {
 	// file, decompresses the parts decoding reaches (lazy.go); data and scratch
 	// stay nil.
 	lazy *lazySection
+	// passed is where a walk through the section, uncompressed in a mapped file, gave
+	// back the pages before (slide).
+	passed uint64
 }
 
 // drop lets go of a decompressed copy.
@@ -422,15 +425,33 @@ func (t *Table) pin(sec sectionIndex, off, end uint64) {
 }
 
 // slide lets go of the blocks of a section wholly below off that no wanted unit
-// needs: the index walks the sections in the order of the units, and keeps a window of
-// each. The caller holds t.mu or owns t.
+// needs, or of a section read in place, the pages below off: the index walks the
+// sections in the order of the units, and keeps a window of each. The caller holds
+// t.mu or owns t.
 func (t *Table) slide(sec sectionIndex, off uint64) {
-	if l := t.secs[sec].lazy; l != nil && !t.hold {
+	s := &t.secs[sec]
+	if l := s.lazy; l != nil {
+		if t.hold {
+			return
+		}
 		if freed := l.forget(off); freed > 0 {
 			t.cache.release(t, freed, !t.holdsScratch())
 		}
+		return
+	}
+	// A walk through a section read in place from the mapped file gives back the pages
+	// it has passed: they stay in the page cache, and a lookup maps again the few it
+	// needs. The index walk reads every unit's header, DIE and line program header:
+	// libpython's 8.8 MB .debug_info and 2.5 MB .debug_line were resident, 7.6 MB more,
+	// until the naming pass ended.
+	if s.packed == nil && t.release != nil && off <= uint64(len(s.data)) && off >= s.passed+passedStride {
+		t.release(s.data[s.passed:off])
+		s.passed = off
 	}
 }
+
+// passedStride is how far a walk gets between two releases of the pages it passed.
+const passedStride = 256 << 10
 
 // thin lets go of the blocks decompressed a block at a time, but the pinned ones
 // unless unpin. The caller holds t.mu or owns t.
