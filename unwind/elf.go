@@ -203,11 +203,12 @@ func buildWithGap(sec *frameSection, hdr *ehHdr, source string, gap Row, scratch
 }
 
 // rowBound is room for more rows than a section yields: a row needs an advance and a
-// rule, two bytes of instructions at least, and each FDE may add a row where it ends and
-// a gap row before it. A hostile section that yields more spills to the Go heap, as
+// change of rule, two bytes of instructions at least, and each FDE may add a row where
+// it starts, one where it ends and a gap row before it. A hostile section that yields
+// more (a CIE's instructions run again for each of its FDEs) spills to the Go heap, as
 // append grows a slice past its capacity.
 func rowBound(sectionSize, fdes int) int {
-	return sectionSize/2 + 2*fdes + 16
+	return sectionSize/2 + 3*fdes + 16
 }
 
 // maxScratchRows bounds the address space reserved for one table's rows (1.5 GiB): only
