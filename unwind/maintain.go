@@ -20,7 +20,8 @@ import (
 // adapter in cmd/agent, or a fake in tests.
 type KernelTables interface {
 	// AddTable stores a file's rows as a table of their own and returns its id; goRuntime,
-	// for a Go binary, is its runtime's layout, stored and removed with the table.
+	// for a Go binary, is its runtime's layout, stored and removed with the table. The
+	// rows may lie in memory unmapped when it returns: what it keeps, it copies.
 	AddTable(rows []KernelRow, goRuntime *KernelGoRuntime) (id uint32, err error)
 	// RemoveTable frees a table.
 	RemoveTable(id uint32) error

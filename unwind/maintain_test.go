@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 
@@ -36,7 +37,7 @@ func (k *fakeKernel) AddTable(rows []KernelRow, goRuntime *KernelGoRuntime) (uin
 		return 0, ErrTableFull
 	}
 	k.next++
-	k.tables[k.next] = rows
+	k.tables[k.next] = slices.Clone(rows) // unmapped once AddTable returns
 	if goRuntime != nil {
 		if k.goRT == nil {
 			k.goRT = map[uint32]KernelGoRuntime{}
