@@ -8,7 +8,6 @@ import (
 	"unsafe"
 
 	"github.com/sonde-profiler/sonde/internal/mmapfile"
-	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/internal/testenv"
 )
 
@@ -20,16 +19,7 @@ func TestGoRuntimeScanGivesBackPages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := objfile.OpenHost(self)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	ef, region, err := h.MapELF()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer region.Close()
+	h, ef, region := mapHost(t, self)
 	pcln := ef.Section(".gopclntab")
 	if pcln == nil || pcln.Size < 2<<20 {
 		t.Fatalf("the test binary's pclntab is %v: too small to tell", pcln)

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sonde-profiler/sonde/internal/mmapfile"
+	"github.com/sonde-profiler/sonde/internal/objfile"
 	"github.com/sonde-profiler/sonde/internal/testenv"
 	"github.com/sonde-profiler/sonde/internal/testprog"
 )
@@ -102,6 +104,23 @@ func requireTestBinary(t testing.TB, variant string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// mapHost opens a host file and parses it over a mapping, as readTable reads files: its
+// sections are read in place. Both are closed when the test ends.
+func mapHost(t testing.TB, path string) (*objfile.Handle, *elf.File, *mmapfile.Region) {
+	t.Helper()
+	h, err := objfile.OpenHost(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	f, region, err := h.MapELF()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { region.Close() })
+	return h, f, region
 }
 
 func requireFile(t testing.TB, path string) {

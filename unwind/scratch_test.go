@@ -14,17 +14,7 @@ import (
 // rows, libpython's 2.3 times (the estimate erred low and the slice regrew).
 func TestScratchRows(t *testing.T) {
 	requireFile(t, libcPath)
-	h, err := objfile.OpenHost(libcPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	// Mapped, as readTable reads files: the sections are read in place, not copied.
-	f, region, err := h.MapELF()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer region.Close()
+	_, f, _ := mapHost(t, libcPath)
 	heap, err := FromELF(f)
 	if err != nil {
 		t.Fatal(err)
