@@ -527,34 +527,24 @@ func (p *Pipeline) prime() {
 	}
 }
 
-// ownCacheEvery is how often the executable's pages read without being mapped leave the
-// page cache. Each drop scans the file's cached pages in the kernel: at every 5 s
-// interval that was a tenth of sonde's steady CPU beside the side-by-side workloads.
-const ownCacheEvery = time.Minute
-
 // loop flushes an interval every --interval until sampling ends.
 func (p *Pipeline) loop(sampled <-chan error) error {
 	timer := time.NewTimer(jittered(p.cfg.Interval))
 	defer timer.Stop()
-	var dropped time.Time
-	for first := true; ; first = false {
+	var own ownPages
+	for {
 		select {
 		case <-timer.C:
 			now := time.Now()
 			prof := p.agg.Flush(now)
 			p.name(prof)
-			// The release comes between the naming and the export: the first export's
-			// code and data fault in on top of what the release leaves rather than of
-			// what the first naming touched (VmHWM, set in the first interval: 28.5–29.3
-			// → 27.1–27.4 MB beside the side-by-side workloads, three runs each).
-			if first {
+			switch own.intervalEnd(now) {
+			case ownRelease:
 				p.releaseOwnCode(true)
-				dropped = now
-			} else if now.Sub(dropped) >= ownCacheEvery {
+			case ownDropCache:
 				if err := dropOwnCache(); err != nil {
 					p.log.Debug("cannot drop own cached pages", "err", err)
 				}
-				dropped = now
 			}
 			p.send(prof)
 			p.trim.intervalDone(now)

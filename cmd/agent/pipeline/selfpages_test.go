@@ -4,9 +4,11 @@ import (
 	"debug/elf"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sonde-profiler/sonde/internal/testenv"
 	"golang.org/x/sys/unix"
@@ -81,4 +83,30 @@ func TestReleaseOwnCodeExactly(t *testing.T) {
 		t.Fatalf("naming %d functions made %d KB of pclntab resident, want at most %d KB", names, grown>>10, limit>>10)
 	}
 	t.Logf("naming %d functions: %d KB of pclntab resident", names, grown>>10)
+}
+
+// The first two intervals end with a release (start-up and the first naming; then the
+// first export's one-time work), and from then on the cache alone is dropped, once a
+// minute whatever the interval.
+func TestOwnPagesSchedule(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+	var o ownPages
+	var got []ownPagesStep
+	for i := 1; i <= 30; i++ {
+		got = append(got, o.intervalEnd(t0.Add(time.Duration(i)*5*time.Second)))
+	}
+	want := make([]ownPagesStep, 30)
+	want[0], want[1] = ownRelease, ownRelease
+	// The second release is at 10 s: drops at 70 s and 130 s (intervals 14 and 26).
+	want[13], want[25] = ownDropCache, ownDropCache
+	if !slices.Equal(got, want) {
+		t.Fatalf("steps at 5 s intervals:\n got %v\nwant %v", got, want)
+	}
+	// A long interval drops at each end after the releases.
+	var l ownPages
+	for i, want := range []ownPagesStep{ownRelease, ownRelease, ownDropCache, ownDropCache} {
+		if got := l.intervalEnd(t0.Add(time.Duration(i+1) * 2 * time.Minute)); got != want {
+			t.Fatalf("2-minute interval %d: %v, want %v", i+1, got, want)
+		}
+	}
 }
