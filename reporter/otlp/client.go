@@ -130,8 +130,9 @@ const exportMethod = "/opentelemetry.proto.collector.profiles.v1development.Prof
 // marshaled is a request already in wire form.
 type marshaled []byte
 
-// rawCodec sends marshaled requests as they are and decodes responses as protobuf: the
-// bytes on the wire are those proto would have produced.
+// rawCodec sends marshaled requests as they are and reads the export's response by
+// hand, the same way (see MarshalRequest): the reflection behind proto.Marshal and
+// proto.Unmarshal is not on the path of every interval. Other messages go through proto.
 type rawCodec struct{}
 
 func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
@@ -147,6 +148,9 @@ func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if resp, ok := v.(*collectorpb.ExportProfilesServiceResponse); ok {
+		return unmarshalResponse(data.Materialize(), resp)
+	}
 	msg, ok := v.(proto.Message)
 	if !ok {
 		return fmt.Errorf("otlp: cannot unmarshal into %T", v)

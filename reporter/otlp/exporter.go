@@ -7,11 +7,11 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	collectorpb "go.opentelemetry.io/proto/otlp/collector/profiles/v1development"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/sonde-profiler/sonde/internal/retry"
 	"github.com/sonde-profiler/sonde/trace"
@@ -73,6 +73,8 @@ type Exporter struct {
 	encode   EncodeOptions
 
 	wake chan struct{}
+	// lastBytes is the size of the last request marshaled, the room the next starts with.
+	lastBytes atomic.Int64
 
 	mu    sync.Mutex
 	queue []*batch
@@ -133,15 +135,28 @@ func (e *Exporter) Enqueue(req *collectorpb.ExportProfilesServiceRequest) error 
 	}
 	b := &batch{}
 	var errs []error
-	for _, p := range Split(req, MaxRequestBytes) {
-		raw, err := proto.Marshal(p)
+	add := func(p *collectorpb.ExportProfilesServiceRequest, raw []byte, err error) {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("otlp: encode request: %w", err))
-			continue
+			return
 		}
 		b.parts = append(b.parts, raw)
 		b.samples = append(b.samples, countSamples(p))
 		b.bytes += len(raw)
+	}
+	raw, err := marshalRequest(req, int(e.lastBytes.Load()))
+	if err == nil {
+		e.lastBytes.Store(int64(len(raw)))
+	}
+	if err == nil && len(raw) <= MaxRequestBytes {
+		add(req, raw, nil)
+	} else {
+		// Too big for a collector, or holding a string that cannot be sent: cut it up,
+		// so that only the parts that cannot be encoded are lost.
+		for _, p := range Split(req, MaxRequestBytes) {
+			raw, err := marshalRequest(p, 0)
+			add(p, raw, err)
+		}
 	}
 	e.mu.Lock()
 	e.stats.EncodeFailures += uint64(len(errs))

@@ -596,3 +596,27 @@ func TestQueueBoundedInBytes(t *testing.T) {
 		t.Errorf("shed %d bytes, stats %+v; want the queue emptied and counted", freed, e.Stats())
 	}
 }
+
+// An interval that cannot be encoded is counted and returned, not queued; the next one
+// goes as usual.
+func TestEnqueueCountsEncodeFailures(t *testing.T) {
+	e, err := New(testConfig("127.0.0.1:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	bad := request(0)
+	bad.Dictionary.StringTable = append(bad.Dictionary.StringTable, "\xffname")
+	if err := e.Enqueue(bad); !errors.Is(err, errNotUTF8) {
+		t.Fatalf("enqueue: %v, want errNotUTF8", err)
+	}
+	if s := e.Stats(); s.EncodeFailures != 1 || s.Queued != 0 {
+		t.Fatalf("after a bad interval: %d encode failures, %d queued; want 1 and 0", s.EncodeFailures, s.Queued)
+	}
+	if err := e.Enqueue(request(1)); err != nil {
+		t.Fatal(err)
+	}
+	if s := e.Stats(); s.EncodeFailures != 1 || s.Queued != 1 {
+		t.Fatalf("after a good interval: %d encode failures, %d queued; want 1 and 1", s.EncodeFailures, s.Queued)
+	}
+}

@@ -14,7 +14,6 @@ import (
 	collectorpb "go.opentelemetry.io/proto/otlp/collector/profiles/v1development"
 	profilespb "go.opentelemetry.io/proto/otlp/profiles/v1development"
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 )
 
 // Write writes req as the OpenTelemetry Collector reads profiles from files: a binary
@@ -27,7 +26,7 @@ func Write(w io.Writer, json bool, req *collectorpb.ExportProfilesServiceRequest
 		data, err = MarshalJSON(req)
 		data = append(data, '\n')
 	} else {
-		data, err = proto.Marshal(profilesData(req))
+		data, err = MarshalRequest(req) // a request's bytes are its ProfilesData's
 	}
 	if err != nil {
 		return err
