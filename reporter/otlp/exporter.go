@@ -144,17 +144,17 @@ func (e *Exporter) Enqueue(req *collectorpb.ExportProfilesServiceRequest) error 
 		b.samples = append(b.samples, countSamples(p))
 		b.bytes += len(raw)
 	}
-	raw, err := marshalRequest(req, int(e.lastBytes.Load()))
+	raw, err := marshalRequest(req, int(e.lastBytes.Load()), MaxRequestBytes)
 	if err == nil {
 		e.lastBytes.Store(int64(len(raw)))
 	}
-	if err == nil && len(raw) <= MaxRequestBytes {
+	if err == nil {
 		add(req, raw, nil)
 	} else {
 		// Too big for a collector, or holding a string that cannot be sent: cut it up,
 		// so that only the parts that cannot be encoded are lost.
 		for _, p := range Split(req, MaxRequestBytes) {
-			raw, err := marshalRequest(p, 0)
+			raw, err := marshalRequest(p, 0, 0)
 			add(p, raw, err)
 		}
 	}

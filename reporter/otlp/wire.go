@@ -27,19 +27,38 @@ import (
 // As with proto.Marshal, a string that is not UTF-8 is an error: a collector would
 // refuse the whole request.
 func MarshalRequest(req *collectorpb.ExportProfilesServiceRequest) ([]byte, error) {
-	return marshalRequest(req, 0)
+	return marshalRequest(req, 0, 0)
 }
 
+// errTooBig is a request that grew past the limit it was marshaled with.
+var errTooBig = errors.New("request over the size limit")
+
 // marshalRequest is MarshalRequest with room for hint bytes from the start (the size of
-// the last request, say), so that the buffer need not grow on the way.
-func marshalRequest(req *collectorpb.ExportProfilesServiceRequest, hint int) ([]byte, error) {
-	w := wireWriter{buf: make([]byte, max(hint, 512))}
+// the last request, say), so that the buffer need not grow on the way. With a limit
+// above 0 it gives up with errTooBig once the request is larger: an interval too big for
+// one request costs at most twice the limit before it is split, not its whole size.
+func marshalRequest(req *collectorpb.ExportProfilesServiceRequest, hint, limit int) (out []byte, err error) {
+	size := max(hint, 512)
+	if limit > 0 {
+		size = min(size, limit)
+	}
+	w := wireWriter{buf: make([]byte, size), limit: limit}
 	w.off = len(w.buf)
+	defer func() {
+		// room stops a request over the limit from deep in the messages; nothing else
+		// panics here on purpose.
+		if p := recover(); p != nil {
+			if p != errTooBig {
+				panic(p)
+			}
+			out, err = nil, errTooBig
+		}
+	}()
 	w.request(req)
 	if w.err != nil {
 		return nil, w.err
 	}
-	out := w.buf[w.off:]
+	out = w.buf[w.off:]
 	if w.off > len(w.buf)/8 {
 		// Requests are queued until sent: keep what they hold, not the room left over.
 		out = append([]byte(nil), out...)
@@ -54,9 +73,10 @@ var errNotUTF8 = errors.New("string field is not valid UTF-8")
 // message's fields in reverse order, each nested message before its length and tag,
 // which are then known. One pass, and no sizes computed ahead of the bytes.
 type wireWriter struct {
-	buf []byte
-	off int   // the bytes written are buf[off:]
-	err error // the first string that was not UTF-8
+	buf   []byte
+	off   int   // the bytes written are buf[off:]
+	err   error // the first string that was not UTF-8
+	limit int   // above 0, the most bytes written before room panics with errTooBig
 }
 
 // written is how many bytes have been written so far.
@@ -68,6 +88,13 @@ func (w *wireWriter) room(n int) {
 		return
 	}
 	size := 2*len(w.buf) + n
+	if w.limit > 0 {
+		// Never room for more than the limit, so that every write past it comes here.
+		if w.written()+n > w.limit {
+			panic(errTooBig)
+		}
+		size = min(size, w.limit)
+	}
 	buf := make([]byte, size)
 	off := size - w.written()
 	copy(buf[off:], w.buf[w.off:])

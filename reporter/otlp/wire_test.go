@@ -26,7 +26,7 @@ func sameAsProto(t *testing.T, what string, req *collectorpb.ExportProfilesServi
 		t.Fatalf("%s: proto.Marshal: %v", what, err)
 	}
 	for _, hint := range []int{0, 1, len(want), 4 * len(want)} {
-		got, err := marshalRequest(req, hint)
+		got, err := marshalRequest(req, hint, 0)
 		if err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
@@ -97,6 +97,23 @@ func TestMarshalRequestRefusesNonUTF8(t *testing.T) {
 		}
 		if b, err := MarshalRequest(req); !errors.Is(err, errNotUTF8) {
 			t.Errorf("request %d: %d bytes, error %v; want errNotUTF8", i, len(b), err)
+		}
+	}
+}
+
+// With a limit, a request up to it is written whole and one byte over is refused, from
+// whatever room it starts with.
+func TestMarshalRequestLimit(t *testing.T) {
+	req := Encode([]*trace.Profile{newFixture().profile}, testHost, EncodeOptions{Rand: zeroRand{}})
+	want, _ := MarshalRequest(req)
+	for _, hint := range []int{0, len(want) - 1, len(want), 2 * len(want)} {
+		if got, err := marshalRequest(req, hint, len(want)); err != nil || !bytes.Equal(got, want) {
+			t.Errorf("hint %d, limit %d: %d bytes, %v", hint, len(want), len(got), err)
+		}
+		for _, limit := range []int{len(want) - 1, 100} {
+			if got, err := marshalRequest(req, hint, limit); !errors.Is(err, errTooBig) || got != nil {
+				t.Errorf("hint %d, limit %d: %d bytes, %v; want errTooBig", hint, limit, len(got), err)
+			}
 		}
 	}
 }
