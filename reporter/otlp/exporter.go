@@ -144,11 +144,8 @@ func (e *Exporter) Enqueue(req *collectorpb.ExportProfilesServiceRequest) error 
 		b.samples = append(b.samples, countSamples(p))
 		b.bytes += len(raw)
 	}
-	raw, err := marshalRequest(req, int(e.lastBytes.Load()), MaxRequestBytes)
-	if err == nil {
+	if raw, err := marshalRequest(req, int(e.lastBytes.Load()), MaxRequestBytes); err == nil {
 		e.lastBytes.Store(int64(len(raw)))
-	}
-	if err == nil {
 		add(req, raw, nil)
 	} else {
 		// Too big for a collector, or holding a string that cannot be sent: cut it up,

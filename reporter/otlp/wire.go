@@ -444,7 +444,7 @@ func unmarshalResponse(b []byte, resp *collectorpb.ExportProfilesServiceResponse
 }
 
 // eachField calls f with each field of a message: its number and type, and its value as
-// bytes (length-delimited) or as a number (varint, fixed).
+// bytes (length-delimited) or as a number (varint). Other fields are skipped.
 func eachField(b []byte, f func(num protowire.Number, typ protowire.Type, v []byte, n uint64) error) error {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
@@ -459,12 +459,6 @@ func eachField(b []byte, f func(num protowire.Number, typ protowire.Type, v []by
 		switch typ {
 		case protowire.VarintType:
 			x, n = protowire.ConsumeVarint(b)
-		case protowire.Fixed64Type:
-			x, n = protowire.ConsumeFixed64(b)
-		case protowire.Fixed32Type:
-			var x32 uint32
-			x32, n = protowire.ConsumeFixed32(b)
-			x = uint64(x32)
 		case protowire.BytesType:
 			v, n = protowire.ConsumeBytes(b)
 		default:
