@@ -3,13 +3,17 @@ package bpf
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cilium/ebpf"
 
 	"github.com/sonde-profiler/sonde/internal/cgroup"
 	"github.com/sonde-profiler/sonde/internal/testenv"
@@ -370,11 +374,11 @@ func TestGoRuntimeFollowsTable(t *testing.T) {
 	}
 	defer s.Close()
 	rows := []UnwindRow{{Pc: 0, CfaRule: CFAFramePointer}, {Pc: 0x1000, CfaRule: CFAGo, CfaReg: GoFuncSystemstack}}
-	goID, err := s.AddTable(rows, &GoRuntime{TlsG: -8, G_m: 48, G_sched: 56, M_curg: 184})
+	goID, err := s.AddTable(RowsOf(rows), &GoRuntime{TlsG: -8, G_m: 48, G_sched: 56, M_curg: 184})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cID, err := s.AddTable(rows[:1], nil)
+	cID, err := s.AddTable(RowsOf(rows[:1]), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -421,5 +425,66 @@ func TestSetProcessNumbersEachWriting(t *testing.T) {
 			t.Fatalf("writing %d of pid %d numbered %d; numbers before: %v", i, pid, info.Gen, seen)
 		}
 		seen[info.Gen] = true
+	}
+}
+
+// A table handed over in parts is the table in the kernel, rows then index, and one whose
+// parts do not add up to what it said is refused without taking a slot.
+func TestAddTableInParts(t *testing.T) {
+	testenv.RequireRoot(t)
+	s, err := Load(Config{Frequency: 19})
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	defer s.Close()
+	rnd := rand.New(rand.NewPCG(3, 45))
+	rows := make([]UnwindRow, 5000)
+	pc := uint32(0x1000)
+	for i := range rows {
+		rows[i] = UnwindRow{Pc: pc, CfaRule: CFASP, CfaOffset: int32(8 * (1 + rnd.IntN(8)))}
+		pc += 1 + rnd.Uint32N(64)
+	}
+	inParts := func(n, part int) TableRows {
+		t := RowsOf(rows)
+		t.Each = func(write func([]UnwindRow) error) error {
+			for at := 0; at < n; at += part {
+				if err := write(rows[at:min(at+part, n)]); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		return t
+	}
+	id, err := s.AddTable(inParts(len(rows), 777), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var innerID ebpf.MapID
+	if err := s.objs.UnwindTables.Lookup(id, &innerID); err != nil {
+		t.Fatal(err)
+	}
+	inner, err := ebpf.NewMapFromID(innerID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inner.Close()
+	want := append(slices.Clone(rows), rowIndex(rows)...)
+	if inner.MaxEntries() != uint32(len(want)) {
+		t.Fatalf("the kernel's table has room for %d rows; want %d", inner.MaxEntries(), len(want))
+	}
+	for k := range want {
+		var got UnwindRow
+		if err := inner.Lookup(uint32(k), &got); err != nil || got != want[k] {
+			t.Fatalf("row %d in the kernel: %+v, %v; want %+v", k, got, err, want[k])
+		}
+	}
+	for _, bad := range []TableRows{inParts(len(rows)-1, 777), func() TableRows { t := inParts(len(rows), 777); t.Len--; return t }()} {
+		if _, err := s.AddTable(bad, nil); err == nil {
+			t.Errorf("a table of %d rows said to have %d was taken", len(rows), bad.Len)
+		}
+	}
+	if st, err := s.KernelState(); err != nil || st.Tables != 1 {
+		t.Errorf("after one table taken and two refused: %+v, %v", st, err)
 	}
 }

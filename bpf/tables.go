@@ -49,34 +49,80 @@ const (
 // rowIndex returns the index by page of code that follows rows in the kernel's table, as
 // find_row reads it, for rows sorted by pc as tables are; nil for a small table.
 func rowIndex(rows []UnwindRow) []UnwindRow {
-	n := len(rows)
-	if n < minIndexedRows || rows[n-1].Pc < rows[0].Pc {
+	if len(rows) == 0 {
 		return nil
 	}
-	span := rows[n-1].Pc - rows[0].Pc
+	x := newRowIndexer(len(rows), rows[0].Pc, rows[len(rows)-1].Pc)
+	x.add(0, rows)
+	return x.finish()
+}
+
+// rowIndexer builds a table's index as its rows go by, in order: it needs only their
+// number and the first and last addresses beforehand.
+type rowIndexer struct {
+	n                   int
+	first, pages, shift uint32
+	k                   uint32 // the first page whose entry is not known yet
+	slot                [4]uint32
+	index               []UnwindRow
+}
+
+// newRowIndexer is nil for a table searched whole.
+func newRowIndexer(n int, first, last uint32) *rowIndexer {
+	if n < minIndexedRows || last < first {
+		return nil
+	}
+	span := last - first
 	shift := uint32(0)
 	for span>>shift+1 > uint32(n/rowsPerPage) {
 		shift++
 	}
-	first, pages := rows[0].Pc>>shift, span>>shift+1
-	index := make([]UnwindRow, 1, 1+(pages+1+3)/4)
-	index[0] = asRow([4]uint32{first, pages, shift, 0})
-	// Entry k is the row in effect at page k's start (the last whose pc is at most it),
-	// 0 where none is, before the first row.
-	var slot [4]uint32
-	r := 0
-	for k := range pages + 1 {
-		start := uint64(first+k) << shift
-		for r+1 < n && uint64(rows[r+1].Pc) <= start {
-			r++
-		}
-		slot[k%4] = uint32(r)
-		if k%4 == 3 || k == pages {
-			index = append(index, asRow(slot))
-			slot = [4]uint32{}
+	x := &rowIndexer{n: n, first: first >> shift, pages: span>>shift + 1, shift: shift}
+	x.index = make([]UnwindRow, 1, x.len())
+	x.index[0] = asRow([4]uint32{x.first, x.pages, shift, 0})
+	return x
+}
+
+// len is the index's size in rows: its header and four entries a row.
+func (x *rowIndexer) len() int {
+	if x == nil {
+		return 0
+	}
+	return 1 + int(x.pages+1+3)/4
+}
+
+// add takes rows at indices at, at+1, ... Entry k is the row in effect at page k's start
+// (the last whose pc is at most it), 0 where none is, before the first row: a page's
+// entry is known once a row past its start goes by.
+func (x *rowIndexer) add(at int, rows []UnwindRow) {
+	if x == nil {
+		return
+	}
+	for i, r := range rows {
+		for x.k <= x.pages && uint64(x.first+x.k)<<x.shift < uint64(r.Pc) {
+			x.set(max(at+i-1, 0))
 		}
 	}
-	return index
+}
+
+func (x *rowIndexer) set(row int) {
+	x.slot[x.k%4] = uint32(row)
+	if x.k%4 == 3 || x.k == x.pages {
+		x.index = append(x.index, asRow(x.slot))
+		x.slot = [4]uint32{}
+	}
+	x.k++
+}
+
+// finish gives the pages past the last row's start the last row, and returns the index.
+func (x *rowIndexer) finish() []UnwindRow {
+	if x == nil {
+		return nil
+	}
+	for x.k <= x.pages {
+		x.set(x.n - 1)
+	}
+	return x.index
 }
 
 // asRow is a slot of the index in the table's array: four numbers where a row would be.
@@ -88,21 +134,39 @@ var _ [unsafe.Sizeof(UnwindRow{}) - 16]struct{} // a row is four 32-bit words
 var _ [16 - unsafe.Sizeof(UnwindRow{})]struct{}
 var _ [unsafe.Sizeof(samplerRowIndex{}) - 16]struct{}
 
+// TableRows is a table on its way to the kernel: its number of rows and the addresses of
+// its first and last, known beforehand, and Each, which hands the rows over in pc order,
+// in parts valid only for the call that takes them.
+type TableRows struct {
+	Len         int
+	First, Last uint32
+	Each        func(part func([]UnwindRow) error) error
+}
+
+// RowsOf is a table whose rows are all in memory, handed over in one part.
+func RowsOf(rows []UnwindRow) TableRows {
+	if len(rows) == 0 {
+		return TableRows{Each: func(func([]UnwindRow) error) error { return nil }}
+	}
+	return TableRows{Len: len(rows), First: rows[0].Pc, Last: rows[len(rows)-1].Pc,
+		Each: func(part func([]UnwindRow) error) error { return part(rows) }}
+}
+
 // AddTable stores one file's rows as a table of their own and returns its id, which
-// ExecMapping.TableId refers to. The kernel memory it takes is len(rows) rows of 16 bytes
+// ExecMapping.TableId refers to. The kernel memory it takes is t.Len rows of 16 bytes
 // and their index (rowIndex, at most a thirty-second more), held until RemoveTable.
 // goRuntime, for a Go binary, says where its runtime keeps what
 // the walker reads to follow Go's stack switches; nil for other files.
-func (s *Sampler) AddTable(rows []UnwindRow, goRuntime *GoRuntime) (id uint32, err error) {
-	if len(rows) == 0 {
+func (s *Sampler) AddTable(t TableRows, goRuntime *GoRuntime) (id uint32, err error) {
+	if t.Len <= 0 {
 		return 0, errors.New("add unwind table: no rows")
 	}
-	index := rowIndex(rows)
+	indexer := newRowIndexer(t.Len, t.First, t.Last)
 	s.tablesMu.Lock()
 	defer s.tablesMu.Unlock()
 	id, ok := s.slots.take()
 	if !ok {
-		return 0, fmt.Errorf("add unwind table of %d rows: all %d tables in use: %w", len(rows), s.slots.max, ErrTableFull)
+		return 0, fmt.Errorf("add unwind table of %d rows: all %d tables in use: %w", t.Len, s.slots.max, ErrTableFull)
 	}
 	defer func() {
 		if err != nil {
@@ -113,19 +177,19 @@ func (s *Sampler) AddTable(rows []UnwindRow, goRuntime *GoRuntime) (id uint32, e
 		Type:       ebpf.Array,
 		KeySize:    4,
 		ValueSize:  uint32(unsafe.Sizeof(UnwindRow{})),
-		MaxEntries: uint32(len(rows) + len(index)),
+		MaxEntries: uint32(t.Len + indexer.len()),
 		Flags:      unix.BPF_F_INNER_MAP,
 	})
 	if errors.Is(err, unix.ENOMEM) {
-		return 0, fmt.Errorf("add unwind table of %d rows: %w: %w", len(rows), ErrTableFull, err)
+		return 0, fmt.Errorf("add unwind table of %d rows: %w: %w", t.Len, ErrTableFull, err)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("add unwind table of %d rows: %w", len(rows), err)
+		return 0, fmt.Errorf("add unwind table of %d rows: %w", t.Len, err)
 	}
 	// The outer map holds its own reference: the table lives on without this descriptor.
 	defer inner.Close()
 	// In batches: a large file's table is not copied whole for the syscall.
-	keys := make([]uint32, min(len(rows), rowBatch))
+	keys := make([]uint32, min(t.Len, rowBatch))
 	write := func(at int, rows []UnwindRow) error {
 		for start := 0; start < len(rows); start += rowBatch {
 			batch := rows[start:min(start+rowBatch, len(rows))]
@@ -138,11 +202,26 @@ func (s *Sampler) AddTable(rows []UnwindRow, goRuntime *GoRuntime) (id uint32, e
 		}
 		return nil
 	}
-	if err := write(0, rows); err != nil {
-		return 0, fmt.Errorf("write %d unwind rows: %w", len(rows), err)
+	written := 0
+	err = t.Each(func(part []UnwindRow) error {
+		if written+len(part) > t.Len {
+			return fmt.Errorf("more rows than the %d said", t.Len)
+		}
+		if err := write(written, part); err != nil {
+			return err
+		}
+		indexer.add(written, part)
+		written += len(part)
+		return nil
+	})
+	if err == nil && written != t.Len {
+		err = fmt.Errorf("%d rows of the %d said", written, t.Len)
 	}
-	if err := write(len(rows), index); err != nil {
-		return 0, fmt.Errorf("write the index of %d unwind rows: %w", len(rows), err)
+	if err != nil {
+		return 0, fmt.Errorf("write %d unwind rows: %w", t.Len, err)
+	}
+	if err := write(t.Len, indexer.finish()); err != nil {
+		return 0, fmt.Errorf("write the index of %d unwind rows: %w", t.Len, err)
 	}
 	// The layout goes in first: a table is only walked once a mapping names it, and a
 	// stale layout of the id's previous file was removed with that file's table.

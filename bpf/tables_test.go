@@ -2,6 +2,7 @@ package bpf
 
 import (
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"testing"
 	"unsafe"
@@ -64,6 +65,16 @@ func TestRowIndex(t *testing.T) {
 			}
 		}
 		index := rowIndex(rows)
+		// Built as a streamed table's parts go by, the index is the same.
+		x := newRowIndexer(n, rows[0].Pc, rows[n-1].Pc)
+		for at := 0; at < n; {
+			part := min(n-at, 1+r.IntN(600))
+			x.add(at, rows[at:at+part])
+			at += part
+		}
+		if parts := x.finish(); !slices.Equal(parts, index) {
+			t.Fatalf("%d rows: the index built by parts differs", n)
+		}
 		if n < minIndexedRows != (index == nil) {
 			t.Fatalf("%d rows: index of %d slots", n, len(index))
 		}

@@ -64,12 +64,19 @@ type recordedKernel struct {
 	procs  map[uint32][]unwind.KernelMapping
 }
 
-func (k *recordedKernel) AddTable(rows []unwind.KernelRow, g *unwind.KernelGoRuntime) (uint32, error) {
+func (k *recordedKernel) AddTable(t unwind.KernelTable, g *unwind.KernelGoRuntime) (uint32, error) {
+	var rows []unwind.KernelRow
+	if err := t.Each(func(part []unwind.KernelRow) error {
+		rows = append(rows, part...)
+		return nil
+	}); err != nil {
+		return 0, err
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	id := k.next
 	k.next++
-	k.tables[id] = slices.Clone(rows)
+	k.tables[id] = rows
 	if g != nil {
 		c := *g
 		k.goRT[id] = &c

@@ -244,8 +244,15 @@ type cie struct {
 type fde struct {
 	start, end uint64
 	cie        *cie
-	ins        []byte
-	insAddr    uint64
+	// The instructions are the section's bytes from insOff to insEnd (a section is at
+	// most maxSectionSize): a large library's list of FDEs (Debian's libpython3.11 has
+	// 6 100) is 32 bytes an FDE rather than 56.
+	insOff, insEnd uint32
+}
+
+// ins returns the FDE's instructions and the address they are at.
+func (f *fde) ins(s *frameSection) ([]byte, uint64) {
+	return s.data[f.insOff:f.insEnd], s.addr + uint64(f.insOff)
 }
 
 // entryHeader reads an entry's length and id at off. It returns the reader positioned after
@@ -418,15 +425,15 @@ func (s *frameSection) parseFDE(off int, cies map[int]*cie) (fde, bool) {
 	if c.augData {
 		r.skip(r.uleb())
 	}
-	if r.bad || start+length < start {
+	if r.bad || start+length < start || end > math.MaxUint32 {
 		return fde{}, false
 	}
 	return fde{
-		start:   start,
-		end:     start + length,
-		cie:     c,
-		ins:     s.data[r.off:end],
-		insAddr: s.addr + uint64(r.off),
+		start:  start,
+		end:    start + length,
+		cie:    c,
+		insOff: uint32(r.off),
+		insEnd: uint32(end),
 	}, true
 }
 

@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"unsafe"
 
-	"github.com/sonde-profiler/sonde/internal/mmapfile"
 	"github.com/sonde-profiler/sonde/internal/objfile"
 )
 
@@ -45,17 +43,29 @@ func usable(s *elf.Section) bool {
 // FromELF builds the unwind table of f from .eh_frame, falling back to .debug_frame when
 // the file has no .eh_frame. A file without section headers has .eh_frame found through
 // its PT_GNU_EH_FRAME segment instead.
-func FromELF(f *elf.File) (*Table, error) { return fromELF(f, false) }
+func FromELF(f *elf.File) (*Table, error) {
+	src, err := frameSourceOf(f)
+	if err != nil {
+		return nil, err
+	}
+	return build(src.sec, src.hdr, src.name), nil
+}
 
-// fromELF is FromELF, with the rows built in scratch memory off the Go heap when scratch
-// is set: the table must then be released once its rows are used (Table.release).
-func fromELF(f *elf.File, scratch bool) (*Table, error) {
+// frameSource is the call frame section a file's table is built from.
+type frameSource struct {
+	sec  *frameSection
+	hdr  *ehHdr // .eh_frame_hdr's sorted table of FDEs, or nil
+	name string // ".eh_frame" or ".debug_frame"
+}
+
+// frameSourceOf finds f's call frame section, as FromELF describes.
+func frameSourceOf(f *elf.File) (frameSource, error) {
 	if f.Class != elf.ELFCLASS64 || f.Machine != machine || !tableArch {
-		return nil, fmt.Errorf("unwind: unsupported %s %s file", f.Class, f.Machine)
+		return frameSource{}, fmt.Errorf("unwind: unsupported %s %s file", f.Class, f.Machine)
 	}
 	if f.Type == elf.ET_REL {
 		// Addresses in a relocatable object are meaningless until relocations are applied.
-		return nil, errors.New("unwind: relocatable objects are not supported")
+		return frameSource{}, errors.New("unwind: relocatable objects are not supported")
 	}
 	// Only i386 compilers emit datarel in .eh_frame, relative to the GOT as libgcc has it;
 	// x86-64 output uses pcrel, so these bases matter for odd producers only.
@@ -64,7 +74,7 @@ func fromELF(f *elf.File, scratch bool) (*Table, error) {
 	if s := f.Section(".eh_frame"); usable(s) {
 		data, err := sectionData(s)
 		if err != nil {
-			return nil, err
+			return frameSource{}, err
 		}
 		sec := &frameSection{data: data, addr: s.Addr, bases: b}
 		var hdr *ehHdr
@@ -76,7 +86,7 @@ func fromELF(f *elf.File, scratch bool) (*Table, error) {
 				}
 			}
 		}
-		return build(sec, hdr, ".eh_frame", scratch), nil
+		return frameSource{sec, hdr, ".eh_frame"}, nil
 	}
 
 	if len(f.Sections) <= 1 {
@@ -85,22 +95,22 @@ func fromELF(f *elf.File, scratch bool) (*Table, error) {
 		// of objcopy -R and points at nothing.
 		sec, hdr, err := ehFrameFromSegments(f, b)
 		if err != nil {
-			return nil, err
+			return frameSource{}, err
 		}
 		if sec != nil {
-			return build(sec, hdr, ".eh_frame", scratch), nil
+			return frameSource{sec, hdr, ".eh_frame"}, nil
 		}
 	}
 
 	if s := f.Section(".debug_frame"); usable(s) {
 		data, err := sectionData(s)
 		if err != nil {
-			return nil, err
+			return frameSource{}, err
 		}
 		sec := &frameSection{data: data, addr: s.Addr, bases: b, debug: true}
-		return build(sec, nil, ".debug_frame", scratch), nil
+		return frameSource{sec, nil, ".debug_frame"}, nil
 	}
-	return nil, errors.New("unwind: no .eh_frame or .debug_frame")
+	return frameSource{}, errors.New("unwind: no .eh_frame or .debug_frame")
 }
 
 func sectionAddr(f *elf.File, name string) uint64 {
@@ -159,13 +169,22 @@ func progData(p *elf.Prog, off, n uint64) ([]byte, error) {
 }
 
 // build turns a call frame section into a table.
-func build(sec *frameSection, hdr *ehHdr, source string, scratch bool) *Table {
-	return buildWithGap(sec, hdr, source, Row{}, scratch)
+func build(sec *frameSection, hdr *ehHdr, source string) *Table {
+	return buildWithGap(sec, hdr, source, Row{})
 }
 
 // buildWithGap turns a call frame section into a table whose addresses outside every FDE
-// have the rule gap, from address 0 on; with scratch, its rows off the Go heap.
-func buildWithGap(sec *frameSection, hdr *ehHdr, source string, gap Row, scratch bool) *Table {
+// have the rule gap, from address 0 on.
+func buildWithGap(sec *frameSection, hdr *ehHdr, source string, gap Row) *Table {
+	fdes := sortedFDEs(sec, hdr)
+	b := builder{sec: sec, gap: gap, rowSink: &rowSink{rows: make([]Row, 0, rowEstimate(len(sec.data), len(fdes)))}}
+	b.run(fdes)
+	return &Table{Source: source, Rows: b.rows}
+}
+
+// sortedFDEs lists a section's FDEs by start address, from its sorted table when it has a
+// sound one.
+func sortedFDEs(sec *frameSection, hdr *ehHdr) []fde {
 	cies := make(map[int]*cie)
 	var fdes []fde
 	ok := false
@@ -182,53 +201,7 @@ func buildWithGap(sec *frameSection, hdr *ehHdr, source string, gap Row, scratch
 		// Stable, so that among FDEs with equal starts the table's (or file's) first wins.
 		slices.SortStableFunc(fdes, byStart)
 	}
-
-	t := &Table{Source: source}
-	var rows []Row
-	if scratch {
-		rows, t.scratch = scratchRows(rowBound(len(sec.data), len(fdes)))
-	}
-	if rows == nil {
-		rows = make([]Row, 0, rowEstimate(len(sec.data), len(fdes)))
-	}
-	b := builder{sec: sec, rows: rows, gap: gap}
-	if gap.CFA != CFAInvalid {
-		b.emit(0, gap)
-	}
-	b.build(fdes)
-	// The estimate's slack is not trimmed by a copy: a table lives only until its rows
-	// go to the kernel, and the copy would hold the rows twice at the agent's peak.
-	t.Rows = b.rows
-	return t
-}
-
-// rowBound is room for more rows than a section yields: a row needs an advance and a
-// change of rule, two bytes of instructions at least, and each FDE may add a row where
-// it starts, one where it ends and a gap row before it. A hostile section that yields
-// more (a CIE's instructions run again for each of its FDEs) spills to the Go heap, as
-// append grows a slice past its capacity.
-func rowBound(sectionSize, fdes int) int {
-	return sectionSize/2 + 3*fdes + 16
-}
-
-// maxScratchRows bounds the address space reserved for one table's rows (1.5 GiB): only
-// the pages written are resident, but an address space limit (ulimit -v) may be set.
-const maxScratchRows = 64 << 20
-
-// scratchRows reserves room for n rows in private anonymous memory, resident only where
-// written and returned to the system when the region closes, not at a collection after
-// it: the rows of a large library (libpython has 64 000, 1.5 MB; Node's executable
-// 550 000, 13 MB) go to the kernel and are dropped at once. On the heap, the estimate
-// that sizes them erred low for libpython by 5 %, and the regrowth held them twice and a
-// quarter: 3.6 MB allocated for 1.5 MB of rows. It returns nil where the memory cannot
-// be had; the rows are then built on the heap.
-func scratchRows(n int) ([]Row, *mmapfile.Region) {
-	n = min(n, maxScratchRows)
-	r, err := mmapfile.Anon(n * int(unsafe.Sizeof(Row{})))
-	if err != nil || len(r.Bytes()) == 0 {
-		return nil, nil
-	}
-	return unsafe.Slice((*Row)(unsafe.Pointer(unsafe.SliceData(r.Bytes()))), n)[:0], r
+	return fdes
 }
 
 // rowEstimate guesses the final row count to allocate once. gcc's output for libc and

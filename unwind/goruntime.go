@@ -415,7 +415,7 @@ func goTable(f *elf.File, g *GoRuntime) (*Table, error) {
 				}
 			}
 		}
-		t = buildWithGap(sec, hdr, ".eh_frame", gap, false)
+		t = buildWithGap(sec, hdr, ".eh_frame", gap)
 		t.Source = "go"
 	}
 	t.Rows = overlay(t.Rows, g.Rows)

@@ -210,7 +210,7 @@ func (c *cie) row(st *state) Row {
 
 // builder accumulates the rows of all FDEs in address order.
 type builder struct {
-	rows  []Row
+	*rowSink
 	stack []state // remember_state stack, reused across FDEs
 	sec   *frameSection
 
@@ -221,21 +221,59 @@ type builder struct {
 	gap Row
 }
 
+// rowSink gathers a table's rows as they are made. Without out it keeps them all in
+// rows. With out, rows is a fixed buffer: once full, out takes the rows made final and the
+// buffer starts again, so a large file's table is never whole in memory.
+type rowSink struct {
+	rows []Row
+	out  func([]Row)
+	// sent is how many rows at the start of rows out has taken already: the last of
+	// them stays for the next row to merge with.
+	sent int
+}
+
 // emit appends a row starting at pc, merging it into the previous row when the rules
 // are equal. Callers emit in nondecreasing pc order.
-func (b *builder) emit(pc uint64, r Row) {
+func (s *rowSink) emit(pc uint64, r Row) {
 	r.PC = pc
 	r = r.normal()
-	n := len(b.rows)
-	if n > 0 && b.rows[n-1].PC == pc {
-		// The later rule for the same address wins.
-		b.rows = b.rows[:n-1]
+	n := len(s.rows)
+	if n > s.sent && s.rows[n-1].PC == pc {
+		// The later rule for the same address wins. A row out has taken lies at a lower
+		// address than any emitted since: it is never replaced.
+		s.rows = s.rows[:n-1]
 		n--
 	}
-	if n > 0 && sameRule(b.rows[n-1], r) {
+	if n > 0 && sameRule(s.rows[n-1], r) {
 		return
 	}
-	b.rows = append(b.rows, r)
+	if s.out != nil && n == cap(s.rows) {
+		// r lies past the last row, which no later row can replace now.
+		s.out(s.rows[s.sent:])
+		s.rows[0] = s.rows[n-1]
+		s.rows, s.sent = s.rows[:1], 1
+	}
+	s.rows = append(s.rows, r)
+}
+
+// finish hands out the rows it still holds.
+func (s *rowSink) finish() {
+	if s.out != nil && len(s.rows) > s.sent {
+		s.out(s.rows[s.sent:])
+	}
+	if s.out != nil {
+		s.rows, s.sent = s.rows[:0], 0
+	}
+}
+
+// run emits the rows of fdes, sorted by start address, with the gap rule from address 0
+// and between FDEs, and hands out the last of them.
+func (b *builder) run(fdes []fde) {
+	if b.gap.CFA != CFAInvalid {
+		b.emit(0, b.gap)
+	}
+	b.build(fdes)
+	b.finish()
 }
 
 // normal clears the fields a row's rules do not use, so that equal rules compare equal.
@@ -316,7 +354,8 @@ func (b *builder) fde(f *fde) {
 		return
 	}
 	st := c.init
-	loc, err := b.exec(c, f.ins, f.insAddr, &st, f.start, true)
+	ins, insAddr := f.ins(b.sec)
+	loc, err := b.exec(c, ins, insAddr, &st, f.start, true)
 	if err != nil {
 		// Rows before the bad instruction stand; the rest of the range has no rule.
 		b.segment(loc, f.end, Row{})

@@ -19,10 +19,10 @@ import (
 // KernelTables is where tables go for the kernel unwinder: bpf.Sampler behind a small
 // adapter in cmd/agent, or a fake in tests.
 type KernelTables interface {
-	// AddTable stores a file's rows as a table of their own and returns its id; goRuntime,
+	// AddTable stores a file's table as a table of its own and returns its id; goRuntime,
 	// for a Go binary, is its runtime's layout, stored and removed with the table. The
-	// rows may lie in memory unmapped when it returns: what it keeps, it copies.
-	AddTable(rows []KernelRow, goRuntime *KernelGoRuntime) (id uint32, err error)
+	// table's rows are read from a file unmapped when it returns: what it keeps, it copies.
+	AddTable(table KernelTable, goRuntime *KernelGoRuntime) (id uint32, err error)
 	// RemoveTable frees a table.
 	RemoveTable(id uint32) error
 	// SetProcess replaces a process's mappings, sorted by Start, as read after the exec
@@ -373,9 +373,9 @@ func (m *Maintainer) table(f *objfile.File) *fileTable {
 			return t
 		}
 	}
-	rows, loads, goRT, probes, release, err := readTable(f, m.cfg.FramePointerCode)
-	defer release() // after AddTable has copied the rows
-	m.rowsRead += len(rows)
+	table, loads, goRT, probes, release, err := readTable(f, m.cfg.FramePointerCode)
+	defer release() // after AddTable has taken the rows
+	m.rowsRead += table.Rows
 	t.loads = loads
 	switch {
 	case err != nil:
@@ -385,18 +385,18 @@ func (m *Maintainer) table(f *objfile.File) *fileTable {
 		}
 		t.state, t.failedAt = tableFailed, time.Now()
 		return t
-	case len(rows) == 0:
+	case table.Rows == 0:
 		t.state = tableNone
 		return t
 	}
-	t.rows = len(rows)
-	if !m.makeRoom(len(rows)) {
-		m.overflow(t, f.Path, fmt.Errorf("%w: %d rows needed, %d of %d in use", ErrTableFull, len(rows), m.rows, m.cfg.MaxRows))
+	t.rows = table.Rows
+	if !m.makeRoom(table.Rows) {
+		m.overflow(t, f.Path, fmt.Errorf("%w: %d rows needed, %d of %d in use", ErrTableFull, table.Rows, m.rows, m.cfg.MaxRows))
 		return t
 	}
-	kid, err := m.cfg.Kernel.AddTable(rows, goRT)
+	kid, err := m.cfg.Kernel.AddTable(table, goRT)
 	if errors.Is(err, ErrTableFull) && m.evictOne() {
-		kid, err = m.cfg.Kernel.AddTable(rows, goRT)
+		kid, err = m.cfg.Kernel.AddTable(table, goRT)
 	}
 	if errors.Is(err, ErrTableFull) {
 		m.overflow(t, f.Path, err)
@@ -409,7 +409,7 @@ func (m *Maintainer) table(f *objfile.File) *fileTable {
 		return t
 	}
 	t.state, t.kernelID = tableKernel, kid
-	m.rows += len(rows)
+	m.rows += table.Rows
 	m.overrun = false
 	if m.cfg.Goroutines != nil && probes.Park != 0 && probes.Execute != 0 {
 		c, err := m.cfg.Goroutines.AttachGoroutines(f, probes)
@@ -498,51 +498,42 @@ func (m *Maintainer) publish() {
 	m.mu.Unlock()
 }
 
-// readTable reads a file's unwind rows, as the kernel stores them, its load segments,
-// and for a Go binary its runtime's layout and where its goroutines park and run. The
-// rows may lie in scratch memory that release gives back: they must not be used after
-// it, and release is called whatever the error.
-func readTable(f *objfile.File, fpCode []FramePointerCodeFunc) (rows []KernelRow, loads []elf.ProgHeader, layout *KernelGoRuntime, probes GoProbes, release func(), err error) {
+// readTable reads a file's unwind table, as the kernel takes it, its load segments, and
+// for a Go binary its runtime's layout and where its goroutines park and run. The table's
+// rows are built from the mapped file as the kernel takes them: release, called whatever
+// the error, unmaps the file once the kernel has them.
+func readTable(f *objfile.File, fpCode []FramePointerCodeFunc) (table KernelTable, loads []elf.ProgHeader, layout *KernelGoRuntime, probes GoProbes, release func(), err error) {
 	release = func() {}
 	h, err := f.Open()
 	if err != nil {
-		return nil, nil, nil, probes, release, err
+		return KernelTable{}, nil, nil, probes, release, err
 	}
-	defer h.Close()
 	// The sections are read in place: a big binary's pclntab or .eh_frame would
 	// otherwise be copied to the heap whole, for a moment, and the agent's peak memory
 	// is what a node must provision for.
 	ef, region, err := h.MapELF()
 	if err != nil {
-		return nil, nil, nil, probes, release, fmt.Errorf("read unwind table: %w", err)
+		h.Close()
+		return KernelTable{}, nil, nil, probes, release, fmt.Errorf("read unwind table: %w", err)
 	}
-	defer region.Close()
-	var t *Table
-	if fault := mmapfile.Guard(func() { t, rows, loads, layout, probes, err = tableOf(f, ef, h, fpCode) }); fault != nil {
-		if t != nil {
-			t.release()
-		}
-		return nil, nil, nil, GoProbes{}, release, fmt.Errorf("read unwind table of %s: %w", f.Path, fault)
+	release = func() {
+		region.Close()
+		h.Close()
 	}
-	if t != nil {
-		release = t.release
+	if fault := mmapfile.Guard(func() { table, loads, layout, probes, err = tableOf(f, ef, h, fpCode) }); fault != nil {
+		return KernelTable{}, nil, nil, GoProbes{}, release, fmt.Errorf("read unwind table of %s: %w", f.Path, fault)
 	}
-	return rows, loads, layout, probes, release, err
+	return table, loads, layout, probes, release, err
 }
 
-// tableOf reads what readTable returns from the mapped file ef, and the table the rows
-// were made in, whose scratch memory holds them until it is released.
-func tableOf(f *objfile.File, ef *elf.File, h *objfile.Handle, fpCode []FramePointerCodeFunc) (*Table, []KernelRow, []elf.ProgHeader, *KernelGoRuntime, GoProbes, error) {
+// tableOf reads what readTable returns from the mapped file ef.
+func tableOf(f *objfile.File, ef *elf.File, h *objfile.Handle, fpCode []FramePointerCodeFunc) (KernelTable, []elf.ProgHeader, *KernelGoRuntime, GoProbes, error) {
 	var loads []elf.ProgHeader
 	for _, p := range ef.Progs {
 		if p.Type == elf.PT_LOAD {
 			loads = append(loads, p.ProgHeader)
 		}
 	}
-	var t *Table
-	var layout *KernelGoRuntime
-	var probes GoProbes
-	var err error
 	switch {
 	case f.IsGo:
 		// Go code keeps frame pointers; its .debug_frame, when not stripped, would cost
@@ -550,31 +541,31 @@ func tableOf(f *objfile.File, ef *elf.File, h *objfile.Handle, fpCode []FramePoi
 		// miss: the runtime's switches between stacks, and cgo's C code.
 		g, err := ReadGoRuntime(ef, h)
 		if errors.Is(err, errNoPclntab) {
-			return nil, nil, loads, nil, GoProbes{}, nil // a Go release before 1.18: frame pointers
+			return KernelTable{}, loads, nil, GoProbes{}, nil // a Go release before 1.18: frame pointers
 		}
 		if err != nil {
-			return t, nil, loads, nil, GoProbes{}, fmt.Errorf("read go runtime of %s: %w", f.Path, err)
+			return KernelTable{}, loads, nil, GoProbes{}, fmt.Errorf("read go runtime of %s: %w", f.Path, err)
 		}
-		if t, err = goTable(ef, g); err != nil {
-			return t, nil, loads, nil, GoProbes{}, fmt.Errorf("read unwind table of %s: %w", f.Path, err)
+		t, err := goTable(ef, g)
+		if err != nil {
+			return KernelTable{}, loads, nil, GoProbes{}, fmt.Errorf("read unwind table of %s: %w", f.Path, err)
 		}
-		layout, probes = g.Layout, g.Probes
+		rows, err := t.KernelRows()
+		if err != nil {
+			return KernelTable{}, loads, nil, GoProbes{}, fmt.Errorf("read unwind table of %s: %w", f.Path, err)
+		}
+		return KernelTableOf(rows), loads, g.Layout, g.Probes, nil
 	case len(ef.Sections) > 0 && ef.Section(".eh_frame") == nil && ef.Section(".debug_frame") == nil:
-		// A file without section headers may still have PT_GNU_EH_FRAME, which FromELF reads.
-		return nil, nil, loads, nil, GoProbes{}, nil // nothing to unwind by: frame pointers
+		// A file without section headers may still have PT_GNU_EH_FRAME, which
+		// frameSourceOf reads.
+		return KernelTable{}, loads, nil, GoProbes{}, nil // nothing to unwind by: frame pointers
 	default:
-		// Built off the heap: the rows go to the kernel and their memory back to the
-		// system at once, without a collection.
-		if t, err = fromELF(ef, true); err != nil {
-			return t, nil, loads, nil, GoProbes{}, fmt.Errorf("read unwind table of %s: %w", f.Path, err)
+		t, err := streamELF(ef, fpCode)
+		if err != nil {
+			return KernelTable{}, loads, nil, GoProbes{}, fmt.Errorf("read unwind table of %s: %w", f.Path, err)
 		}
-		withFramePointerCode(t, ef, fpCode)
+		return t.kernel(), loads, nil, GoProbes{}, nil
 	}
-	rows, err := t.KernelRows()
-	if err != nil {
-		return t, nil, loads, nil, GoProbes{}, fmt.Errorf("read unwind table of %s: %w", f.Path, err)
-	}
-	return t, rows, loads, layout, probes, nil
 }
 
 // offsetToVaddr maps a file offset to the virtual address the loader puts it at.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"testing"
 
@@ -30,14 +29,18 @@ func newFakeKernel(maxTables int) *fakeKernel {
 	return &fakeKernel{tables: map[uint32][]KernelRow{}, processes: map[uint32][]KernelMapping{}, execIDs: map[uint32]uint64{}, maxTables: maxTables}
 }
 
-func (k *fakeKernel) AddTable(rows []KernelRow, goRuntime *KernelGoRuntime) (uint32, error) {
+func (k *fakeKernel) AddTable(table KernelTable, goRuntime *KernelGoRuntime) (uint32, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if len(k.tables) >= k.maxTables {
 		return 0, ErrTableFull
 	}
+	rows, err := tableRows(table) // unmapped once AddTable returns
+	if err != nil {
+		return 0, err
+	}
 	k.next++
-	k.tables[k.next] = slices.Clone(rows) // unmapped once AddTable returns
+	k.tables[k.next] = rows
 	if goRuntime != nil {
 		if k.goRT == nil {
 			k.goRT = map[uint32]KernelGoRuntime{}
@@ -45,6 +48,24 @@ func (k *fakeKernel) AddTable(rows []KernelRow, goRuntime *KernelGoRuntime) (uin
 		k.goRT[k.next] = *goRuntime
 	}
 	return k.next, nil
+}
+
+// tableRows takes a table's rows as the kernel does, holding it to what it said of them.
+func tableRows(t KernelTable) ([]KernelRow, error) {
+	var rows []KernelRow
+	if err := t.Each(func(part []KernelRow) error {
+		if len(part) == 0 {
+			return fmt.Errorf("an empty part after %d rows", len(rows))
+		}
+		rows = append(rows, part...)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if len(rows) != t.Rows || len(rows) > 0 && (rows[0].Pc != t.First || rows[len(rows)-1].Pc != t.Last) {
+		return nil, fmt.Errorf("a table said to have %d rows from %#x to %#x has %d", t.Rows, t.First, t.Last, len(rows))
+	}
+	return rows, nil
 }
 
 func (k *fakeKernel) RemoveTable(id uint32) error {

@@ -5,8 +5,6 @@ import (
 	"math"
 	"structs"
 	"unsafe"
-
-	"github.com/sonde-profiler/sonde/internal/mmapfile"
 )
 
 // CFARule says how the canonical frame address of a row is found.
@@ -135,19 +133,6 @@ type Table struct {
 	Rows []Row
 	// Source names the section the rows came from: ".eh_frame" or ".debug_frame".
 	Source string
-	// scratch holds Rows, or the KernelRows made of them, off the Go heap, from
-	// fromELF with scratch set; nil when they are on the heap.
-	scratch *mmapfile.Region
-}
-
-// release unmaps the table's scratch memory: nothing read from Rows or KernelRows may
-// be used after it. A table on the heap is left as it is.
-func (t *Table) release() {
-	if t.scratch != nil {
-		t.scratch.Close()
-		t.scratch = nil
-		t.Rows = nil
-	}
 }
 
 // Lookup returns the row governing pc, if any.

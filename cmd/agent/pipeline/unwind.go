@@ -27,12 +27,15 @@ func asKernel[To, From any](from []From) []To {
 	return unsafe.Slice((*To)(unsafe.Pointer(unsafe.SliceData(from))), len(from))
 }
 
-func (k kernelTables) AddTable(rows []unwind.KernelRow, goRuntime *unwind.KernelGoRuntime) (uint32, error) {
+func (k kernelTables) AddTable(t unwind.KernelTable, goRuntime *unwind.KernelGoRuntime) (uint32, error) {
 	var g *bpf.GoRuntime
 	if goRuntime != nil {
 		g = &asKernel[bpf.GoRuntime]([]unwind.KernelGoRuntime{*goRuntime})[0]
 	}
-	id, err := k.s.AddTable(asKernel[bpf.UnwindRow](rows), g)
+	rows := bpf.TableRows{Len: t.Rows, First: t.First, Last: t.Last, Each: func(part func([]bpf.UnwindRow) error) error {
+		return t.Each(func(rows []unwind.KernelRow) error { return part(asKernel[bpf.UnwindRow](rows)) })
+	}}
+	id, err := k.s.AddTable(rows, g)
 	if errors.Is(err, bpf.ErrTableFull) {
 		return 0, errors.Join(unwind.ErrTableFull, err)
 	}
