@@ -500,23 +500,32 @@ func parseHdr(hdr []byte, hdrAddr, text uint64) (ehHdr, bool) {
 // fdes appends the FDEs the binary search table lists, in its sorted order. ok is false
 // when the table is unusable and the caller should walk .eh_frame instead.
 func (h *ehHdr) fdes(eh *frameSection, cies map[int]*cie, fdes []fde) (_ []fde, ok bool) {
-	if h.count == 0 {
-		return fdes, false
-	}
 	n := len(fdes)
+	if !h.walk(eh, cies, func(f fde) bool { fdes = append(fdes, f); return true }) {
+		return fdes[:n], false
+	}
+	return fdes, true
+}
+
+// walk hands yield the FDEs the binary search table lists, in its order, until yield
+// returns false. ok is false when the table is unusable.
+func (h *ehHdr) walk(eh *frameSection, cies map[int]*cie, yield func(fde) bool) (ok bool) {
+	if h.count == 0 {
+		return false
+	}
 	r := h.table
 	for i := uint64(0); i < h.count; i++ {
 		r.ptr(h.tableEnc, 8, h.addr, h.bases, 0) // initial location: the FDE itself is authoritative
 		fa, ind := r.ptr(h.tableEnc, 8, h.addr, h.bases, 0)
 		if r.bad {
-			return fdes[:n], false
+			return false
 		}
 		if ind || fa < eh.addr || fa-eh.addr >= uint64(len(eh.data)) {
 			continue
 		}
-		if f, ok := eh.parseFDE(int(fa-eh.addr), cies); ok {
-			fdes = append(fdes, f)
+		if f, ok := eh.parseFDE(int(fa-eh.addr), cies); ok && !yield(f) {
+			return true
 		}
 	}
-	return fdes, true
+	return true
 }

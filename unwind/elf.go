@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"slices"
 
 	"github.com/sonde-profiler/sonde/internal/objfile"
@@ -178,8 +179,19 @@ func build(sec *frameSection, hdr *ehHdr, source string) *Table {
 func buildWithGap(sec *frameSection, hdr *ehHdr, source string, gap Row) *Table {
 	fdes := sortedFDEs(sec, hdr)
 	b := builder{sec: sec, gap: gap, rowSink: &rowSink{rows: make([]Row, 0, rowEstimate(len(sec.data), len(fdes)))}}
-	b.run(fdes)
+	b.run(fdeList(fdes))
 	return &Table{Source: source, Rows: b.rows}
+}
+
+// fdeList hands out the FDEs of a list in its order.
+func fdeList(fdes []fde) iter.Seq[*fde] {
+	return func(yield func(*fde) bool) {
+		for i := range fdes {
+			if !yield(&fdes[i]) {
+				return
+			}
+		}
+	}
 }
 
 // sortedFDEs lists a section's FDEs by start address, from its sorted table when it has a

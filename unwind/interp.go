@@ -2,6 +2,7 @@ package unwind
 
 import (
 	"errors"
+	"iter"
 	"math"
 )
 
@@ -268,7 +269,7 @@ func (s *rowSink) finish() {
 
 // run emits the rows of fdes, sorted by start address, with the gap rule from address 0
 // and between FDEs, and hands out the last of them.
-func (b *builder) run(fdes []fde) {
+func (b *builder) run(fdes iter.Seq[*fde]) {
 	if b.gap.CFA != CFAInvalid {
 		b.emit(0, b.gap)
 	}
@@ -316,11 +317,10 @@ func (b *builder) segment(loc, next uint64, r Row) {
 // build emits the rows of fdes, which must be sorted by start address. Where FDEs
 // overlap, the one starting first keeps its whole range and later ones are clipped, so
 // the result depends only on the input order.
-func (b *builder) build(fdes []fde) {
+func (b *builder) build(fdes iter.Seq[*fde]) {
 	var covered uint64
 	started := false
-	for i := range fdes {
-		f := &fdes[i]
+	for f := range fdes {
 		if f.end <= f.start || (started && f.end <= covered) {
 			continue
 		}

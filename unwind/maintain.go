@@ -520,14 +520,15 @@ func readTable(f *objfile.File, fpCode []FramePointerCodeFunc) (table KernelTabl
 		region.Close()
 		h.Close()
 	}
-	if fault := mmapfile.Guard(func() { table, loads, layout, probes, err = tableOf(f, ef, h, fpCode) }); fault != nil {
+	if fault := mmapfile.Guard(func() { table, loads, layout, probes, err = tableOf(f, ef, h, fpCode, region.Release) }); fault != nil {
 		return KernelTable{}, nil, nil, GoProbes{}, release, fmt.Errorf("read unwind table of %s: %w", f.Path, fault)
 	}
 	return table, loads, layout, probes, release, err
 }
 
-// tableOf reads what readTable returns from the mapped file ef.
-func tableOf(f *objfile.File, ef *elf.File, h *objfile.Handle, fpCode []FramePointerCodeFunc) (KernelTable, []elf.ProgHeader, *KernelGoRuntime, GoProbes, error) {
+// tableOf reads what readTable returns from the mapped file ef; release gives back pages
+// of the mapping.
+func tableOf(f *objfile.File, ef *elf.File, h *objfile.Handle, fpCode []FramePointerCodeFunc, release func([]byte)) (KernelTable, []elf.ProgHeader, *KernelGoRuntime, GoProbes, error) {
 	var loads []elf.ProgHeader
 	for _, p := range ef.Progs {
 		if p.Type == elf.PT_LOAD {
@@ -560,7 +561,7 @@ func tableOf(f *objfile.File, ef *elf.File, h *objfile.Handle, fpCode []FramePoi
 		// frameSourceOf reads.
 		return KernelTable{}, loads, nil, GoProbes{}, nil // nothing to unwind by: frame pointers
 	default:
-		t, err := streamELF(ef, fpCode)
+		t, err := streamELF(ef, fpCode, release)
 		if err != nil {
 			return KernelTable{}, loads, nil, GoProbes{}, fmt.Errorf("read unwind table of %s: %w", f.Path, err)
 		}
