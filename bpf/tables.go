@@ -46,17 +46,6 @@ const (
 	rowsPerPage    = 8
 )
 
-// rowIndex returns the index by page of code that follows rows in the kernel's table, as
-// find_row reads it, for rows sorted by pc as tables are; nil for a small table.
-func rowIndex(rows []UnwindRow) []UnwindRow {
-	if len(rows) == 0 {
-		return nil
-	}
-	x := newRowIndexer(len(rows), rows[0].Pc, rows[len(rows)-1].Pc)
-	x.add(0, rows)
-	return x.finish()
-}
-
 // rowIndexer builds a table's index as its rows go by, in order: it needs only their
 // number and the first and last addresses beforehand.
 type rowIndexer struct {
@@ -143,18 +132,9 @@ type TableRows struct {
 	Each        func(part func([]UnwindRow) error) error
 }
 
-// RowsOf is a table whose rows are all in memory, handed over in one part.
-func RowsOf(rows []UnwindRow) TableRows {
-	if len(rows) == 0 {
-		return TableRows{Each: func(func([]UnwindRow) error) error { return nil }}
-	}
-	return TableRows{Len: len(rows), First: rows[0].Pc, Last: rows[len(rows)-1].Pc,
-		Each: func(part func([]UnwindRow) error) error { return part(rows) }}
-}
-
 // AddTable stores one file's rows as a table of their own and returns its id, which
 // ExecMapping.TableId refers to. The kernel memory it takes is t.Len rows of 16 bytes
-// and their index (rowIndex, at most a thirty-second more), held until RemoveTable.
+// and their index (rowIndexer, at most a thirty-second more), held until RemoveTable.
 // goRuntime, for a Go binary, says where its runtime keeps what
 // the walker reads to follow Go's stack switches; nil for other files.
 func (s *Sampler) AddTable(t TableRows, goRuntime *GoRuntime) (id uint32, err error) {

@@ -101,3 +101,23 @@ func TestRowIndex(t *testing.T) {
 		}
 	}
 }
+
+// rowIndex returns the index by page of code that follows rows in the kernel's table, as
+// find_row reads it, for rows sorted by pc as tables are; nil for a small table.
+func rowIndex(rows []UnwindRow) []UnwindRow {
+	if len(rows) == 0 {
+		return nil
+	}
+	x := newRowIndexer(len(rows), rows[0].Pc, rows[len(rows)-1].Pc)
+	x.add(0, rows)
+	return x.finish()
+}
+
+// RowsOf is a table whose rows are all in memory, handed over in one part.
+func RowsOf(rows []UnwindRow) TableRows {
+	if len(rows) == 0 {
+		return TableRows{Each: func(func([]UnwindRow) error) error { return nil }}
+	}
+	return TableRows{Len: len(rows), First: rows[0].Pc, Last: rows[len(rows)-1].Pc,
+		Each: func(part func([]UnwindRow) error) error { return part(rows) }}
+}

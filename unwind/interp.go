@@ -259,12 +259,13 @@ func (s *rowSink) emit(pc uint64, r Row) {
 
 // finish hands out the rows it still holds.
 func (s *rowSink) finish() {
-	if s.out != nil && len(s.rows) > s.sent {
+	if s.out == nil {
+		return
+	}
+	if len(s.rows) > s.sent {
 		s.out(s.rows[s.sent:])
 	}
-	if s.out != nil {
-		s.rows, s.sent = s.rows[:0], 0
-	}
+	s.rows, s.sent = s.rows[:0], 0
 }
 
 // run emits the rows of fdes, sorted by start address, with the gap rule from address 0

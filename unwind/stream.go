@@ -53,7 +53,7 @@ type streamedTable struct {
 	// releaseEveryFDEs FDEs of a pass; nil when nothing is mapped.
 	release func([]byte)
 	hdr     []byte
-	// fpCode are the ranges of frame-pointer code laid over the table (withFramePointerCode),
+	// fpCode are the ranges of frame-pointer code laid over the table (FramePointerCode),
 	// sorted and disjoint.
 	fpCode      [][2]uint64
 	rows        int

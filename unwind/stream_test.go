@@ -2,6 +2,7 @@ package unwind
 
 import (
 	"debug/elf"
+	"errors"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -85,7 +86,7 @@ func TestStreamedTableWriteFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	full := errTest("no room")
+	full := errors.New("no room")
 	parts := 0
 	err = s.kernel().Each(func([]KernelRow) error {
 		parts++
@@ -100,10 +101,6 @@ func TestStreamedTableWriteFails(t *testing.T) {
 		t.Error("a table read again with a row fewer than counted was taken")
 	}
 }
-
-type errTest string
-
-func (e errTest) Error() string { return string(e) }
 
 // The builder's rows handed out through a small buffer are the rows it builds whole,
 // whatever the buffer's size: the rows kept back at each part's end (the last, which a

@@ -500,11 +500,11 @@ const largeTableRows = 1 << 14
 // sonde's resident set that stayed for seconds, then half of it for a minute; with the
 // collection, it is gone 0.4 s after the exec (measured 2026-11-27, 131 072 rows the
 // bound before). A collection and the return of its pages cost a few milliseconds, once
-// per process whose files are new. Since 2026-11-29 (a later stop) a table read from .eh_frame is
-// never whole in memory: it is counted, then built again a part of at most 4 096 rows at
-// a time as the kernel takes it. What it leaves on the heap is its list of FDEs
-// (libpython's: 0.2 MB for 1.8 MB of rows) and its part's buffers; a Go binary's rows
-// are still built there whole.
+// per process whose files are new. Since 78999d0 a table read from .eh_frame is never
+// whole in memory: it is counted, then built again a part of at most 4 096 rows at a
+// time as the kernel takes it, its FDEs read from the sorted table one at a time. What it
+// leaves on the heap is its part's buffers, or its list of FDEs where the file has no
+// sound sorted table; a Go binary's rows are still built there whole.
 func freeLargeTables(rows int) {
 	if rows >= largeTableRows {
 		debug.FreeOSMemory()
